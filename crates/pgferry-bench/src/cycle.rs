@@ -1,0 +1,91 @@
+//! pgferry's engine, in process: producers enqueue batches, claimers claim and complete
+//! with a no-op handler, the leader ticks/rotates/rescues. Jobs count when their completion
+//! committed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig, NewJob, QueueOptions};
+use tokio_postgres::Config;
+
+use crate::measure::{self, Counters, Report};
+use crate::BenchOpts;
+
+pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
+    let mut c = measure::connect(config, "migrate").await?;
+    migrate::up(&mut c).await?;
+    let pool = db::pool(config, "bench", opts.producers + opts.workers + 2);
+    let engine = Engine::new(pool, EngineConfig::default());
+    let shards = i16::try_from(opts.workers.clamp(1, 64)).unwrap_or(1);
+    engine
+        .upsert_queue(
+            "bench",
+            &QueueOptions {
+                shards,
+                max_attempts: 25,
+                lease: Duration::from_secs(300),
+            },
+        )
+        .await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let leader = tokio::spawn(
+        Leader::new(engine.clone(), config.clone(), LeaderConfig::default()).run(stop_rx),
+    );
+    let counters = Arc::new(Counters::default());
+    let payload = crate::payload(opts.payload_bytes);
+    let mut tasks = Vec::new();
+    for _ in 0..opts.producers {
+        let (engine, counters, payload) = (engine.clone(), counters.clone(), payload.clone());
+        let (batch, max_depth) = (opts.enqueue_batch, opts.max_depth as u64);
+        tasks.push(tokio::spawn(async move {
+            let jobs: Vec<_> = (0..batch)
+                .map(|_| NewJob::new("bench", "noop", payload.clone()))
+                .collect();
+            while counters.running() {
+                if counters.depth() > max_depth {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
+                let ids = engine.enqueue(&jobs).await?;
+                counters.add_enqueued(ids.len() as u64);
+            }
+            Ok(())
+        }));
+    }
+    for w in 0..opts.workers {
+        let (engine, counters) = (engine.clone(), counters.clone());
+        let batch = opts.claim_batch;
+        tasks.push(tokio::spawn(async move {
+            let worker = format!("bench-{w}");
+            let mut tick = 0;
+            while counters.running() {
+                let jobs = engine.claim("bench", batch, &worker).await?;
+                if jobs.is_empty() {
+                    tick = engine.wait_for_tick(tick, Duration::from_millis(20)).await;
+                    continue;
+                }
+                counters.record_latencies(jobs.iter().map(|j| j.enqueued_at));
+                let outcomes: Vec<_> = jobs.iter().map(|j| j.completed(None)).collect();
+                let done = engine.complete(&outcomes).await?;
+                counters.add_finished(done.iter().filter(|d| !d.stale).count() as u64);
+            }
+            Ok(())
+        }));
+    }
+    let report = measure::window(
+        "cycle",
+        config,
+        &counters,
+        opts,
+        measure::Tables {
+            schema: "pgferry",
+            pattern: "^(ready|receipts|completions|results|ticks)_[0-9]+$",
+        },
+        tasks,
+    )
+    .await;
+    let _ = stop_tx.send(true);
+    let _ = leader.await;
+    engine.pool().close();
+    report
+}

@@ -1,0 +1,124 @@
+//! `pgferry bench`: the engine's full cycle and two reference queues written in plain SQL,
+//! run with the same workload (producers keeping the queue depth bounded, claimers completing
+//! with a no-op handler) and the same client concurrency, each on a fresh database of one
+//! cluster, reported in one JSON shape.
+
+mod cycle;
+mod measure;
+mod reference_log;
+mod reference_skiplocked;
+
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio_postgres::{Config, NoTls};
+
+pub use measure::Report;
+
+/// Workload shared by every variant.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchOpts {
+    /// Measured window.
+    #[serde(serialize_with = "secs")]
+    pub duration: Duration,
+    /// Not counted: lets caches, plans and autovacuum settle.
+    #[serde(serialize_with = "secs")]
+    pub warmup: Duration,
+    pub producers: usize,
+    pub workers: usize,
+    pub payload_bytes: usize,
+    pub enqueue_batch: usize,
+    pub claim_batch: usize,
+    /// Producers pause while more than this many jobs are waiting.
+    pub max_depth: usize,
+}
+
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+impl Default for BenchOpts {
+    fn default() -> Self {
+        BenchOpts {
+            duration: Duration::from_secs(10),
+            warmup: Duration::from_secs(2),
+            producers: 4,
+            workers: 8,
+            payload_bytes: 64,
+            enqueue_batch: 100,
+            claim_batch: 200,
+            max_depth: 20_000,
+        }
+    }
+}
+
+/// The three variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// pgferry's engine: ready log, ticks, receipts, completions.
+    Cycle,
+    /// Classic lease-based queue: UPDATE … FOR UPDATE SKIP LOCKED, DELETE on completion.
+    Skiplocked,
+    /// Minimal append-only log: COPY in, read by cursor, no per-job acknowledgement.
+    Log,
+}
+
+/// Runs one variant on a fresh database `dbname` created on the cluster of `base`.
+pub async fn run(
+    variant: Variant,
+    base: &Config,
+    dbname: &str,
+    opts: &BenchOpts,
+) -> anyhow::Result<Report> {
+    let config = fresh_database(base, dbname).await?;
+    let report = match variant {
+        Variant::Cycle => cycle::run(&config, opts).await?,
+        Variant::Skiplocked => reference_skiplocked::run(&config, opts).await?,
+        Variant::Log => reference_log::run(&config, opts).await?,
+    };
+    Ok(report)
+}
+
+/// Runs all three one after another on the same cluster and adds the ratios.
+pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_json::Value> {
+    let cycle = run(Variant::Cycle, base, "bench_cycle", opts).await?;
+    let skiplocked = run(Variant::Skiplocked, base, "bench_skiplocked", opts).await?;
+    let log = run(Variant::Log, base, "bench_log", opts).await?;
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+    Ok(serde_json::json!({
+        "options": opts,
+        "cycle": cycle,
+        "skiplocked": skiplocked,
+        "log": log,
+        "ratios": {
+            "cycle_vs_skiplocked_jobs_per_s": ratio(cycle.jobs_per_s, skiplocked.jobs_per_s),
+            "cycle_vs_log_jobs_per_s": ratio(cycle.jobs_per_s, log.jobs_per_s),
+            "cycle_vs_log_wal_bytes_per_job": ratio(cycle.wal_bytes_per_job, log.wal_bytes_per_job),
+        },
+    }))
+}
+
+/// Drops and recreates `dbname`; returns a config pointing at it.
+async fn fresh_database(base: &Config, dbname: &str) -> anyhow::Result<Config> {
+    let mut admin = base.clone();
+    admin.dbname("postgres");
+    let (client, conn) = admin.connect(NoTls).await?;
+    tokio::spawn(conn);
+    // The name is one of our three constants, never user input.
+    // Two calls: a multi-statement string would run as one implicit transaction, which
+    // DROP/CREATE DATABASE refuse.
+    client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {dbname} WITH (FORCE)"))
+        .await?;
+    client
+        .batch_execute(&format!("CREATE DATABASE {dbname}"))
+        .await?;
+    let mut cfg = base.clone();
+    cfg.dbname(dbname);
+    Ok(cfg)
+}
+
+/// A JSON payload of about `bytes` bytes.
+pub fn payload(bytes: usize) -> serde_json::Value {
+    serde_json::json!({ "data": "x".repeat(bytes.saturating_sub(12)) })
+}

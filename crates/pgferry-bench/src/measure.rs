@@ -1,0 +1,186 @@
+//! What every variant measures, the same way: jobs finished in the window, enqueue→claim
+//! latency, WAL written, dead tuples left on its tables.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::Serialize;
+use tokio_postgres::{Client, Config, NoTls};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub variant: String,
+    /// Jobs whose completion committed inside the window (for `log`: jobs read).
+    pub jobs: u64,
+    pub duration_s: f64,
+    pub jobs_per_s: f64,
+    pub enqueued_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub dead_tuples: i64,
+    pub rows_updated_or_deleted: i64,
+    pub wal_bytes_per_job: f64,
+}
+
+/// Shared counters of one run.
+#[derive(Default)]
+pub struct Counters {
+    pub enqueued: AtomicU64,
+    pub finished: AtomicU64,
+    /// Finished inside the measured window.
+    pub counted: AtomicU64,
+    pub enqueued_counted: AtomicU64,
+    pub measuring: AtomicBool,
+    pub stop: AtomicBool,
+    latencies_ms: Mutex<Vec<f32>>,
+}
+
+impl Counters {
+    pub fn depth(&self) -> u64 {
+        self.enqueued
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.finished.load(Ordering::Relaxed))
+    }
+
+    pub fn add_enqueued(&self, n: u64) {
+        self.enqueued.fetch_add(n, Ordering::Relaxed);
+        if self.measuring.load(Ordering::Relaxed) {
+            self.enqueued_counted.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    pub fn add_finished(&self, n: u64) {
+        self.finished.fetch_add(n, Ordering::Relaxed);
+        if self.measuring.load(Ordering::Relaxed) {
+            self.counted.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Records enqueue→claim latencies (claimed now) of jobs enqueued at `enqueued`.
+    pub fn record_latencies(&self, enqueued: impl Iterator<Item = SystemTime>) {
+        if !self.measuring.load(Ordering::Relaxed) {
+            return;
+        }
+        let now = SystemTime::now();
+        let ms = enqueued.map(|t| now.duration_since(t).unwrap_or_default().as_secs_f32() * 1000.0);
+        self.latencies_ms.lock().expect("latencies").extend(ms);
+    }
+
+    fn percentile(&self, p: f64) -> f64 {
+        let mut v = self.latencies_ms.lock().expect("latencies").clone();
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        let i = ((v.len() - 1) as f64 * p).round() as usize;
+        f64::from(v[i])
+    }
+
+    pub fn running(&self) -> bool {
+        !self.stop.load(Ordering::Relaxed)
+    }
+}
+
+pub async fn connect(config: &Config, role: &str) -> anyhow::Result<Client> {
+    let mut cfg = config.clone();
+    cfg.application_name(format!("pgferry-bench-{role}"));
+    let (client, conn) = cfg.connect(NoTls).await?;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
+async fn wal_lsn(c: &Client) -> anyhow::Result<i64> {
+    Ok(
+        c.query_one("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", &[])
+            .await?
+            .get(0),
+    )
+}
+
+/// The relations a variant writes: `pattern` is a regex over relation names in `schema`.
+#[derive(Clone, Copy)]
+pub struct Tables<'a> {
+    pub schema: &'a str,
+    pub pattern: &'a str,
+}
+
+/// Drives the warmup and the measured window while the variant's tasks run, then stops them
+/// and reads WAL and dead-tuple figures.
+pub async fn window(
+    variant: &str,
+    config: &Config,
+    counters: &Arc<Counters>,
+    opts: &crate::BenchOpts,
+    tables: Tables<'_>,
+    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+) -> anyhow::Result<Report> {
+    let (warmup, duration) = (opts.warmup, opts.duration);
+    let admin = connect(config, "admin").await?;
+    let bar = indicatif::ProgressBar::new(duration.as_secs().max(1));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len}s {msg}")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(variant.to_string());
+    tokio::time::sleep(warmup).await;
+    let wal0 = wal_lsn(&admin).await?;
+    counters.measuring.store(true, Ordering::SeqCst);
+    let start = Instant::now();
+    while start.elapsed() < duration {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let secs = start.elapsed().as_secs_f64();
+        bar.set_position(secs as u64);
+        bar.set_message(format!(
+            "{:.0} jobs/s",
+            counters.counted.load(Ordering::Relaxed) as f64 / secs
+        ));
+    }
+    counters.measuring.store(false, Ordering::SeqCst);
+    let elapsed = start.elapsed().as_secs_f64();
+    let wal1 = wal_lsn(&admin).await?;
+    counters.stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        t.await??;
+    }
+    bar.finish_and_clear();
+    let jobs = counters.counted.load(Ordering::SeqCst);
+    let (dead, upd_del) = dead_tuples(&admin, tables.schema, tables.pattern).await?;
+    Ok(Report {
+        variant: variant.to_string(),
+        jobs,
+        duration_s: elapsed,
+        jobs_per_s: jobs as f64 / elapsed,
+        enqueued_per_s: counters.enqueued_counted.load(Ordering::SeqCst) as f64 / elapsed,
+        p50_ms: counters.percentile(0.50),
+        p99_ms: counters.percentile(0.99),
+        dead_tuples: dead,
+        rows_updated_or_deleted: upd_del,
+        wal_bytes_per_job: if jobs > 0 {
+            (wal1 - wal0) as f64 / jobs as f64
+        } else {
+            f64::NAN
+        },
+    })
+}
+
+/// Dead tuples and update/delete counts on the variant's tables. Statistics reach the
+/// shared view when backends report (at most once a second while busy, and at exit); the
+/// workers' connections are closed by now, so poll briefly until the numbers settle.
+async fn dead_tuples(admin: &Client, schema: &str, tables: &str) -> anyhow::Result<(i64, i64)> {
+    let q = "SELECT coalesce(sum(n_dead_tup), 0)::bigint, coalesce(sum(n_tup_upd + n_tup_del), 0)::bigint,
+                    coalesce(sum(n_tup_ins), 0)::bigint
+               FROM pg_stat_user_tables WHERE schemaname = $1 AND relname ~ $2";
+    let mut last = (-1i64, -1i64, -1i64);
+    for _ in 0..20 {
+        let r = admin.query_one(q, &[&schema, &tables]).await?;
+        let now: (i64, i64, i64) = (r.get(0), r.get(1), r.get(2));
+        if now == last {
+            break;
+        }
+        last = now;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+    Ok((last.0, last.1))
+}

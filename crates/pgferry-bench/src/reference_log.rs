@@ -1,0 +1,99 @@
+//! Reference 2: a minimal append-only log, as fast as it can be made: producers COPY rows
+//! into shards, each consumer reads its own shard by an in-memory cursor on the primary key,
+//! with no per-job acknowledgement and no durable cursor. It is the floor pgferry chases.
+//! (It can skip a row whose transaction commits after a higher id was read; the floor does
+//! not pay for that correctness, pgferry's tick visibility does.)
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures_util::pin_mut;
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::Type;
+use tokio_postgres::Config;
+
+use crate::measure::{self, Counters, Report};
+use crate::BenchOpts;
+
+const SCHEMA: &str = "
+CREATE SCHEMA ref_log;
+CREATE TABLE ref_log.events (
+    id          bigserial,
+    shard       int NOT NULL,
+    kind        text NOT NULL,
+    args        jsonb NOT NULL,
+    enqueued_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX events_read ON ref_log.events (shard, id);";
+
+const COPY_IN: &str = "COPY ref_log.events (shard, kind, args) FROM STDIN BINARY";
+
+const READ: &str = "
+SELECT id, enqueued_at FROM ref_log.events WHERE shard = $1 AND id > $2 ORDER BY id LIMIT $3";
+
+pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
+    measure::connect(config, "setup")
+        .await?
+        .batch_execute(SCHEMA)
+        .await?;
+    let counters = Arc::new(Counters::default());
+    let payload = crate::payload(opts.payload_bytes);
+    let shards = opts.workers.max(1) as i32;
+    let mut tasks = Vec::new();
+    for p in 0..opts.producers {
+        let (config, counters, payload) = (config.clone(), counters.clone(), payload.clone());
+        let (batch, max_depth) = (opts.enqueue_batch, opts.max_depth as u64);
+        tasks.push(tokio::spawn(async move {
+            let client = measure::connect(&config, "producer").await?;
+            let mut next = p as i32;
+            while counters.running() {
+                if counters.depth() > max_depth {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
+                let sink = client.copy_in(COPY_IN).await?;
+                let writer = BinaryCopyInWriter::new(sink, &[Type::INT4, Type::TEXT, Type::JSONB]);
+                pin_mut!(writer);
+                for _ in 0..batch {
+                    let shard = next % shards;
+                    next = next.wrapping_add(1);
+                    writer.as_mut().write(&[&shard, &"noop", &payload]).await?;
+                }
+                counters.add_enqueued(writer.finish().await?);
+            }
+            Ok(())
+        }));
+    }
+    for w in 0..opts.workers {
+        let (config, counters) = (config.clone(), counters.clone());
+        let batch = i64::try_from(opts.claim_batch).unwrap_or(100);
+        tasks.push(tokio::spawn(async move {
+            let client = measure::connect(&config, "reader").await?;
+            let read = client.prepare(READ).await?;
+            let (shard, mut cursor) = (w as i32, 0i64);
+            while counters.running() {
+                let rows = client.query(&read, &[&shard, &cursor, &batch]).await?;
+                if rows.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
+                counters.record_latencies(rows.iter().map(|r| r.get::<_, SystemTime>(1)));
+                cursor = rows.last().map(|r| r.get(0)).unwrap_or(cursor);
+                counters.add_finished(rows.len() as u64);
+            }
+            Ok(())
+        }));
+    }
+    measure::window(
+        "log",
+        config,
+        &counters,
+        opts,
+        measure::Tables {
+            schema: "ref_log",
+            pattern: "^events$",
+        },
+        tasks,
+    )
+    .await
+}

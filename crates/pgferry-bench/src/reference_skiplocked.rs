@@ -1,0 +1,106 @@
+//! Reference 1: the classic lease-based queue most Postgres job systems use. Claim is
+//! `UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`, completion a batched
+//! DELETE in its own transaction after the handler ran, producers insert with binary COPY.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures_util::pin_mut;
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::Type;
+use tokio_postgres::Config;
+
+use crate::measure::{self, Counters, Report};
+use crate::BenchOpts;
+
+const SCHEMA: &str = "
+CREATE SCHEMA ref_skiplocked;
+CREATE TABLE ref_skiplocked.jobs (
+    id          bigserial PRIMARY KEY,
+    priority    smallint NOT NULL DEFAULT 0,
+    state       smallint NOT NULL DEFAULT 0,   -- 0 available, 1 running
+    kind        text NOT NULL,
+    args        jsonb NOT NULL,
+    enqueued_at timestamptz NOT NULL DEFAULT now(),
+    lease_until timestamptz
+);
+CREATE INDEX jobs_available ON ref_skiplocked.jobs (priority, id) WHERE state = 0;";
+
+const COPY_IN: &str = "COPY ref_skiplocked.jobs (kind, args) FROM STDIN BINARY";
+
+const CLAIM: &str = "
+UPDATE ref_skiplocked.jobs
+   SET state = 1, lease_until = now() + interval '5 minutes'
+ WHERE id IN (SELECT id FROM ref_skiplocked.jobs
+               WHERE state = 0
+               ORDER BY priority, id
+               LIMIT $1
+               FOR UPDATE SKIP LOCKED)
+RETURNING id, enqueued_at";
+
+const COMPLETE: &str = "DELETE FROM ref_skiplocked.jobs WHERE id = ANY($1)";
+
+pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
+    measure::connect(config, "setup")
+        .await?
+        .batch_execute(SCHEMA)
+        .await?;
+    let counters = Arc::new(Counters::default());
+    let payload = crate::payload(opts.payload_bytes);
+    let mut tasks = Vec::new();
+    for _ in 0..opts.producers {
+        let (config, counters, payload) = (config.clone(), counters.clone(), payload.clone());
+        let (batch, max_depth) = (opts.enqueue_batch, opts.max_depth as u64);
+        tasks.push(tokio::spawn(async move {
+            let client = measure::connect(&config, "producer").await?;
+            while counters.running() {
+                if counters.depth() > max_depth {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
+                let sink = client.copy_in(COPY_IN).await?;
+                let writer = BinaryCopyInWriter::new(sink, &[Type::TEXT, Type::JSONB]);
+                pin_mut!(writer);
+                for _ in 0..batch {
+                    writer.as_mut().write(&[&"noop", &payload]).await?;
+                }
+                let n = writer.finish().await?;
+                counters.add_enqueued(n);
+            }
+            Ok(())
+        }));
+    }
+    for _ in 0..opts.workers {
+        let (config, counters) = (config.clone(), counters.clone());
+        let batch = i64::try_from(opts.claim_batch).unwrap_or(100);
+        tasks.push(tokio::spawn(async move {
+            let client = measure::connect(&config, "worker").await?;
+            let claim = client.prepare(CLAIM).await?;
+            let complete = client.prepare(COMPLETE).await?;
+            while counters.running() {
+                let rows = client.query(&claim, &[&batch]).await?;
+                if rows.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
+                counters.record_latencies(rows.iter().map(|r| r.get::<_, SystemTime>(1)));
+                let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                let n = client.execute(&complete, &[&ids]).await?;
+                counters.add_finished(n);
+            }
+            Ok(())
+        }));
+    }
+    measure::window(
+        "skiplocked",
+        config,
+        &counters,
+        opts,
+        measure::Tables {
+            schema: "ref_skiplocked",
+            pattern: "^jobs$",
+        },
+        tasks,
+    )
+    .await
+}

@@ -1,0 +1,121 @@
+//! `pgferry bench …`: runs against `--database-url` or a private cluster started for the
+//! run in a temporary directory (durable settings: fsync and synchronous_commit on).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use pgferry_bench::{BenchOpts, Variant};
+use pgferry_pgcluster::{Cluster, ClusterOptions};
+use tokio_postgres::Config;
+
+#[derive(clap::Args, Clone)]
+pub struct BenchArgs {
+    /// Print the report as JSON (the only format today; kept for scripts).
+    #[arg(long)]
+    pub json: bool,
+    /// Measured seconds per variant.
+    #[arg(long, default_value_t = 10)]
+    pub duration: u64,
+    /// Warmup seconds per variant (not counted).
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u64,
+    /// Claimer tasks (each with its own connection).
+    #[arg(long, default_value_t = 8)]
+    pub workers: usize,
+    /// Producer tasks.
+    #[arg(long, default_value_t = 4)]
+    pub producers: usize,
+    #[arg(long, default_value_t = 64)]
+    pub payload_bytes: usize,
+    #[arg(long, default_value_t = 100)]
+    pub enqueue_batch: usize,
+    #[arg(long, default_value_t = 200)]
+    pub claim_batch: usize,
+    /// Use this database instead of a private cluster.
+    #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
+    pub database_url: Option<String>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy)]
+pub enum RefKind {
+    Skiplocked,
+    Log,
+}
+
+#[derive(clap::Subcommand)]
+pub enum BenchCmd {
+    /// pgferry's engine: enqueue → claim → complete.
+    Cycle(BenchArgs),
+    /// One of the plain-SQL reference queues.
+    Reference {
+        #[arg(long)]
+        kind: RefKind,
+        #[command(flatten)]
+        args: BenchArgs,
+    },
+    /// All three in one process on one cluster, with ratios.
+    Compare(BenchArgs),
+}
+
+impl BenchArgs {
+    fn opts(&self) -> BenchOpts {
+        BenchOpts {
+            duration: Duration::from_secs(self.duration),
+            warmup: Duration::from_secs(self.warmup),
+            producers: self.producers,
+            workers: self.workers,
+            payload_bytes: self.payload_bytes,
+            enqueue_batch: self.enqueue_batch,
+            claim_batch: self.claim_batch,
+            ..BenchOpts::default()
+        }
+    }
+}
+
+pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
+    let args = match &cmd {
+        BenchCmd::Cycle(a) | BenchCmd::Compare(a) | BenchCmd::Reference { args: a, .. } => {
+            a.clone()
+        }
+    };
+    let (base, cluster) = match &args.database_url {
+        Some(url) => (Config::from_str(url)?, None),
+        None => {
+            let dir = tempfile::Builder::new()
+                .prefix("pgferry-bench-")
+                .tempdir()?;
+            let mut opts = ClusterOptions::new(dir.path().join("pg"));
+            opts.listen_tcp = false;
+            opts.settings = vec![
+                ("max_connections".into(), "200".into()),
+                ("shared_buffers".into(), "512MB".into()),
+                ("max_wal_size".into(), "4GB".into()),
+            ];
+            let cluster = tokio::task::spawn_blocking(move || Cluster::start(opts)).await??;
+            (
+                Config::from_str(&cluster.conn_string("postgres"))?,
+                Some((cluster, dir)),
+            )
+        }
+    };
+    let opts = args.opts();
+    let out = match cmd {
+        BenchCmd::Cycle(_) => serde_json::to_value(
+            pgferry_bench::run(Variant::Cycle, &base, "bench_cycle", &opts).await?,
+        )?,
+        BenchCmd::Reference { kind, .. } => {
+            let (v, db) = match kind {
+                RefKind::Skiplocked => (Variant::Skiplocked, "bench_skiplocked"),
+                RefKind::Log => (Variant::Log, "bench_log"),
+            };
+            serde_json::to_value(pgferry_bench::run(v, &base, db, &opts).await?)?
+        }
+        BenchCmd::Compare(_) => pgferry_bench::compare(&base, &opts).await?,
+    };
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    if let Some((cluster, dir)) = cluster {
+        tokio::task::spawn_blocking(move || cluster.stop()).await??;
+        drop(dir);
+    }
+    Ok(())
+}

@@ -1,0 +1,62 @@
+//! `pgferry dev`: a private Postgres under `<data-dir>/pg`, migrated, served. Ctrl-C stops
+//! the server first and then the cluster, so nothing is left running.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use anyhow::Context;
+use pgferry_pgcluster::{Cluster, ClusterOptions};
+use tokio_postgres::{Config, NoTls};
+
+use crate::run::{self, ServerArgs};
+
+/// Database pgferry uses inside the private cluster.
+const DEV_DB: &str = "pgferry";
+
+pub async fn run(data_dir: PathBuf, args: ServerArgs) -> anyhow::Result<()> {
+    let data_dir = std::path::absolute(&data_dir).context("resolving --data-dir")?;
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
+    let opts = ClusterOptions::new(data_dir.join("pg"));
+    // Starting spawns and waits on processes: keep it off the async workers.
+    let cluster = tokio::task::spawn_blocking(move || Cluster::start(opts)).await??;
+    let result = serve_on(&cluster, args).await;
+    tracing::info!("stopping embedded postgres");
+    let stopped = tokio::task::spawn_blocking(move || cluster.stop()).await?;
+    result?;
+    stopped?;
+    println!("pgferry: stopped");
+    Ok(())
+}
+
+async fn serve_on(cluster: &Cluster, args: ServerArgs) -> anyhow::Result<()> {
+    ensure_database(cluster).await?;
+    let config = Config::from_str(&cluster.conn_string(DEV_DB))?;
+    println!(
+        "pgferry: embedded postgres {} (data in {})",
+        cluster.url(DEV_DB),
+        cluster.data_dir().display()
+    );
+    run::serve(config, args, run::shutdown_signal()).await
+}
+
+/// Creates the dev database on first start; a restart reuses it.
+async fn ensure_database(cluster: &Cluster) -> anyhow::Result<()> {
+    let admin = Config::from_str(&cluster.conn_string("postgres"))?;
+    let (client, conn) = admin
+        .connect(NoTls)
+        .await
+        .context("connecting to embedded postgres")?;
+    tokio::spawn(conn);
+    let exists = client
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&DEV_DB])
+        .await?
+        .is_some();
+    if !exists {
+        // DEV_DB is a constant identifier.
+        client
+            .batch_execute(&format!("CREATE DATABASE {DEV_DB}"))
+            .await?;
+    }
+    Ok(())
+}

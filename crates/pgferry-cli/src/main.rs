@@ -1,0 +1,87 @@
+//! The `pgferry` binary.
+
+mod bench_cmd;
+mod dev;
+mod migrate_cmd;
+mod run;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "pgferry",
+    version,
+    about = "Durable jobs and workflows in PostgreSQL"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run pgferry on a private embedded Postgres under ./.pgferry (no setup needed).
+    Dev {
+        /// Where the private cluster lives.
+        #[arg(long, default_value = ".pgferry")]
+        data_dir: PathBuf,
+        #[command(flatten)]
+        server: run::ServerArgs,
+    },
+    /// Run the server against an existing Postgres (14 or newer).
+    Serve {
+        #[arg(long, env = "PGFERRY_DATABASE_URL")]
+        database_url: String,
+        #[command(flatten)]
+        server: run::ServerArgs,
+    },
+    /// Benchmarks (JSON report on stdout, progress on stderr).
+    Bench {
+        #[command(subcommand)]
+        cmd: bench_cmd::BenchCmd,
+    },
+    /// Apply or inspect schema migrations.
+    Migrate {
+        #[arg(long, env = "PGFERRY_DATABASE_URL")]
+        database_url: String,
+        #[command(subcommand)]
+        action: migrate_cmd::Action,
+    },
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PGFERRY_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match Cli::parse().command {
+        Command::Dev { data_dir, server } => dev::run(data_dir, server).await,
+        Command::Serve {
+            database_url,
+            server,
+        } => run::serve_url(&database_url, server).await,
+        Command::Migrate {
+            database_url,
+            action,
+        } => migrate_cmd::run(&database_url, action).await,
+        Command::Bench { cmd } => bench_cmd::run(cmd).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pgferry: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Default HTTP address of `serve` and `dev`.
+pub const DEFAULT_HTTP: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8787);

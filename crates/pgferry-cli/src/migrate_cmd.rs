@@ -1,0 +1,27 @@
+//! `pgferry migrate up|status`.
+
+use pgferry_core::{db, migrate};
+
+#[derive(clap::Subcommand)]
+pub enum Action {
+    /// Apply pending migrations (safe to run concurrently).
+    Up,
+    /// Show each migration as applied, pending or modified (JSON).
+    Status,
+}
+
+pub async fn run(url: &str, action: Action) -> anyhow::Result<()> {
+    let config = db::parse_config(url)?;
+    let mut client = db::connect(&config, "migrate").await?;
+    match action {
+        Action::Up => {
+            let applied = migrate::up(&mut client).await?;
+            println!("{}", serde_json::json!({ "applied": applied }));
+        }
+        Action::Status => {
+            let status = migrate::status(&client).await?;
+            println!("{}", serde_json::to_string_pretty(&status)?);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,79 @@
+//! Running the server: migrate, start the leader campaign, serve HTTP, stop in order.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig};
+use pgferry_server::AppState;
+use tokio::sync::watch;
+use tokio_postgres::Config;
+
+#[derive(clap::Args, Clone)]
+pub struct ServerArgs {
+    /// HTTP listen address (port 0 picks a free port; the chosen one is printed).
+    #[arg(long, default_value_t = crate::DEFAULT_HTTP)]
+    pub http_addr: SocketAddr,
+    /// Do not apply migrations on start.
+    #[arg(long)]
+    pub no_migrate: bool,
+    /// Connections in the request pool.
+    #[arg(long, default_value_t = 16)]
+    pub pool_size: usize,
+}
+
+pub async fn serve_url(url: &str, args: ServerArgs) -> anyhow::Result<()> {
+    let config = db::parse_config(url)?;
+    serve(config, args, shutdown_signal()).await
+}
+
+/// Serves until `stop` resolves; then stops HTTP, then the leader (releasing its lock).
+pub async fn serve(
+    config: Config,
+    args: ServerArgs,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    if !args.no_migrate {
+        let mut client = db::connect(&config, "migrate")
+            .await
+            .context("connecting to the database")?;
+        let applied = migrate::up(&mut client).await?;
+        if !applied.is_empty() {
+            tracing::info!(?applied, "migrations applied");
+        }
+    }
+    let engine = Engine::new(
+        db::pool(&config, "api", args.pool_size),
+        EngineConfig::default(),
+    );
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let leader = Leader::new(engine.clone(), config.clone(), LeaderConfig::default());
+    let leader_task = tokio::spawn(leader.run(stop_rx));
+
+    let listener = tokio::net::TcpListener::bind(args.http_addr)
+        .await
+        .with_context(|| format!("binding HTTP on {}", args.http_addr))?;
+    let addr = listener.local_addr()?;
+    // One machine-readable line; scripts and tests wait for it.
+    println!("pgferry: listening http=http://{addr}");
+    let state = AppState {
+        engine: Arc::clone(&engine),
+    };
+    pgferry_server::serve_http(listener, state, stop).await?;
+    tracing::info!("HTTP stopped; stopping leader");
+    let _ = stop_tx.send(true);
+    let _ = leader_task.await;
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("installing SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::info!("shutdown requested");
+}

@@ -1,0 +1,341 @@
+-- pgferry engine schema: the append-only log (DESIGN.md §3.1–3.4).
+--
+-- Hot tables (ready, receipts, completions, results, ticks) are LIST-partitioned by
+-- `segment` into a ring of 16. Rows are only ever INSERTed; space comes back by TRUNCATE of
+-- a whole segment once every job in it is closed (see rotate.rs). Mutable tables
+-- (segments, queues, lanes, scheduled, dead, leader_state) are small or low-churn.
+
+CREATE SCHEMA IF NOT EXISTS pgferry;
+
+-- Queues and lanes ---------------------------------------------------------------------
+-- A lane is (queue, priority, shard): the routing key every hot statement filters with `=`.
+CREATE TABLE pgferry.queues (
+    queue_id     int GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name         text NOT NULL UNIQUE,
+    shards       smallint NOT NULL DEFAULT 1 CHECK (shards BETWEEN 1 AND 64),
+    max_attempts int NOT NULL DEFAULT 25 CHECK (max_attempts BETWEEN 1 AND 1000),
+    lease_ms     int NOT NULL DEFAULT 60000 CHECK (lease_ms BETWEEN 100 AND 86400000),
+    created_at   timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE pgferry.lanes (
+    lane     int GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue_id int NOT NULL REFERENCES pgferry.queues,
+    priority smallint NOT NULL DEFAULT 0 CHECK (priority BETWEEN 0 AND 3),
+    shard    smallint NOT NULL DEFAULT 0,
+    UNIQUE (queue_id, priority, shard)
+);
+
+-- Segments -------------------------------------------------------------------------------
+-- free -> current -> sealed -> (TRUNCATE) -> free. Exactly one is current; inserts read it
+-- once per statement (an InitPlan), so a batch never straddles two segments.
+CREATE TABLE pgferry.segments (
+    segment   smallint PRIMARY KEY,
+    state     text NOT NULL CHECK (state IN ('free', 'current', 'sealed')),
+    opened_at timestamptz,
+    sealed_at timestamptz,
+    -- Deferred: advancing swaps 'current' between two rows in one UPDATE.
+    CONSTRAINT segments_one_current EXCLUDE ((state) WITH =) WHERE (state = 'current')
+        DEFERRABLE INITIALLY DEFERRED
+);
+INSERT INTO pgferry.segments (segment, state, opened_at)
+SELECT s, CASE WHEN s = 0 THEN 'current' ELSE 'free' END, CASE WHEN s = 0 THEN now() END
+FROM generate_series(0, 15) AS s;
+
+CREATE SEQUENCE pgferry.job_id_seq;
+-- Order of rows inside one transaction; cursors order by (xid, seq). CACHE 1 on purpose:
+-- the ticker reads last_value to notice that the log grew.
+CREATE SEQUENCE pgferry.ready_seq;
+CREATE SEQUENCE pgferry.receipt_seq;
+CREATE SEQUENCE pgferry.tick_seq;
+
+-- The ready log: one row per runnable job attempt.
+CREATE TABLE pgferry.ready (
+    segment      smallint NOT NULL,
+    lane         int NOT NULL,
+    xid          xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    seq          bigint NOT NULL DEFAULT nextval('pgferry.ready_seq'),
+    job_id       bigint NOT NULL,
+    attempt      int NOT NULL,
+    max_attempts int NOT NULL,
+    kind         text NOT NULL,
+    args         jsonb NOT NULL,
+    meta         jsonb,
+    enqueued_at  timestamptz NOT NULL DEFAULT now()
+) PARTITION BY LIST (segment);
+-- Claim reads (lane = $1, (xid, seq) > cursor) in index order and stops at LIMIT.
+CREATE INDEX ready_claim ON pgferry.ready (lane, xid, seq);
+-- Completion and lookups find an attempt by job id inside its segment.
+CREATE INDEX ready_job ON pgferry.ready (job_id);
+
+-- One row per claim batch. The newest receipt of a lane IS the lane's cursor; snapshots are
+-- copied in (not referenced by tick id) so that ticks can be truncated with their segment.
+CREATE TABLE pgferry.receipts (
+    segment      smallint NOT NULL,
+    receipt_id   bigint NOT NULL DEFAULT nextval('pgferry.receipt_seq'),
+    lane         int NOT NULL,
+    lo_snap      pg_snapshot NOT NULL,
+    hi_snap      pg_snapshot NOT NULL,
+    hi_tick      bigint NOT NULL,
+    last_xid     xid8 NOT NULL,
+    last_seq     bigint NOT NULL,
+    exhausted    boolean NOT NULL,
+    job_ids      bigint[] NOT NULL,
+    attempts     int[] NOT NULL,
+    job_segments smallint[] NOT NULL,
+    worker       text,
+    claimed_at   timestamptz NOT NULL DEFAULT now(),
+    lease_until  timestamptz NOT NULL
+) PARTITION BY LIST (segment);
+CREATE INDEX receipts_cursor ON pgferry.receipts (lane, receipt_id DESC);
+CREATE INDEX receipts_id ON pgferry.receipts (receipt_id);
+
+-- One row per finished attempt, in the segment of the attempt's ready row. The unique index
+-- makes the first outcome win; a second one (late worker after a rescue) is "stale".
+CREATE TABLE pgferry.completions (
+    segment     smallint NOT NULL,
+    job_id      bigint NOT NULL,
+    attempt     int NOT NULL,
+    receipt_id  bigint,
+    outcome     smallint NOT NULL,
+    error       text,
+    duration_ms int,
+    finished_at timestamptz NOT NULL DEFAULT now()
+) PARTITION BY LIST (segment);
+CREATE UNIQUE INDEX completions_attempt ON pgferry.completions (segment, job_id, attempt);
+
+-- Return values, only for jobs that produce one.
+CREATE TABLE pgferry.results (
+    segment smallint NOT NULL,
+    job_id  bigint NOT NULL,
+    attempt int NOT NULL,
+    result  jsonb NOT NULL
+) PARTITION BY LIST (segment);
+CREATE INDEX results_job ON pgferry.results (job_id);
+
+-- Visibility ticks written by the leader: the rows that became visible between two ticks
+-- form a closed, immutable set (PgQ's batches).
+CREATE TABLE pgferry.ticks (
+    segment  smallint NOT NULL,
+    tick_id  bigint NOT NULL,
+    snap     pg_snapshot NOT NULL,
+    seq_hi   bigint NOT NULL,
+    -- The tick's own transaction: the next tick ignores it when looking for activity.
+    own_xid  xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    taken_at timestamptz NOT NULL DEFAULT now()
+) PARTITION BY LIST (segment);
+CREATE INDEX ticks_id ON pgferry.ticks (tick_id DESC);
+
+DO $$
+DECLARE
+    s int;
+    t text;
+BEGIN
+    FOR s IN 0..15 LOOP
+        FOREACH t IN ARRAY ARRAY['ready', 'receipts', 'completions', 'results', 'ticks'] LOOP
+            EXECUTE format('CREATE TABLE pgferry.%I PARTITION OF pgferry.%I FOR VALUES IN (%s)',
+                           t || '_' || lpad(s::text, 2, '0'), t, s);
+        END LOOP;
+    END LOOP;
+END $$;
+
+-- Mutable, low-churn side tables --------------------------------------------------------
+-- Jobs whose run time is in the future (delayed retries, scheduled jobs).
+CREATE TABLE pgferry.scheduled (
+    job_id       bigint PRIMARY KEY,
+    lane         int NOT NULL,
+    attempt      int NOT NULL,
+    max_attempts int NOT NULL,
+    kind         text NOT NULL,
+    args         jsonb NOT NULL,
+    meta         jsonb,
+    run_at       timestamptz NOT NULL
+);
+CREATE INDEX scheduled_due ON pgferry.scheduled (run_at);
+
+-- The dead-letter queue.
+CREATE TABLE pgferry.dead (
+    job_id       bigint PRIMARY KEY,
+    lane         int NOT NULL,
+    attempt      int NOT NULL,
+    max_attempts int NOT NULL,
+    kind         text NOT NULL,
+    args         jsonb NOT NULL,
+    meta         jsonb,
+    error        text,
+    died_at      timestamptz NOT NULL DEFAULT now()
+);
+
+-- Leader bookkeeping (one row).
+CREATE TABLE pgferry.leader_state (
+    id          boolean PRIMARY KEY DEFAULT true CHECK (id),
+    rescue_mark bigint NOT NULL DEFAULT 0
+);
+INSERT INTO pgferry.leader_state DEFAULT VALUES;
+
+-- claim(lane, max, worker, lease_ms) ---------------------------------------------------------
+-- One call claims up to p_max jobs of one lane and appends one receipt. VOLATILE on purpose:
+-- every statement below takes a fresh snapshot, so the cursor is read AFTER the lane lock is
+-- granted and can never miss the previous claimer's receipt.
+CREATE FUNCTION pgferry.claim(p_lane int, p_max int, p_worker text, p_lease_ms int)
+RETURNS TABLE (receipt_id bigint, job_id bigint, attempt int, job_segment smallint,
+               max_attempts int, kind text, args jsonb, meta jsonb, enqueued_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+-- Every statement here has an index made for it. Statistics of a segment partition are
+-- stale right after it is reused (truncated, then grown before autoanalyze): never let that
+-- turn a cursor probe into a scan of a whole partition.
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_lo        pg_snapshot;
+    v_hi        pg_snapshot;
+    v_hi_tick   bigint := 0;
+    v_last_xid  xid8 := '0';
+    v_last_seq  bigint := 0;
+    v_exhausted boolean := true;
+    v_tick      record;
+    v_row       record;
+    v_need      int := p_max;
+    v_got       int;
+    v_ids       bigint[] := '{}';
+    v_atts      int[] := '{}';
+    v_segs      smallint[] := '{}';
+    v_receipt   bigint;
+    v_pass      int;
+    v_xip       xid8[];
+    v_sort      text := current_setting('enable_sort');
+BEGIN
+    -- One claimer per lane at a time; the others move on to other lanes instead of waiting.
+    IF NOT pg_try_advisory_xact_lock(7266, p_lane) THEN
+        RETURN;
+    END IF;
+
+    -- The cursor: index receipts_cursor (lane, receipt_id DESC), one probe per partition.
+    SELECT r.lo_snap, r.hi_snap, r.hi_tick, r.last_xid, r.last_seq, r.exhausted
+      INTO v_lo, v_hi, v_hi_tick, v_last_xid, v_last_seq, v_exhausted
+      FROM pgferry.receipts r
+     WHERE r.lane = p_lane
+     ORDER BY r.receipt_id DESC
+     LIMIT 1;
+    IF NOT FOUND THEN
+        -- A lane never claimed starts below every real xid (3 = FirstNormalTransactionId).
+        v_hi := '3:3:'; v_hi_tick := 0; v_exhausted := true;
+    END IF;
+
+    -- At most two ranges per call: finish the current one, then start the next.
+    FOR v_pass IN 1..2 LOOP
+        IF v_exhausted THEN
+            SELECT t.tick_id, t.snap INTO v_tick
+              FROM pgferry.ticks t ORDER BY t.tick_id DESC LIMIT 1;
+            EXIT WHEN NOT FOUND OR v_tick.tick_id <= v_hi_tick;
+            v_lo := v_hi; v_hi := v_tick.snap; v_hi_tick := v_tick.tick_id;
+            v_last_xid := '0'; v_last_seq := 0; v_exhausted := false;
+        END IF;
+
+        v_got := 0;
+        -- Candidates of range (lo, hi]: xids in progress at lo, plus [lo.xmax, hi.xmax).
+        -- Never `xid >= lo.xmin`: an old open transaction would make every claim rescan
+        -- everything since it began. Every xip(lo) xid is below lo.xmax, so step A's rows
+        -- all come before step B's in (xid, seq) order.
+        --
+        -- Step A, the xip region: index ready_claim with Index Cond (lane = $1 AND xid =
+        -- ANY(xip)); the cursor test is written as an OR so the planner cannot pick it as
+        -- the index condition instead (which would read the whole lane). Sorts only the
+        -- rows of transactions in progress at lo.
+        v_xip := ARRAY(SELECT pg_snapshot_xip(v_lo));
+        IF v_last_xid < pg_snapshot_xmax(v_lo) AND cardinality(v_xip) > 0 THEN
+            FOR v_row IN
+                SELECT r.job_id, r.attempt, r.segment, r.max_attempts, r.kind, r.args,
+                       r.meta, r.enqueued_at, r.xid, r.seq
+                  FROM pgferry.ready r
+                 WHERE r.lane = p_lane
+                   AND r.xid = ANY (v_xip)
+                   AND (r.xid > v_last_xid OR (r.xid = v_last_xid AND r.seq > v_last_seq))
+                   AND pg_visible_in_snapshot(r.xid, v_hi)
+                 ORDER BY r.xid, r.seq
+                 LIMIT v_need
+            LOOP
+                v_got := v_got + 1;
+                v_receipt := coalesce(v_receipt, nextval('pgferry.receipt_seq'));
+                v_last_xid := v_row.xid; v_last_seq := v_row.seq;
+                v_ids := v_ids || v_row.job_id; v_atts := v_atts || v_row.attempt;
+                v_segs := v_segs || v_row.segment;
+                receipt_id := v_receipt; job_id := v_row.job_id; attempt := v_row.attempt;
+                job_segment := v_row.segment; max_attempts := v_row.max_attempts;
+                kind := v_row.kind; args := v_row.args; meta := v_row.meta;
+                enqueued_at := v_row.enqueued_at;
+                RETURN NEXT;
+            END LOOP;
+        END IF;
+        -- Step B, the range [lo.xmax, hi.xmax): Index Cond (lane = $1 AND (xid, seq) >
+        -- cursor AND xid >= lo.xmax AND xid < hi.xmax), rows already in claim order per
+        -- partition, Merge Append, Limit. Sorting is disabled for this one statement (plans
+        -- are made when it first runs, so cached plans keep it): with small or stale
+        -- statistics the planner would otherwise sort the whole range to take LIMIT rows.
+        IF v_got < v_need THEN
+            PERFORM set_config('enable_sort', 'off', true);
+            FOR v_row IN
+                SELECT r.job_id, r.attempt, r.segment, r.max_attempts, r.kind, r.args,
+                       r.meta, r.enqueued_at, r.xid, r.seq
+                  FROM pgferry.ready r
+                 WHERE r.lane = p_lane
+                   AND r.xid >= pg_snapshot_xmax(v_lo)
+                   AND r.xid < pg_snapshot_xmax(v_hi)
+                   AND (r.xid, r.seq) > (v_last_xid, v_last_seq)
+                   AND pg_visible_in_snapshot(r.xid, v_hi)
+                 ORDER BY r.xid, r.seq
+                 LIMIT v_need - v_got
+            LOOP
+                v_got := v_got + 1;
+                v_receipt := coalesce(v_receipt, nextval('pgferry.receipt_seq'));
+                v_last_xid := v_row.xid; v_last_seq := v_row.seq;
+                v_ids := v_ids || v_row.job_id; v_atts := v_atts || v_row.attempt;
+                v_segs := v_segs || v_row.segment;
+                receipt_id := v_receipt; job_id := v_row.job_id; attempt := v_row.attempt;
+                job_segment := v_row.segment; max_attempts := v_row.max_attempts;
+                kind := v_row.kind; args := v_row.args; meta := v_row.meta;
+                enqueued_at := v_row.enqueued_at;
+                RETURN NEXT;
+            END LOOP;
+            PERFORM set_config('enable_sort', v_sort, true);
+        END IF;
+        v_need := v_need - v_got;
+        IF v_need > 0 THEN
+            v_exhausted := true;
+        END IF;
+        EXIT WHEN v_need = 0;
+    END LOOP;
+
+    -- An idle claim writes nothing: the cursor only has to move when jobs were taken.
+    IF v_receipt IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO pgferry.receipts (receipt_id, segment, lane, lo_snap, hi_snap, hi_tick, last_xid,
+                                  last_seq, exhausted, job_ids, attempts, job_segments,
+                                        worker, lease_until)
+    VALUES (v_receipt, (SELECT s.segment FROM pgferry.segments s WHERE s.state = 'current'), p_lane,
+            v_lo, v_hi, v_hi_tick, v_last_xid, v_last_seq, v_exhausted, v_ids, v_atts,
+            v_segs, p_worker, now() + p_lease_ms * interval '1 millisecond');
+END
+$fn$;
+
+-- claim_lanes(lanes, max, worker, lease_ms) ------------------------------------------------
+-- Claims from several lanes in the order given (priority order, shards rotated by the
+-- caller) until p_max jobs are taken: one statement for a whole queue.
+CREATE FUNCTION pgferry.claim_lanes(p_lanes int[], p_max int, p_worker text, p_lease_ms int)
+RETURNS TABLE (receipt_id bigint, job_id bigint, attempt int, job_segment smallint,
+               max_attempts int, kind text, args jsonb, meta jsonb, enqueued_at timestamptz)
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    v_lane int;
+    v_got  int := 0;
+    v_n    int;
+BEGIN
+    FOREACH v_lane IN ARRAY p_lanes LOOP
+        EXIT WHEN v_got >= p_max;
+        RETURN QUERY SELECT * FROM pgferry.claim(v_lane, p_max - v_got, p_worker, p_lease_ms);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_got := v_got + v_n;
+    END LOOP;
+END
+$fn$;

@@ -1,0 +1,41 @@
+//! Connections: a pool for request work, tagged with its role in `application_name` so that
+//! pg_stat_activity (and ASH) can say which part of pgferry a backend belongs to.
+
+use std::str::FromStr;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::{Config, NoTls};
+
+use crate::error::{Error, Result};
+
+/// Parses a libpq URL or key=value string.
+pub fn parse_config(url: &str) -> Result<Config> {
+    Config::from_str(url).map_err(|e| Error::InvalidArgument {
+        field: "database_url",
+        reason: e.to_string(),
+    })
+}
+
+/// A pool of `size` connections named `pgferry-<role>`.
+pub fn pool(config: &Config, role: &str, size: usize) -> Pool {
+    let mut cfg = config.clone();
+    cfg.application_name(format!("pgferry-{role}"));
+    // Fast recycling: a broken connection surfaces on use and is dropped then; checking each
+    // checkout would add a round trip to every operation.
+    let manager = Manager::from_config(
+        cfg,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .build()
+        .expect("pool without runtime-specific options always builds")
+}
+
+/// One dedicated connection (migrations, LISTEN, leader duties).
+pub async fn connect(config: &Config, role: &str) -> Result<tokio_postgres::Client> {
+    crate::leader::connect(config, role).await
+}

@@ -1,0 +1,338 @@
+//! The engine: enqueue, claim and complete on the append-only log.
+//!
+//! Every public operation is one statement per batch (statement-count tests pin this):
+//! enqueue = one INSERT, claim = one call of `pgferry.claim` per lane tried, complete = one
+//! CTE covering success, retries, delayed retries, dead-letters and results.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use deadpool_postgres::Pool;
+use serde_json::Value;
+use tokio::sync::{watch, Notify};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::GenericClient;
+
+use crate::error::{Error, Result};
+use crate::job::{ClaimedJob, Completed, NewJob, Outcome, OutcomeKind};
+use crate::lanes::{LaneCache, QueueLanes};
+
+const ENQUEUE: &str = include_str!("sql/enqueue.sql");
+const CLAIM: &str = include_str!("sql/claim.sql");
+const COMPLETE: &str = include_str!("sql/complete.sql");
+const QUEUE_UPSERT: &str = include_str!("sql/queue_upsert.sql");
+
+/// Limits and defaults of an engine.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Largest args + meta of one job, in bytes of JSON.
+    pub max_payload_bytes: usize,
+    /// Largest enqueue or complete batch.
+    pub max_batch: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_payload_bytes: 1 << 20,
+            max_batch: 10_000,
+        }
+    }
+}
+
+/// Settings of a queue.
+#[derive(Debug, Clone)]
+pub struct QueueOptions {
+    pub shards: i16,
+    pub max_attempts: i32,
+    pub lease: Duration,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        QueueOptions {
+            shards: 1,
+            max_attempts: 25,
+            lease: Duration::from_secs(60),
+        }
+    }
+}
+
+pub struct Engine {
+    pool: Pool,
+    lanes: LaneCache,
+    config: EngineConfig,
+    /// Latest tick id known to this process; claimers wait on it instead of polling.
+    ticks: watch::Sender<i64>,
+    /// Signalled after each enqueue so an in-process ticker ticks without waiting.
+    log_grew: Arc<Notify>,
+}
+
+impl Engine {
+    pub fn new(pool: Pool, config: EngineConfig) -> Arc<Engine> {
+        Arc::new(Engine {
+            pool,
+            lanes: LaneCache::default(),
+            config,
+            ticks: watch::Sender::new(0),
+            log_grew: Arc::new(Notify::new()),
+        })
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Creates or reconfigures a queue.
+    pub async fn upsert_queue(&self, name: &str, opts: &QueueOptions) -> Result<()> {
+        crate::job::validate_queue_name(name)?;
+        if !(1..=64).contains(&opts.shards) {
+            return Err(Error::InvalidArgument {
+                field: "shards",
+                reason: format!("{} is not in 1..=64", opts.shards),
+            });
+        }
+        let lease_ms = i32::try_from(opts.lease.as_millis()).unwrap_or(i32::MAX);
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                QUEUE_UPSERT,
+                &[&name, &opts.shards, &opts.max_attempts, &lease_ms],
+            )
+            .await?;
+        self.lanes.invalidate(name);
+        self.lanes.get(&**client, name).await?;
+        Ok(())
+    }
+
+    /// Enqueues a batch in one statement; returns job ids in input order. Nothing is written
+    /// unless every job is valid.
+    pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<Vec<i64>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let client = self.pool.get().await?;
+        let batch = self.enqueue_batch(&**client, jobs).await?;
+        let stmt = client.prepare_cached(ENQUEUE).await?;
+        let rows = client.query(&stmt, &batch.params()).await?;
+        self.log_grew.notify_one();
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Enqueues inside the caller's transaction (or on any client): the jobs become
+    /// claimable when that transaction commits, and never if it rolls back. One round trip
+    /// (`query_typed`: no separate prepare).
+    pub async fn enqueue_tx<C: GenericClient>(
+        &self,
+        client: &C,
+        jobs: &[NewJob],
+    ) -> Result<Vec<i64>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = self.enqueue_batch(client, jobs).await?;
+        let params = batch.params();
+        let typed: Vec<(&(dyn ToSql + Sync), Type)> = params
+            .into_iter()
+            .zip([
+                Type::INT4_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::JSONB_ARRAY,
+                Type::JSONB_ARRAY,
+                Type::INT4_ARRAY,
+            ])
+            .collect();
+        let rows = client.query_typed(ENQUEUE, &typed).await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Validates a batch and resolves lanes; builds the column arrays of the INSERT.
+    async fn enqueue_batch<'a, C: GenericClient>(
+        &self,
+        client: &C,
+        jobs: &'a [NewJob],
+    ) -> Result<EnqueueBatch<'a>> {
+        if jobs.len() > self.config.max_batch {
+            return Err(Error::BatchTooLarge {
+                size: jobs.len(),
+                limit: self.config.max_batch,
+            });
+        }
+        for (i, job) in jobs.iter().enumerate() {
+            job.validate(i, self.config.max_payload_bytes)?;
+        }
+        let n = jobs.len();
+        let mut b = EnqueueBatch {
+            lanes: Vec::with_capacity(n),
+            kinds: Vec::with_capacity(n),
+            args: Vec::with_capacity(n),
+            metas: Vec::with_capacity(n),
+            max_attempts: Vec::with_capacity(n),
+        };
+        let mut last: Option<(&str, Arc<QueueLanes>)> = None;
+        for job in jobs {
+            let queue = match &last {
+                Some((name, q)) if *name == job.queue => q.clone(),
+                _ => {
+                    let q = self.lanes.get(client, &job.queue).await?;
+                    last = Some((&job.queue, q.clone()));
+                    q
+                }
+            };
+            b.lanes.push(queue.lane_for(job.priority));
+            b.kinds.push(job.kind.as_str());
+            b.args.push(&job.args);
+            b.metas.push(job.meta.as_ref());
+            b.max_attempts
+                .push(job.max_attempts.unwrap_or(queue.max_attempts));
+        }
+        Ok(b)
+    }
+
+    /// Claims up to `max` jobs of `queue` in one statement: lanes in priority order, the
+    /// shards of each priority starting at a rotating offset so concurrent claimers spread
+    /// over shards instead of queueing on one lane's lock.
+    pub async fn claim(&self, queue: &str, max: usize, worker: &str) -> Result<Vec<ClaimedJob>> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let max = i32::try_from(max.min(self.config.max_batch)).unwrap_or(i32::MAX);
+        let client = self.pool.get().await?;
+        let lanes = self.lanes.get(&**client, queue).await?;
+        let order = lanes.claim_order();
+        let stmt = client.prepare_cached(CLAIM).await?;
+        let rows = client
+            .query(&stmt, &[&order, &max, &worker, &lanes.lease_ms])
+            .await?;
+        Ok(rows.iter().map(row_to_claimed).collect())
+    }
+
+    /// Records a batch of outcomes in one statement. Each answer says whether the outcome won
+    /// (first for its attempt) or was stale.
+    pub async fn complete(&self, outcomes: &[Outcome]) -> Result<Vec<Completed>> {
+        if outcomes.is_empty() {
+            return Ok(Vec::new());
+        }
+        if outcomes.len() > self.config.max_batch {
+            return Err(Error::BatchTooLarge {
+                size: outcomes.len(),
+                limit: self.config.max_batch,
+            });
+        }
+        let n = outcomes.len();
+        let mut ids = Vec::with_capacity(n);
+        let mut attempts = Vec::with_capacity(n);
+        let mut segments = Vec::with_capacity(n);
+        let mut receipts = Vec::with_capacity(n);
+        let mut codes = Vec::with_capacity(n);
+        let mut errors: Vec<Option<&str>> = Vec::with_capacity(n);
+        let mut delays: Vec<Option<i64>> = Vec::with_capacity(n);
+        let mut results: Vec<Option<&Value>> = Vec::with_capacity(n);
+        let mut durations: Vec<Option<i32>> = Vec::with_capacity(n);
+        for o in outcomes {
+            ids.push(o.job_id);
+            attempts.push(o.attempt);
+            segments.push(o.segment);
+            receipts.push(o.receipt_id);
+            codes.push(o.kind.code());
+            errors.push(o.error.as_deref());
+            delays.push(match o.kind {
+                OutcomeKind::Retry { delay } => {
+                    Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX))
+                }
+                _ => None,
+            });
+            results.push(o.result.as_ref());
+            durations.push(o.duration_ms);
+        }
+        let client = self.pool.get().await?;
+        let stmt = client.prepare_cached(COMPLETE).await?;
+        let rows = client
+            .query(
+                &stmt,
+                &[
+                    &ids, &attempts, &segments, &receipts, &codes, &errors, &delays, &results,
+                    &durations,
+                ],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| Completed {
+                job_id: r.get(0),
+                attempt: r.get(1),
+                stale: r.get(2),
+            })
+            .collect())
+    }
+
+    /// Notified when this process appended to the log (the ticker's early wake-up).
+    pub fn log_grew(&self) -> Arc<Notify> {
+        self.log_grew.clone()
+    }
+
+    /// Waits until a tick newer than `seen` is known, or `timeout` passes; returns the latest
+    /// tick id. Claimers call this between empty claims instead of polling.
+    pub async fn wait_for_tick(&self, seen: i64, timeout: std::time::Duration) -> i64 {
+        let mut rx = self.ticks.subscribe();
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|t| *t > seen)).await;
+        let latest = *rx.borrow();
+        latest
+    }
+
+    /// The latest tick id this process has heard of.
+    pub fn subscribe_ticks(&self) -> watch::Receiver<i64> {
+        self.ticks.subscribe()
+    }
+
+    /// Called by the in-process ticker or a LISTEN task when a tick is seen.
+    pub fn publish_tick(&self, tick_id: i64) {
+        self.ticks.send_if_modified(|cur| {
+            if tick_id > *cur {
+                *cur = tick_id;
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+fn row_to_claimed(r: &tokio_postgres::Row) -> ClaimedJob {
+    ClaimedJob {
+        receipt_id: r.get(0),
+        job_id: r.get(1),
+        attempt: r.get(2),
+        segment: r.get(3),
+        max_attempts: r.get(4),
+        kind: r.get(5),
+        args: r.get(6),
+        meta: r.get(7),
+        enqueued_at: r.get::<_, SystemTime>(8),
+    }
+}
+
+/// Column arrays of one enqueue statement.
+struct EnqueueBatch<'a> {
+    lanes: Vec<i32>,
+    kinds: Vec<&'a str>,
+    args: Vec<&'a Value>,
+    metas: Vec<Option<&'a Value>>,
+    max_attempts: Vec<i32>,
+}
+
+impl EnqueueBatch<'_> {
+    fn params(&self) -> [&(dyn ToSql + Sync); 5] {
+        [
+            &self.lanes,
+            &self.kinds,
+            &self.args,
+            &self.metas,
+            &self.max_attempts,
+        ]
+    }
+}

@@ -1,0 +1,48 @@
+//! Typed errors of the engine. Validation errors are raised before anything is written, so a
+//! rejected batch leaves no trace.
+
+/// What went wrong, with enough context to answer a client precisely.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid {field} {value:?}: {reason}")]
+    InvalidName {
+        field: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+    #[error("invalid {field}: {reason}")]
+    InvalidArgument { field: &'static str, reason: String },
+    #[error("payload of job {index} is {size} bytes, over the limit of {limit} bytes")]
+    PayloadTooLarge {
+        index: usize,
+        size: usize,
+        limit: usize,
+    },
+    #[error("batch of {size} jobs is over the limit of {limit}")]
+    BatchTooLarge { size: usize, limit: usize },
+    #[error("database: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    #[error("connection pool: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+}
+
+impl Error {
+    /// A stable machine-readable code for APIs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::InvalidName { .. } => "invalid_name",
+            Error::InvalidArgument { .. } => "invalid_argument",
+            Error::PayloadTooLarge { .. } => "payload_too_large",
+            Error::BatchTooLarge { .. } => "batch_too_large",
+            Error::Db(_) => "database",
+            Error::Pool(_) => "unavailable",
+        }
+    }
+
+    /// True for bad input (the caller's fault), false for infrastructure failures.
+    pub fn is_invalid_input(&self) -> bool {
+        !matches!(self, Error::Db(_) | Error::Pool(_))
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,248 @@
+//! Jobs as producers submit them, as claimers receive them, and their outcomes.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// Priorities are lanes 0 (most urgent) to 3.
+pub const MAX_PRIORITY: u8 = 3;
+/// Attempts a job may be given at most.
+pub const MAX_ATTEMPTS_LIMIT: i32 = 1000;
+
+/// A job to enqueue.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub queue: String,
+    pub kind: String,
+    pub args: Value,
+    pub meta: Option<Value>,
+    pub priority: u8,
+    /// None: the queue's default.
+    pub max_attempts: Option<i32>,
+}
+
+impl NewJob {
+    pub fn new(queue: impl Into<String>, kind: impl Into<String>, args: Value) -> Self {
+        NewJob {
+            queue: queue.into(),
+            kind: kind.into(),
+            args,
+            meta: None,
+            priority: 0,
+            max_attempts: None,
+        }
+    }
+
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    pub fn max_attempts(mut self, n: i32) -> Self {
+        self.max_attempts = Some(n);
+        self
+    }
+
+    pub fn meta(mut self, meta: Value) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+
+    /// Checks everything that can be checked without the database. `index` names the job in
+    /// a batch so the error says which one was wrong.
+    pub fn validate(&self, index: usize, max_payload: usize) -> Result<()> {
+        validate_queue_name(&self.queue)?;
+        validate_kind(&self.kind)?;
+        if self.priority > MAX_PRIORITY {
+            return Err(Error::InvalidArgument {
+                field: "priority",
+                reason: format!("{} is not in 0..={MAX_PRIORITY}", self.priority),
+            });
+        }
+        if let Some(n) = self.max_attempts {
+            if !(1..=MAX_ATTEMPTS_LIMIT).contains(&n) {
+                return Err(Error::InvalidArgument {
+                    field: "max_attempts",
+                    reason: format!("{n} is not in 1..={MAX_ATTEMPTS_LIMIT}"),
+                });
+            }
+        }
+        let size = json_size(&self.args) + self.meta.as_ref().map_or(0, json_size);
+        if size > max_payload {
+            return Err(Error::PayloadTooLarge {
+                index,
+                size,
+                limit: max_payload,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn json_size(v: &Value) -> usize {
+    // serde_json writes into a counting sink without allocating the string.
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
+}
+
+/// Queue names: lowercase ASCII letters, digits, `_`, `-`, `.`; 1–64 chars; starting with a
+/// letter or digit. Names appear in URLs and metrics labels, so they stay boring.
+pub fn validate_queue_name(name: &str) -> Result<()> {
+    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "_-.".contains(c);
+    let reason = if name.is_empty() || name.len() > 64 {
+        Some("must be 1 to 64 characters")
+    } else if !name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit()) {
+        Some("must start with a lowercase letter or digit")
+    } else if !name.chars().all(ok_char) {
+        Some("may contain only a-z, 0-9, '_', '-' and '.'")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(Error::InvalidName {
+            field: "queue",
+            value: name.chars().take(80).collect(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Job kinds: ASCII letters, digits, `_`, `-`, `.`, `:`; 1–128 chars.
+pub fn validate_kind(kind: &str) -> Result<()> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || "_-.:".contains(c);
+    if kind.is_empty() || kind.len() > 128 || !kind.chars().all(ok_char) {
+        return Err(Error::InvalidName {
+            field: "kind",
+            value: kind.chars().take(80).collect(),
+            reason: "must be 1 to 128 characters of A-Z, a-z, 0-9, '_', '-', '.', ':'",
+        });
+    }
+    Ok(())
+}
+
+/// A job handed to a worker. `segment` and `receipt_id` travel back with the outcome so the
+/// completion lands in the right partition without a lookup.
+#[derive(Debug, Clone)]
+pub struct ClaimedJob {
+    pub receipt_id: i64,
+    pub job_id: i64,
+    pub attempt: i32,
+    pub segment: i16,
+    pub max_attempts: i32,
+    pub kind: String,
+    pub args: Value,
+    pub meta: Option<Value>,
+    pub enqueued_at: SystemTime,
+}
+
+impl ClaimedJob {
+    /// Success, optionally with a result value to keep.
+    pub fn completed(&self, result: Option<Value>) -> Outcome {
+        self.outcome(OutcomeKind::Completed, None, result)
+    }
+
+    /// A handler error: retried after `delay` while attempts remain, else dead-lettered.
+    pub fn failed(&self, error: impl Into<String>, delay: Duration) -> Outcome {
+        let kind = if self.attempt < self.max_attempts {
+            OutcomeKind::Retry { delay }
+        } else {
+            OutcomeKind::Dead
+        };
+        self.outcome(kind, Some(error.into()), None)
+    }
+
+    /// An error that must not be retried.
+    pub fn discarded(&self, error: impl Into<String>) -> Outcome {
+        self.outcome(OutcomeKind::Dead, Some(error.into()), None)
+    }
+
+    pub fn outcome(
+        &self,
+        kind: OutcomeKind,
+        error: Option<String>,
+        result: Option<Value>,
+    ) -> Outcome {
+        Outcome {
+            job_id: self.job_id,
+            attempt: self.attempt,
+            segment: self.segment,
+            receipt_id: self.receipt_id,
+            kind,
+            error,
+            result,
+            duration_ms: None,
+        }
+    }
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutcomeKind {
+    Completed,
+    /// Run again: at once (zero delay, straight back into the log) or later (`scheduled`).
+    Retry {
+        delay: Duration,
+    },
+    /// Moved to the dead-letter queue.
+    Dead,
+    Cancelled,
+}
+
+/// Outcome codes as stored in `completions.outcome`.
+pub mod outcome_code {
+    pub const COMPLETED: i16 = 1;
+    pub const RETRY: i16 = 2;
+    pub const DEAD: i16 = 3;
+    pub const CANCELLED: i16 = 4;
+    /// Lease expired; the leader's rescuer retried the job.
+    pub const RESCUED_RETRY: i16 = 5;
+    /// Lease expired on the last attempt; the rescuer dead-lettered the job.
+    pub const RESCUED_DEAD: i16 = 6;
+}
+
+impl OutcomeKind {
+    pub fn code(&self) -> i16 {
+        match self {
+            OutcomeKind::Completed => outcome_code::COMPLETED,
+            OutcomeKind::Retry { .. } => outcome_code::RETRY,
+            OutcomeKind::Dead => outcome_code::DEAD,
+            OutcomeKind::Cancelled => outcome_code::CANCELLED,
+        }
+    }
+}
+
+/// The end of one attempt, as reported by a worker.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub job_id: i64,
+    pub attempt: i32,
+    pub segment: i16,
+    pub receipt_id: i64,
+    pub kind: OutcomeKind,
+    pub error: Option<String>,
+    pub result: Option<Value>,
+    pub duration_ms: Option<i32>,
+}
+
+/// Whether an outcome was recorded. `stale` means another outcome for the same attempt was
+/// recorded first (a rescue after lease expiry, or a duplicate report): nothing changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completed {
+    pub job_id: i64,
+    pub attempt: i32,
+    pub stale: bool,
+}

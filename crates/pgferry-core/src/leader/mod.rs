@@ -1,0 +1,171 @@
+//! The leader: one server at a time runs the background duties (DESIGN §4).
+//!
+//! Leadership is a session advisory lock on a dedicated connection. Each duty is its own
+//! small loop (ticker, promoter, rescuer, rotator); they run only while the lock is held and
+//! are aborted within a second of losing it (the lock connection is checked every second),
+//! after which another server's leader takes over.
+
+pub mod promoter;
+pub mod rescuer;
+pub mod rotator;
+pub mod ticker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_postgres::{Client, Config, NoTls};
+
+use crate::engine::Engine;
+use crate::error::Result;
+
+/// Session advisory lock key of the leader.
+const LEADER_LOCK: i64 = 0x7067_6665_7272_7902;
+
+#[derive(Debug, Clone)]
+pub struct LeaderConfig {
+    /// Pause after a tick was written before checking again (the log is growing).
+    pub tick_interval: Duration,
+    /// Pause after a check found nothing new (external producers, late commits).
+    pub idle_tick_interval: Duration,
+    pub promote_interval: Duration,
+    pub promote_batch: i64,
+    pub rescue_interval: Duration,
+    /// How long a claim may take at most; the rescue mark never passes younger receipts.
+    pub claim_settle: Duration,
+    pub rotate_interval: Duration,
+    /// A segment is current for this long before the next one opens.
+    pub segment_duration: Duration,
+    /// Closed segments are kept at least this long (job history).
+    pub retention: Duration,
+    /// TRUNCATE gives up after this long waiting for a lock, and tries again later.
+    pub truncate_lock_timeout: Duration,
+}
+
+impl Default for LeaderConfig {
+    fn default() -> Self {
+        LeaderConfig {
+            tick_interval: Duration::from_millis(2),
+            idle_tick_interval: Duration::from_millis(50),
+            promote_interval: Duration::from_millis(250),
+            promote_batch: 1000,
+            rescue_interval: Duration::from_secs(1),
+            claim_settle: Duration::from_secs(60),
+            rotate_interval: Duration::from_secs(1),
+            segment_duration: Duration::from_secs(10),
+            retention: Duration::from_secs(60),
+            truncate_lock_timeout: Duration::from_millis(20),
+        }
+    }
+}
+
+pub struct Leader {
+    engine: Arc<Engine>,
+    pg: Config,
+    config: LeaderConfig,
+}
+
+/// Opens a dedicated connection tagged with its role (visible in pg_stat_activity / ASH).
+pub async fn connect(pg: &Config, role: &str) -> Result<Client> {
+    let mut cfg = pg.clone();
+    cfg.application_name(format!("pgferry-{role}"));
+    let (client, conn) = cfg.connect(NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "leader connection closed");
+        }
+    });
+    Ok(client)
+}
+
+impl Leader {
+    pub fn new(engine: Arc<Engine>, pg: Config, config: LeaderConfig) -> Leader {
+        Leader { engine, pg, config }
+    }
+
+    /// Campaigns for leadership until `shutdown` turns true; runs the duties while leader.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        while !*shutdown.borrow() {
+            match self.lead_once(&mut shutdown).await {
+                Ok(()) => {}
+                Err(e) => tracing::warn!(error = %e, "leader session ended"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+    }
+
+    /// One leadership term: take the lock or return; run duties until the lock session fails
+    /// or shutdown.
+    async fn lead_once(&self, shutdown: &mut watch::Receiver<bool>) -> Result<()> {
+        let lock = connect(&self.pg, "leader").await?;
+        let got: bool = lock
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK])
+            .await?
+            .get(0);
+        if !got {
+            return Ok(());
+        }
+        tracing::info!("became leader");
+        let mut duties = JoinSet::new();
+        let c = &self.config;
+        duties.spawn(ticker::run(self.engine.clone(), self.pg.clone(), c.clone()));
+        duties.spawn(promoter::run(self.pg.clone(), c.clone()));
+        duties.spawn(rescuer::run(self.pg.clone(), c.clone()));
+        duties.spawn(rotator::run(self.pg.clone(), c.clone()));
+        let result = loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                    if let Err(e) = lock.simple_query("SELECT 1").await {
+                        break Err(e.into());
+                    }
+                }
+                Some(done) = duties.join_next() => {
+                    // Duties loop forever and retry their own errors; one ending is a bug.
+                    tracing::error!(?done, "leader duty ended unexpectedly");
+                }
+                _ = shutdown.changed() => break Ok(()),
+            }
+        };
+        duties.shutdown().await;
+        tracing::info!("leadership released");
+        result
+    }
+}
+
+/// Runs `step` forever every `every`, reconnecting after errors. Each duty is one of these.
+pub(crate) async fn duty_loop<F, Fut>(pg: Config, role: &'static str, every: Duration, mut step: F)
+where
+    F: FnMut(Client) -> Fut,
+    Fut: std::future::Future<Output = (Client, Result<bool>)>,
+{
+    loop {
+        let mut client = match connect(&pg, role).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(role, error = %e, "duty cannot connect");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        loop {
+            let (c, result) = step(client).await;
+            client = c;
+            match result {
+                // true: more work is waiting, go again at once.
+                Ok(true) => continue,
+                Ok(false) => tokio::time::sleep(every).await,
+                Err(e) => {
+                    tracing::warn!(role, error = %e, "duty step failed");
+                    if client.is_closed() {
+                        break;
+                    }
+                    tokio::time::sleep(every).await;
+                }
+            }
+        }
+    }
+}

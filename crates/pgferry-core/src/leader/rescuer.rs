@@ -1,0 +1,62 @@
+//! Rescuer: closes attempts whose lease expired without an outcome (retry or DLQ).
+
+use std::time::Duration;
+
+use tokio_postgres::{Client, Config};
+
+use super::{duty_loop, LeaderConfig};
+use crate::error::Result;
+
+const RESCUE: &str = include_str!("../sql/rescue.sql");
+const RESCUE_MARK: &str = include_str!("../sql/rescue_mark.sql");
+const READ_MARK: &str = "SELECT rescue_mark FROM pgferry.leader_state";
+/// Receipts examined per statement.
+const RECEIPTS_PER_PASS: i64 = 500;
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RescueReport {
+    pub examined: i64,
+    pub retried: i64,
+    pub dead: i64,
+}
+
+/// One pass: rescue expired receipts after the mark, then advance the mark.
+pub async fn rescue(client: &Client, settle: Duration) -> Result<RescueReport> {
+    let mark: i64 = client.query_one(READ_MARK, &[]).await?.get(0);
+    let row = client
+        .query_one(RESCUE, &[&mark, &RECEIPTS_PER_PASS])
+        .await?;
+    let report = RescueReport {
+        examined: row.get(0),
+        retried: row.get(1),
+        dead: row.get(2),
+    };
+    // Without expired receipts the mark may still move over receipts closed normally.
+    let upto: i64 = row.get::<_, Option<i64>>(3).unwrap_or(i64::MAX);
+    let settle_ms = i64::try_from(settle.as_millis()).unwrap_or(i64::MAX);
+    client.execute(RESCUE_MARK, &[&upto, &settle_ms]).await?;
+    Ok(report)
+}
+
+pub async fn run(pg: Config, config: LeaderConfig) {
+    let settle = config.claim_settle;
+    duty_loop(
+        pg,
+        "rescuer",
+        config.rescue_interval,
+        move |client| async move {
+            let r = rescue(&client, settle).await.map(|rep| {
+                if rep.retried + rep.dead > 0 {
+                    tracing::info!(
+                        retried = rep.retried,
+                        dead = rep.dead,
+                        "rescued expired leases"
+                    );
+                }
+                rep.examined >= RECEIPTS_PER_PASS
+            });
+            (client, r)
+        },
+    )
+    .await
+}

@@ -1,0 +1,16 @@
+//! pgferry-core: the engine of pgferry — schema and migrations, the append-only ready log
+//! with tick visibility batches, receipts as cursors, batched completions, and the leader's
+//! duties (ticker, promoter, rescuer, rotator). See DESIGN.md §2–§3.
+
+pub mod db;
+pub mod engine;
+pub mod error;
+pub mod job;
+pub mod lanes;
+pub mod leader;
+pub mod migrate;
+
+pub use engine::{Engine, EngineConfig, QueueOptions};
+pub use error::{Error, Result};
+pub use job::{ClaimedJob, Completed, NewJob, Outcome, OutcomeKind};
+pub use leader::{Leader, LeaderConfig};

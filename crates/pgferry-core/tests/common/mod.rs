@@ -1,0 +1,148 @@
+//! Helpers shared by the engine's integration tests (all against real Postgres).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use pgferry_core::{leader, migrate, Engine, EngineConfig};
+use pgferry_testkit::TestDb;
+use tokio::sync::mpsc;
+use tokio_postgres::{AsyncMessage, Client, NoTls};
+
+/// A migrated database and an engine on it.
+pub struct Setup {
+    pub db: TestDb,
+    pub engine: Arc<Engine>,
+}
+
+pub async fn setup() -> Setup {
+    let db = pgferry_testkit::test_db().await;
+    let mut client = db.connect().await;
+    migrate::up(&mut client).await.expect("migrate");
+    let engine = Engine::new(db.pool(16), EngineConfig::default());
+    Setup { db, engine }
+}
+
+impl Setup {
+    /// Writes a tick now (what the leader's ticker does on its timer).
+    pub async fn tick(&self) -> Option<i64> {
+        let client = self.db.connect().await;
+        leader::ticker::tick(&client).await.expect("tick")
+    }
+}
+
+/// A connection whose server messages (NOTICE/LOG) are collected, for auto_explain.
+pub async fn connect_with_notices(db: &TestDb) -> (Client, mpsc::UnboundedReceiver<String>) {
+    let (client, mut conn) = db.config.connect(NoTls).await.expect("connect");
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(msg) = stream.next().await {
+            match msg {
+                Ok(AsyncMessage::Notice(n)) => {
+                    let _ = tx.send(n.message().to_string());
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    });
+    (client, rx)
+}
+
+/// Turns on auto_explain for every statement, nested ones included (the statements inside
+/// pgferry.claim), with actual row counts, delivered to this client as LOG notices.
+pub async fn enable_auto_explain(client: &Client) {
+    client
+        .batch_execute(
+            "LOAD 'auto_explain';
+             SET auto_explain.log_min_duration = 0;
+             SET auto_explain.log_nested_statements = on;
+             SET auto_explain.log_analyze = on;
+             SET auto_explain.log_timing = off;
+             SET client_min_messages = log;",
+        )
+        .await
+        .expect("auto_explain");
+}
+
+pub fn drain(rx: &mut mpsc::UnboundedReceiver<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Ok(m) = rx.try_recv() {
+        out.push(m);
+    }
+    out
+}
+
+/// Plans of statements whose text contains `needle`.
+pub fn plans_with<'a>(plans: &'a [String], needle: &str) -> Vec<&'a String> {
+    plans.iter().filter(|p| p.contains(needle)).collect()
+}
+
+/// Number of rows a plan read from scans of `table`'s partitions: actual rows plus rows
+/// removed by filters, summed over every scan node.
+pub fn rows_read(plan: &str, table: &str) -> u64 {
+    let mut total = 0;
+    let mut in_scan = false;
+    for line in plan.lines() {
+        let l = line.trim_start().trim_start_matches("->  ");
+        if l.contains(" Scan ") || l.starts_with("Seq Scan") || l.starts_with("Index") {
+            in_scan = l.contains(&format!(" on {table}_"));
+            if in_scan {
+                total += field(l, "rows=", "actual");
+            }
+        } else if in_scan && l.starts_with("Rows Removed by Filter:") {
+            total += l["Rows Removed by Filter:".len()..]
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(0);
+        }
+    }
+    total
+}
+
+/// The value of `key` in the "(actual ... key=N ...)" part of a plan line.
+fn field(line: &str, key: &str, after: &str) -> u64 {
+    let Some(pos) = line.find(after) else {
+        return 0;
+    };
+    let rest = &line[pos..];
+    let Some(k) = rest.find(key) else { return 0 };
+    rest[k + key.len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<String>()
+        .parse()
+        .unwrap_or(0)
+}
+
+/// pg_stat_statements must be preloaded by the test cluster; counts top-level statements.
+pub async fn reset_statements(client: &Client) {
+    client
+        .batch_execute(
+            "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset();",
+        )
+        .await
+        .expect("pg_stat_statements");
+}
+
+/// Statements executed in this database since the reset, excluding the counting itself.
+pub async fn statements(client: &Client) -> Vec<(String, i64)> {
+    client
+        .query(
+            "SELECT query, calls FROM pg_stat_statements
+              WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                AND query NOT ILIKE '%pg_stat_statements%'
+              ORDER BY query",
+            &[],
+        )
+        .await
+        .expect("read pg_stat_statements")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+pub async fn total_calls(client: &Client) -> i64 {
+    statements(client).await.iter().map(|(_, c)| c).sum()
+}

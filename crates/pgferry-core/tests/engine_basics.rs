@@ -1,0 +1,227 @@
+//! Enqueue, claim, complete: the round trip, outcomes, staleness, bad input.
+
+mod common;
+
+use std::time::Duration;
+
+use pgferry_core::{Error, NewJob, OutcomeKind};
+use serde_json::json;
+
+fn job(i: i64) -> NewJob {
+    NewJob::new("emails", "send", json!({ "i": i }))
+}
+
+#[tokio::test]
+async fn round_trip_in_order_and_idle_claim_writes_nothing() {
+    let s = common::setup().await;
+    let ids = s
+        .engine
+        .enqueue(&(0..10).map(job).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 10);
+    // Not claimable before a tick makes it visible.
+    assert!(s.engine.claim("emails", 100, "w").await.unwrap().is_empty());
+    s.tick().await.expect("log grew, so a tick is written");
+    let claimed = s.engine.claim("emails", 4, "w").await.unwrap();
+    assert_eq!(
+        claimed.iter().map(|j| j.job_id).collect::<Vec<_>>(),
+        ids[..4]
+    );
+    let rest = s.engine.claim("emails", 100, "w").await.unwrap();
+    assert_eq!(rest.iter().map(|j| j.job_id).collect::<Vec<_>>(), ids[4..]);
+    assert_eq!(rest[0].args, json!({ "i": 4 }));
+
+    let client = s.db.connect().await;
+    assert_eq!(receipts(&client).await, 2);
+    // Idle claims (nothing visible) write no receipt.
+    for _ in 0..3 {
+        assert!(s.engine.claim("emails", 100, "w").await.unwrap().is_empty());
+    }
+    assert_eq!(receipts(&client).await, 2);
+    // The receipts were write activity, so one more tick may follow; after that, with
+    // nothing happening, no tick is written (ticks do not beget ticks).
+    s.tick().await;
+    assert_eq!(s.tick().await, None);
+    assert_eq!(s.tick().await, None);
+
+    let outcomes: Vec<_> = claimed
+        .iter()
+        .chain(&rest)
+        .map(|j| j.completed(None))
+        .collect();
+    let done = s.engine.complete(&outcomes).await.unwrap();
+    assert!(done.iter().all(|d| !d.stale));
+}
+
+#[tokio::test]
+async fn outcomes_retry_now_later_dead_and_results() {
+    let s = common::setup().await;
+    let jobs: Vec<_> = (0..4).map(|i| job(i).max_attempts(2)).collect();
+    let ids = s.engine.enqueue(&jobs).await.unwrap();
+    s.tick().await;
+    let c = s.engine.claim("emails", 10, "w").await.unwrap();
+    assert_eq!(c.len(), 4);
+    let outcomes = vec![
+        c[0].completed(Some(json!({ "sent": true }))),
+        c[1].failed("smtp timeout", Duration::ZERO),
+        c[2].failed("rate limited", Duration::from_secs(3600)),
+        c[3].discarded("bad address"),
+    ];
+    let r = s.engine.complete(&outcomes).await.unwrap();
+    assert!(r.iter().all(|d| !d.stale));
+
+    // Job 1 is back in the log as attempt 2 right away.
+    s.tick().await;
+    let again = s.engine.claim("emails", 10, "w").await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!((again[0].job_id, again[0].attempt), (ids[1], 2));
+    // Its second failure is its last attempt: dead.
+    assert_eq!(
+        again[0].failed("still down", Duration::ZERO).kind,
+        OutcomeKind::Dead
+    );
+    s.engine
+        .complete(&[again[0].failed("still down", Duration::ZERO)])
+        .await
+        .unwrap();
+
+    let client = s.db.connect().await;
+    let dead: Vec<(i64, i32, String)> = client
+        .query(
+            "SELECT job_id, attempt, error FROM pgferry.dead ORDER BY job_id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        dead,
+        vec![
+            (ids[1], 2, "still down".to_string()),
+            (ids[3], 1, "bad address".to_string())
+        ]
+    );
+    let later: (i64, i32) = client
+        .query_one("SELECT job_id, attempt FROM pgferry.scheduled", &[])
+        .await
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(later, (ids[2], 2));
+    let result: serde_json::Value = client
+        .query_one(
+            "SELECT result FROM pgferry.results WHERE job_id = $1",
+            &[&ids[0]],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(result, json!({ "sent": true }));
+}
+
+#[tokio::test]
+async fn first_outcome_wins_and_late_one_is_stale() {
+    let s = common::setup().await;
+    s.engine.enqueue(&[job(1)]).await.unwrap();
+    s.tick().await;
+    let c = s.engine.claim("emails", 1, "w").await.unwrap();
+    let first = s
+        .engine
+        .complete(&[c[0].failed("boom", Duration::ZERO)])
+        .await
+        .unwrap();
+    assert!(!first[0].stale);
+    // The same attempt reported again (a late worker): stale, and no second retry.
+    let second = s.engine.complete(&[c[0].completed(None)]).await.unwrap();
+    assert!(second[0].stale);
+    // Duplicates inside one batch: one wins.
+    s.tick().await;
+    let c2 = s.engine.claim("emails", 1, "w").await.unwrap();
+    assert_eq!(c2[0].attempt, 2);
+    let both = s
+        .engine
+        .complete(&[c2[0].completed(None), c2[0].completed(None)])
+        .await
+        .unwrap();
+    assert_eq!(both.iter().filter(|d| !d.stale).count(), 1);
+    let client = s.db.connect().await;
+    let (ready, done): (i64, i64) = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM pgferry.ready), (SELECT count(*) FROM pgferry.completions)",
+            &[],
+        )
+        .await
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!((ready, done), (2, 2), "one row per attempt in each");
+    // An outcome for an attempt that never existed is stale too.
+    let mut fake = c2[0].completed(None);
+    fake.attempt = 7;
+    assert!(s.engine.complete(&[fake]).await.unwrap()[0].stale);
+}
+
+#[tokio::test]
+async fn bad_input_is_rejected_and_nothing_is_written() {
+    let s = common::setup().await;
+    let big = "x".repeat(1 << 20);
+    let cases: Vec<(Vec<NewJob>, &str)> = vec![
+        (
+            vec![job(1), NewJob::new("Bad Queue", "k", json!({}))],
+            "invalid_name",
+        ),
+        (vec![NewJob::new("q", "", json!({}))], "invalid_name"),
+        (
+            vec![NewJob::new("q", "k", json!({})).priority(4)],
+            "invalid_argument",
+        ),
+        (
+            vec![NewJob::new("q", "k", json!({})).max_attempts(0)],
+            "invalid_argument",
+        ),
+        (
+            vec![job(1), NewJob::new("q", "k", json!({ "s": big }))],
+            "payload_too_large",
+        ),
+    ];
+    for (batch, code) in cases {
+        let err = s.engine.enqueue(&batch).await.unwrap_err();
+        assert_eq!(err.code(), code, "{err}");
+        assert!(err.is_invalid_input());
+    }
+    let too_many: Vec<_> = (0..10_001).map(job).collect();
+    assert!(matches!(
+        s.engine.enqueue(&too_many).await,
+        Err(Error::BatchTooLarge { .. })
+    ));
+    let client = s.db.connect().await;
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM pgferry.ready", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0, "a rejected batch writes nothing");
+}
+
+#[tokio::test]
+async fn transactional_enqueue_follows_the_callers_transaction() {
+    let s = common::setup().await;
+    let mut client = s.db.connect().await;
+    let tx = client.transaction().await.unwrap();
+    let kept = s.engine.enqueue_tx(&tx, &[job(1)]).await.unwrap();
+    tx.commit().await.unwrap();
+    let tx = client.transaction().await.unwrap();
+    s.engine.enqueue_tx(&tx, &[job(2)]).await.unwrap();
+    tx.rollback().await.unwrap();
+    s.tick().await;
+    let c = s.engine.claim("emails", 10, "w").await.unwrap();
+    assert_eq!(c.iter().map(|j| j.job_id).collect::<Vec<_>>(), kept);
+}
+
+async fn receipts(c: &tokio_postgres::Client) -> i64 {
+    c.query_one("SELECT count(*) FROM pgferry.receipts", &[])
+        .await
+        .unwrap()
+        .get(0)
+}

@@ -1,0 +1,234 @@
+//! Segment rotation (TRUNCATE only when closed, cursors carried forward) and lease rescue.
+
+mod common;
+
+use std::time::Duration;
+
+use pgferry_core::leader::rescuer;
+use pgferry_core::leader::rotator::{self, FreeResult};
+use pgferry_core::{NewJob, QueueOptions};
+use serde_json::json;
+
+fn jobs(n: usize) -> Vec<NewJob> {
+    (0..n)
+        .map(|i| NewJob::new("q", "k", json!({ "i": i })))
+        .collect()
+}
+
+async fn current_segment(c: &tokio_postgres::Client) -> i16 {
+    c.query_one(
+        "SELECT segment FROM pgferry.segments WHERE state = 'current'",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+#[tokio::test]
+async fn segment_is_freed_only_when_closed_and_cursor_survives() {
+    let s = common::setup().await;
+    let mut rot = s.db.connect().await;
+    let lock = Duration::from_millis(100);
+    s.engine.enqueue(&jobs(10)).await.unwrap();
+    s.tick().await;
+    let first = s.engine.claim("q", 100, "w").await.unwrap();
+    assert_eq!(first.len(), 10);
+
+    assert!(rotator::advance(&rot, Duration::ZERO).await.unwrap());
+    assert_eq!(current_segment(&rot).await, 1);
+    // Nine of ten closed: the segment must stay.
+    let outcomes: Vec<_> = first[..9].iter().map(|j| j.completed(None)).collect();
+    s.engine.complete(&outcomes).await.unwrap();
+    assert_eq!(
+        rotator::free_oldest(&mut rot, Duration::ZERO, lock)
+            .await
+            .unwrap(),
+        FreeResult::OpenJobs(0)
+    );
+    s.engine
+        .complete(&[first[9].completed(None)])
+        .await
+        .unwrap();
+    // Retention not passed yet.
+    assert_eq!(
+        rotator::free_oldest(&mut rot, Duration::from_secs(3600), lock)
+            .await
+            .unwrap(),
+        FreeResult::RetentionPending(0)
+    );
+    assert_eq!(
+        rotator::free_oldest(&mut rot, Duration::ZERO, lock)
+            .await
+            .unwrap(),
+        FreeResult::Freed(0)
+    );
+    let left: i64 = rot
+        .query_one("SELECT (SELECT count(*) FROM pgferry.ready_00) + (SELECT count(*) FROM pgferry.completions_00)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+    // The lane's cursor lived in segment 0; it was carried forward, so nothing is re-claimed
+    // and new jobs are claimed.
+    s.tick().await;
+    assert!(s.engine.claim("q", 100, "w").await.unwrap().is_empty());
+    let new_ids = s.engine.enqueue(&jobs(5)).await.unwrap();
+    s.tick().await;
+    let c = s.engine.claim("q", 100, "w").await.unwrap();
+    assert_eq!(c.iter().map(|j| j.job_id).collect::<Vec<_>>(), new_ids);
+    // A completion for an attempt whose segment is gone is stale, not a fresh outcome.
+    assert!(
+        s.engine
+            .complete(&[first[0].completed(None)])
+            .await
+            .unwrap()[0]
+            .stale
+    );
+}
+
+#[tokio::test]
+async fn open_writer_blocks_truncation() {
+    let s = common::setup().await;
+    let mut rot = s.db.connect().await;
+    s.engine.enqueue(&jobs(1)).await.unwrap();
+    let mut producer = s.db.connect().await;
+    let tx = producer.transaction().await.unwrap();
+    s.engine.enqueue_tx(&tx, &jobs(2)).await.unwrap();
+    s.tick().await;
+    let c = s.engine.claim("q", 10, "w").await.unwrap();
+    s.engine
+        .complete(&c.iter().map(|j| j.completed(None)).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    rotator::advance(&rot, Duration::ZERO).await.unwrap();
+    assert_eq!(
+        rotator::free_oldest(&mut rot, Duration::ZERO, Duration::from_millis(50))
+            .await
+            .unwrap(),
+        FreeResult::WriterInProgress(0)
+    );
+    tx.commit().await.unwrap();
+    // Now committed but unclaimed: still not free.
+    assert_eq!(
+        rotator::free_oldest(&mut rot, Duration::ZERO, Duration::from_millis(50))
+            .await
+            .unwrap(),
+        FreeResult::OpenJobs(0)
+    );
+    s.tick().await;
+    let late = s.engine.claim("q", 10, "w").await.unwrap();
+    assert_eq!(late.len(), 2);
+    s.engine
+        .complete(&late.iter().map(|j| j.completed(None)).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert_eq!(
+        rotator::free_oldest(&mut rot, Duration::ZERO, Duration::from_millis(50))
+            .await
+            .unwrap(),
+        FreeResult::Freed(0)
+    );
+}
+
+#[tokio::test]
+async fn truncation_gives_up_instead_of_blocking_behind_a_reader() {
+    let s = common::setup().await;
+    let mut rot = s.db.connect().await;
+    s.engine.enqueue(&jobs(1)).await.unwrap();
+    s.tick().await;
+    let c = s.engine.claim("q", 10, "w").await.unwrap();
+    s.engine.complete(&[c[0].completed(None)]).await.unwrap();
+    rotator::advance(&rot, Duration::ZERO).await.unwrap();
+    // A reader holding a lock on the log (e.g. a long report) makes TRUNCATE wait: it must
+    // give up after the lock timeout rather than queue and stall claims behind it.
+    let mut reader = s.db.connect().await;
+    let rtx = reader.transaction().await.unwrap();
+    rtx.query("SELECT count(*) FROM pgferry.ready", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        rotator::free_oldest(&mut rot, Duration::ZERO, Duration::from_millis(50))
+            .await
+            .unwrap(),
+        FreeResult::LockTimeout(0)
+    );
+    rtx.commit().await.unwrap();
+    assert_eq!(
+        rotator::free_oldest(&mut rot, Duration::ZERO, Duration::from_millis(50))
+            .await
+            .unwrap(),
+        FreeResult::Freed(0)
+    );
+}
+
+#[tokio::test]
+async fn expired_lease_is_rescued_and_late_completion_is_stale() {
+    let s = common::setup().await;
+    s.engine
+        .upsert_queue(
+            "q",
+            &QueueOptions {
+                shards: 1,
+                max_attempts: 2,
+                lease: Duration::from_millis(200),
+            },
+        )
+        .await
+        .unwrap();
+    let ids = s.engine.enqueue(&jobs(3)).await.unwrap();
+    s.tick().await;
+    let c = s.engine.claim("q", 10, "w").await.unwrap();
+    assert_eq!(c.len(), 3);
+    // Job 0 finishes in time; 1 and 2 are held by a worker that went away.
+    s.engine.complete(&[c[0].completed(None)]).await.unwrap();
+    let client = s.db.connect().await;
+    // Poll until the lease has passed (not a timing assertion: rescue is checked by state).
+    let mut report = rescuer::rescue(&client, Duration::ZERO).await.unwrap();
+    while report.retried == 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        report = rescuer::rescue(&client, Duration::ZERO).await.unwrap();
+    }
+    assert_eq!((report.retried, report.dead), (2, 0));
+    // The late worker's results are stale.
+    let late = s
+        .engine
+        .complete(&[c[1].completed(None), c[2].completed(None)])
+        .await
+        .unwrap();
+    assert!(late.iter().all(|d| d.stale));
+    // The rescued jobs come back as attempt 2; rescue again after expiry dead-letters them.
+    s.tick().await;
+    let again = s.engine.claim("q", 10, "w").await.unwrap();
+    assert_eq!(
+        again
+            .iter()
+            .map(|j| (j.job_id, j.attempt))
+            .collect::<Vec<_>>(),
+        vec![(ids[1], 2), (ids[2], 2)]
+    );
+    let mut report = rescuer::rescue(&client, Duration::ZERO).await.unwrap();
+    while report.dead == 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        report = rescuer::rescue(&client, Duration::ZERO).await.unwrap();
+    }
+    assert_eq!(report.dead, 2);
+    let dead: i64 = client
+        .query_one("SELECT count(*) FROM pgferry.dead", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(dead, 2);
+    // A rescue pass over closed receipts changes nothing.
+    let idle = rescuer::rescue(&client, Duration::ZERO).await.unwrap();
+    assert_eq!((idle.retried, idle.dead), (0, 0));
+    let mark: i64 = client
+        .query_one("SELECT rescue_mark FROM pgferry.leader_state", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        mark >= again[0].receipt_id,
+        "mark {mark} did not pass closed receipts"
+    );
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Installs what pgferry's build and tests need and is missing on this machine.
+# As root (CI, fresh Debian/Ubuntu machines) it uses apt-get; otherwise it prints the exact
+# command to run. Safe to run repeatedly: it does nothing when everything is present.
+set -euo pipefail
+
+need=()
+
+have_pg_server() {
+    [ -n "${PGFERRY_PG_BINDIR:-}" ] && [ -x "$PGFERRY_PG_BINDIR/postgres" ] && return 0
+    command -v postgres >/dev/null 2>&1 && command -v initdb >/dev/null 2>&1 && return 0
+    if command -v pg_config >/dev/null 2>&1; then
+        local d; d="$(pg_config --bindir 2>/dev/null || true)"
+        [ -x "$d/postgres" ] && [ -x "$d/initdb" ] && return 0
+    fi
+    for d in /usr/lib/postgresql/*/bin; do
+        [ -x "$d/postgres" ] && [ -x "$d/initdb" ] && return 0
+    done
+    return 1
+}
+
+have_pg_server || need+=(postgresql)
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+command -v python3 >/dev/null 2>&1 || need+=(python3 python3-venv)
+
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "setup: installing ${need[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    else
+        echo "setup: missing system packages: ${need[*]}" >&2
+        echo "setup: install them with: sudo apt-get install -y ${need[*]}" >&2
+        exit 1
+    fi
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    if [ -x "$HOME/.cargo/bin/cargo" ]; then
+        echo "setup: cargo is in ~/.cargo/bin but not on PATH; add it: export PATH=\$HOME/.cargo/bin:\$PATH" >&2
+    else
+        echo "setup: a Rust toolchain (cargo, rustc >= 1.80) is required: https://rustup.rs" >&2
+    fi
+    exit 1
+fi
+for comp in rustfmt clippy; do
+    if ! cargo "${comp/rustfmt/fmt}" --version >/dev/null 2>&1; then
+        if command -v rustup >/dev/null 2>&1; then
+            rustup component add "$comp"
+        else
+            echo "setup: cargo $comp is missing (rustup component add $comp)" >&2
+            exit 1
+        fi
+    fi
+done
+echo "setup: ok"
