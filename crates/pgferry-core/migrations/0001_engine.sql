@@ -27,11 +27,13 @@ CREATE TABLE pgferry.lanes (
 );
 
 -- Segments -------------------------------------------------------------------------------
--- free -> current -> sealed -> (TRUNCATE) -> free. Exactly one is current; inserts read it
--- once per statement (an InitPlan), so a batch never straddles two segments.
+-- free -> current -> sealed -> freeing -> free. Exactly one is current; inserts read it once
+-- per statement (an InitPlan), so a batch never straddles two segments. 'freeing': its
+-- partitions are being detached, truncated and re-attached (rotator.rs); a crash in the
+-- middle is repaired by the next rotation.
 CREATE TABLE pgferry.segments (
     segment   smallint PRIMARY KEY,
-    state     text NOT NULL CHECK (state IN ('free', 'current', 'sealed')),
+    state     text NOT NULL CHECK (state IN ('free', 'current', 'sealed', 'freeing')),
     opened_at timestamptz,
     sealed_at timestamptz,
     -- Deferred: advancing swaps 'current' between two rows in one UPDATE.

@@ -29,7 +29,6 @@ async fn current_segment(c: &tokio_postgres::Client) -> i16 {
 async fn segment_is_freed_only_when_closed_and_cursor_survives() {
     let s = common::setup().await;
     let mut rot = s.db.connect().await;
-    let lock = Duration::from_millis(100);
     s.engine.enqueue(&jobs(10)).await.unwrap();
     s.tick().await;
     let first = s.engine.claim("q", 100, "w").await.unwrap();
@@ -41,7 +40,7 @@ async fn segment_is_freed_only_when_closed_and_cursor_survives() {
     let outcomes: Vec<_> = first[..9].iter().map(|j| j.completed(None)).collect();
     s.engine.complete(&outcomes).await.unwrap();
     assert_eq!(
-        rotator::free_oldest(&mut rot, Duration::ZERO, lock)
+        rotator::free_oldest(&mut rot, Duration::ZERO)
             .await
             .unwrap(),
         FreeResult::OpenJobs(0)
@@ -52,13 +51,13 @@ async fn segment_is_freed_only_when_closed_and_cursor_survives() {
         .unwrap();
     // Retention not passed yet.
     assert_eq!(
-        rotator::free_oldest(&mut rot, Duration::from_secs(3600), lock)
+        rotator::free_oldest(&mut rot, Duration::from_secs(3600))
             .await
             .unwrap(),
         FreeResult::RetentionPending(0)
     );
     assert_eq!(
-        rotator::free_oldest(&mut rot, Duration::ZERO, lock)
+        rotator::free_oldest(&mut rot, Duration::ZERO)
             .await
             .unwrap(),
         FreeResult::Freed(0)
@@ -103,7 +102,7 @@ async fn open_writer_blocks_truncation() {
         .unwrap();
     rotator::advance(&rot, Duration::ZERO).await.unwrap();
     assert_eq!(
-        rotator::free_oldest(&mut rot, Duration::ZERO, Duration::from_millis(50))
+        rotator::free_oldest(&mut rot, Duration::ZERO)
             .await
             .unwrap(),
         FreeResult::WriterInProgress(0)
@@ -111,7 +110,7 @@ async fn open_writer_blocks_truncation() {
     tx.commit().await.unwrap();
     // Now committed but unclaimed: still not free.
     assert_eq!(
-        rotator::free_oldest(&mut rot, Duration::ZERO, Duration::from_millis(50))
+        rotator::free_oldest(&mut rot, Duration::ZERO)
             .await
             .unwrap(),
         FreeResult::OpenJobs(0)
@@ -124,7 +123,7 @@ async fn open_writer_blocks_truncation() {
         .await
         .unwrap();
     assert_eq!(
-        rotator::free_oldest(&mut rot, Duration::ZERO, Duration::from_millis(50))
+        rotator::free_oldest(&mut rot, Duration::ZERO)
             .await
             .unwrap(),
         FreeResult::Freed(0)
@@ -132,34 +131,103 @@ async fn open_writer_blocks_truncation() {
 }
 
 #[tokio::test]
-async fn truncation_gives_up_instead_of_blocking_behind_a_reader() {
+async fn freeing_a_segment_never_blocks_the_hot_path() {
     let s = common::setup().await;
-    let mut rot = s.db.connect().await;
     s.engine.enqueue(&jobs(1)).await.unwrap();
     s.tick().await;
     let c = s.engine.claim("q", 10, "w").await.unwrap();
     s.engine.complete(&[c[0].completed(None)]).await.unwrap();
-    rotator::advance(&rot, Duration::ZERO).await.unwrap();
-    // A reader holding a lock on the log (e.g. a long report) makes TRUNCATE wait: it must
-    // give up after the lock timeout rather than queue and stall claims behind it.
+    rotator::advance(&s.db.connect().await, Duration::ZERO)
+        .await
+        .unwrap();
+    // A long reader holds a lock on every partition of the log (a report, a backup).
     let mut reader = s.db.connect().await;
     let rtx = reader.transaction().await.unwrap();
     rtx.query("SELECT count(*) FROM pgferry.ready", &[])
         .await
         .unwrap();
-    assert_eq!(
-        rotator::free_oldest(&mut rot, Duration::ZERO, Duration::from_millis(50))
+    // Freeing waits for that reader...
+    let mut rot = s.db.connect().await;
+    let freeing = tokio::spawn(async move { rotator::free_oldest(&mut rot, Duration::ZERO).await });
+    // ...while producers and claimers carry on: enqueue, claim and complete all succeed with
+    // the detach waiting. (A plain TRUNCATE would queue them behind its lock request.)
+    let guard = Duration::from_secs(60);
+    for _ in 0..5 {
+        let ids = tokio::time::timeout(guard, s.engine.enqueue(&jobs(3)))
             .await
-            .unwrap(),
-        FreeResult::LockTimeout(0)
+            .expect("enqueue blocked")
+            .unwrap();
+        s.tick().await;
+        let got = tokio::time::timeout(guard, s.engine.claim("q", 10, "w"))
+            .await
+            .expect("claim blocked")
+            .unwrap();
+        assert_eq!(got.iter().map(|j| j.job_id).collect::<Vec<_>>(), ids);
+        let outcomes: Vec<_> = got.iter().map(|j| j.completed(None)).collect();
+        tokio::time::timeout(guard, s.engine.complete(&outcomes))
+            .await
+            .expect("complete blocked")
+            .unwrap();
+    }
+    assert!(
+        !freeing.is_finished(),
+        "the detach cannot finish while the reader is open"
     );
     rtx.commit().await.unwrap();
+    assert_eq!(freeing.await.unwrap().unwrap(), FreeResult::Freed(0));
+    let attached: i64 =
+        s.db.connect()
+            .await
+            .query_one(
+                "SELECT count(*) FROM pg_inherits WHERE inhparent = 'pgferry.ready'::regclass",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+    assert_eq!(attached, 16, "every partition is attached again");
+}
+
+#[tokio::test]
+async fn interrupted_rotation_is_finished_by_the_next_pass() {
+    let s = common::setup().await;
+    let mut rot = s.db.connect().await;
+    s.engine.enqueue(&jobs(2)).await.unwrap();
+    s.tick().await;
+    let c = s.engine.claim("q", 10, "w").await.unwrap();
+    s.engine
+        .complete(&c.iter().map(|j| j.completed(None)).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    rotator::advance(&rot, Duration::ZERO).await.unwrap();
+    // Simulate a leader that died after marking and detaching two of the five partitions.
+    rot.batch_execute(
+        "UPDATE pgferry.segments SET state = 'freeing' WHERE segment = 0;
+         ALTER TABLE pgferry.ready DETACH PARTITION pgferry.ready_00;
+         ALTER TABLE pgferry.ticks DETACH PARTITION pgferry.ticks_00;",
+    )
+    .await
+    .unwrap();
     assert_eq!(
-        rotator::free_oldest(&mut rot, Duration::ZERO, Duration::from_millis(50))
+        rotator::free_oldest(&mut rot, Duration::ZERO)
             .await
             .unwrap(),
-        FreeResult::Freed(0)
+        FreeResult::NoneSealed
     );
+    let (state, attached, rows): (String, i64, i64) = rot
+        .query_one(
+            "SELECT (SELECT state FROM pgferry.segments WHERE segment = 0),
+                    (SELECT count(*) FROM pg_inherits WHERE inhrelid::regclass::text LIKE 'pgferry.%\\_00'),
+                    (SELECT count(*) FROM pgferry.ready_00) + (SELECT count(*) FROM pgferry.completions_00)",
+            &[],
+        )
+        .await
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .unwrap();
+    assert_eq!((state.as_str(), attached, rows), ("free", 5, 0));
+    // The queue still works and nothing is re-delivered.
+    s.tick().await;
+    assert!(s.engine.claim("q", 10, "w").await.unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -39,8 +39,6 @@ pub struct LeaderConfig {
     pub segment_duration: Duration,
     /// Closed segments are kept at least this long (job history).
     pub retention: Duration,
-    /// TRUNCATE gives up after this long waiting for a lock, and tries again later.
-    pub truncate_lock_timeout: Duration,
 }
 
 impl Default for LeaderConfig {
@@ -55,7 +53,6 @@ impl Default for LeaderConfig {
             rotate_interval: Duration::from_secs(1),
             segment_duration: Duration::from_secs(10),
             retention: Duration::from_secs(60),
-            truncate_lock_timeout: Duration::from_millis(20),
         }
     }
 }

@@ -1,15 +1,20 @@
-//! Rotator: opens the next segment on a timer and frees the oldest sealed one by TRUNCATE
-//! (DESIGN §3.4).
+//! Rotator: opens the next segment on a timer and frees the oldest sealed one (DESIGN §3.4).
 //!
-//! A segment is freed only when (1) its retention has passed, (2) no transaction still holds
-//! a write lock on its ready partition, (3) every attempt in it has an outcome. (2) and (3)
-//! are checked without locks; then one short transaction takes ACCESS EXCLUSIVE on the
-//! segment's partitions with a small lock_timeout (giving up rather than stalling claims),
-//! copies forward lane cursors that live there, truncates and marks the segment free. Under
-//! that lock no writer can be in progress, and a row committed between the checks and the
-//! lock would need a statement that read the current segment before it was sealed yet had
-//! not locked the partition when (2) ran — a window of microseconds against a segment that
-//! was sealed for at least the retention period.
+//! Freeing never takes a lock that the hot path would queue behind. A plain `TRUNCATE` of a
+//! partition needs ACCESS EXCLUSIVE on it, and every claim and completion holds ACCESS SHARE
+//! on all partitions of `ready`; under load such a lock request waits, and every new claim
+//! queues behind the waiting request. Instead each partition of the segment is
+//! `DETACH … CONCURRENTLY` (waits for transactions that may use it, blocks no one), then the
+//! detached tables — unreachable through the parents — are checked again and truncated, and
+//! finally `ATTACH`ed (SHARE UPDATE EXCLUSIVE on the parent: compatible with all DML).
+//!
+//! A segment is freed only when (1) its retention has passed, (2) no transaction holds a write
+//! lock on its ready partition (an early exit: detaching would wait for that transaction),
+//! (3) every attempt in it has an outcome — checked before detaching and, decisively, again
+//! on the detached tables, where nothing can be added any more. If that last check finds an
+//! open attempt the partitions are attached back untouched.
+//!
+//! The segment is marked 'freeing' first; a crash part-way is finished by the next pass.
 
 use std::time::Duration;
 
@@ -22,13 +27,16 @@ const ADVANCE: &str = include_str!("../sql/advance_segment.sql");
 const OLDEST_SEALED: &str = include_str!("../sql/segment_oldest_sealed.sql");
 const WRITERS: &str = include_str!("../sql/segment_writers.sql");
 const OPEN_JOBS: &str = include_str!("../sql/segment_open_jobs.sql");
+const CARRY_LOCK: &str = include_str!("../sql/carry_cursors_lock.sql");
 const CARRY_CURSORS: &str = include_str!("../sql/carry_cursors.sql");
-const FREE: &str = include_str!("../sql/segment_free.sql");
+const MARK: &str = include_str!("../sql/segment_mark.sql");
+const PARTITION_STATE: &str = include_str!("../sql/partition_state.sql");
+const FREEING: &str = include_str!("../sql/segments_freeing.sql");
 
-/// Hot tables of a segment, all truncated together.
+/// Hot tables of a segment, all freed together.
 const SEGMENT_TABLES: [&str; 5] = ["ready", "receipts", "completions", "results", "ticks"];
 
-/// Why the oldest sealed segment was not freed (or that it was).
+/// What happened to the oldest sealed segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FreeResult {
     Freed(i16),
@@ -36,7 +44,6 @@ pub enum FreeResult {
     RetentionPending(i16),
     WriterInProgress(i16),
     OpenJobs(i16),
-    LockTimeout(i16),
 }
 
 /// Seals the current segment and opens the next if it is older than `segment_duration`.
@@ -45,17 +52,15 @@ pub async fn advance(client: &Client, segment_duration: Duration) -> Result<bool
     Ok(!client.query(ADVANCE, &[&ms]).await?.is_empty())
 }
 
-/// Name of one partition. Segment numbers come from our own table, never from input.
+/// Name of one partition. Segment numbers come from our own table, never from input; DDL
+/// cannot take identifiers as parameters, hence the formatting.
 fn partition(table: &str, segment: i16) -> String {
     format!("pgferry.{table}_{segment:02}")
 }
 
-/// Tries to free the oldest sealed segment.
-pub async fn free_oldest(
-    client: &mut Client,
-    retention: Duration,
-    lock_timeout: Duration,
-) -> Result<FreeResult> {
+/// Tries to free the oldest sealed segment (after finishing any half-freed one).
+pub async fn free_oldest(client: &mut Client, retention: Duration) -> Result<FreeResult> {
+    repair(client).await?;
     let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
     let Some(row) = client.query_opt(OLDEST_SEALED, &[&retention_ms]).await? else {
         return Ok(FreeResult::NoneSealed);
@@ -64,7 +69,6 @@ pub async fn free_oldest(
     if !retention_passed {
         return Ok(FreeResult::RetentionPending(segment));
     }
-    // Order matters: writers first, then the content check with a later snapshot.
     let writers: bool = client
         .query_one(WRITERS, &[&partition("ready", segment)])
         .await?
@@ -76,30 +80,104 @@ pub async fn free_oldest(
     if open {
         return Ok(FreeResult::OpenJobs(segment));
     }
+    if client
+        .execute(MARK, &[&segment, &"sealed", &"freeing"])
+        .await?
+        == 0
+    {
+        // Another rotator (a previous leader still finishing) got here first.
+        return Ok(FreeResult::NoneSealed);
+    }
+    carry_cursors(client, segment).await?;
+    finish_freeing(client, segment).await
+}
+
+/// Copies lane cursors out of the segment while holding those lanes' claim locks.
+async fn carry_cursors(client: &mut Client, segment: i16) -> Result<()> {
+    let tx = client.transaction().await?;
+    tx.query_one(CARRY_LOCK, &[&segment]).await?;
+    tx.execute(CARRY_CURSORS, &[&segment]).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Detach, recheck, truncate, attach. Idempotent: every step looks at the catalog first.
+async fn finish_freeing(client: &Client, segment: i16) -> Result<FreeResult> {
+    for table in SEGMENT_TABLES {
+        detach(client, table, segment).await?;
+    }
+    let (ready, completions) = (
+        partition("ready", segment),
+        partition("completions", segment),
+    );
+    let recheck = format!(
+        "SELECT EXISTS (SELECT 1 FROM {ready} r WHERE NOT EXISTS (
+             SELECT 1 FROM {completions} c WHERE c.job_id = r.job_id AND c.attempt = r.attempt))"
+    );
+    let open: bool = client.query_one(&recheck, &[]).await?.get(0);
+    if open {
+        tracing::warn!(
+            segment,
+            "an attempt reached a segment after its checks; keeping it"
+        );
+        for table in SEGMENT_TABLES {
+            attach(client, table, segment).await?;
+        }
+        client
+            .execute(MARK, &[&segment, &"freeing", &"sealed"])
+            .await?;
+        return Ok(FreeResult::OpenJobs(segment));
+    }
     let tables: Vec<String> = SEGMENT_TABLES
         .iter()
         .map(|t| partition(t, segment))
         .collect();
-    let tables = tables.join(", ");
-    let tx = client.transaction().await?;
-    let timeout_ms = lock_timeout.as_millis().max(1);
-    tx.batch_execute(&format!("SET LOCAL lock_timeout = '{timeout_ms}ms'"))
+    client
+        .batch_execute(&format!("TRUNCATE {}", tables.join(", ")))
         .await?;
-    if let Err(e) = tx
-        .batch_execute(&format!("LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE"))
-        .await
-    {
-        if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) {
-            return Ok(FreeResult::LockTimeout(segment));
-        }
-        return Err(e.into());
+    for table in SEGMENT_TABLES {
+        attach(client, table, segment).await?;
     }
-    tx.execute(CARRY_CURSORS, &[&segment]).await?;
-    tx.batch_execute(&format!("TRUNCATE {tables}")).await?;
-    tx.execute(FREE, &[&segment]).await?;
-    tx.commit().await?;
+    client
+        .execute(MARK, &[&segment, &"freeing", &"free"])
+        .await?;
     tracing::debug!(segment, "segment freed");
     Ok(FreeResult::Freed(segment))
+}
+
+/// Finishes segments a crash left in 'freeing'.
+async fn repair(client: &Client) -> Result<()> {
+    for row in client.query(FREEING, &[]).await? {
+        let segment: i16 = row.get(0);
+        tracing::info!(segment, "finishing an interrupted segment rotation");
+        finish_freeing(client, segment).await?;
+    }
+    Ok(())
+}
+
+async fn detach(client: &Client, table: &str, segment: i16) -> Result<()> {
+    let part = partition(table, segment);
+    let state = client.query_opt(PARTITION_STATE, &[&part]).await?;
+    let sql = match state.map(|r| r.get::<_, bool>(0)) {
+        None => return Ok(()),
+        Some(false) => format!("ALTER TABLE pgferry.{table} DETACH PARTITION {part} CONCURRENTLY"),
+        Some(true) => format!("ALTER TABLE pgferry.{table} DETACH PARTITION {part} FINALIZE"),
+    };
+    client.batch_execute(&sql).await?;
+    Ok(())
+}
+
+async fn attach(client: &Client, table: &str, segment: i16) -> Result<()> {
+    let part = partition(table, segment);
+    if client.query_opt(PARTITION_STATE, &[&part]).await?.is_some() {
+        return Ok(());
+    }
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE pgferry.{table} ATTACH PARTITION {part} FOR VALUES IN ({segment})"
+        ))
+        .await?;
+    Ok(())
 }
 
 /// One rotation: advance if due, then free as many old segments as possible.
@@ -107,7 +185,7 @@ pub async fn rotate(client: &mut Client, config: &LeaderConfig) -> Result<Vec<Fr
     advance(client, config.segment_duration).await?;
     let mut results = Vec::new();
     loop {
-        let r = free_oldest(client, config.retention, config.truncate_lock_timeout).await?;
+        let r = free_oldest(client, config.retention).await?;
         results.push(r);
         if !matches!(r, FreeResult::Freed(_)) {
             return Ok(results);

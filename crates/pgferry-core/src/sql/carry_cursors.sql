@@ -1,5 +1,7 @@
--- Before a segment's receipts are truncated, copy forward every lane cursor (newest receipt
--- of a lane) that lives there, with no jobs, into the current segment.
+-- Before a segment's receipts go away, copy forward every lane cursor (newest receipt of a
+-- lane) that lives there, without jobs, into the current segment. Runs after
+-- carry_cursors_lock.sql in the same transaction, so no claim of those lanes is in flight:
+-- an uncommitted newer receipt would otherwise be overtaken by the copy.
 -- $1 segment being freed
 INSERT INTO pgferry.receipts (segment, lane, lo_snap, hi_snap, hi_tick, last_xid, last_seq,
                               exhausted, job_ids, attempts, job_segments, worker, claimed_at,
