@@ -83,8 +83,9 @@ impl Counters {
 }
 
 pub async fn connect(config: &Config, role: &str) -> anyhow::Result<Client> {
-    let mut cfg = config.clone();
-    cfg.application_name(format!("pgferry-bench-{role}"));
+    // Same session settings as pgferry's own connections (jit off), so every variant runs
+    // under identical conditions.
+    let cfg = pgferry_core::db::session_config(config, &format!("bench-{role}"));
     let (client, conn) = cfg.connect(NoTls).await?;
     tokio::spawn(conn);
     Ok(client)

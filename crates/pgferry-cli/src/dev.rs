@@ -14,13 +14,16 @@ use crate::run::{self, ServerArgs};
 const DEV_DB: &str = "pgferry";
 
 pub async fn run(data_dir: PathBuf, args: ServerArgs) -> anyhow::Result<()> {
+    // First, so that Ctrl-C during startup cannot kill us with the cluster running: a
+    // signal that arrives early stops the server as soon as it serves, then the cluster.
+    let stop = run::shutdown_signal()?;
     let data_dir = std::path::absolute(&data_dir).context("resolving --data-dir")?;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
     let opts = ClusterOptions::new(data_dir.join("pg"));
     // Starting spawns and waits on processes: keep it off the async workers.
     let cluster = tokio::task::spawn_blocking(move || Cluster::start(opts)).await??;
-    let result = serve_on(&cluster, args).await;
+    let result = serve_on(&cluster, args, stop).await;
     tracing::info!("stopping embedded postgres");
     let stopped = tokio::task::spawn_blocking(move || cluster.stop()).await?;
     result?;
@@ -29,7 +32,11 @@ pub async fn run(data_dir: PathBuf, args: ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve_on(cluster: &Cluster, args: ServerArgs) -> anyhow::Result<()> {
+async fn serve_on(
+    cluster: &Cluster,
+    args: ServerArgs,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     ensure_database(cluster).await?;
     let config = Config::from_str(&cluster.conn_string(DEV_DB))?;
     println!(
@@ -37,7 +44,7 @@ async fn serve_on(cluster: &Cluster, args: ServerArgs) -> anyhow::Result<()> {
         cluster.url(DEV_DB),
         cluster.data_dir().display()
     );
-    run::serve(config, args, run::shutdown_signal()).await
+    run::serve(config, args, stop).await
 }
 
 /// Creates the dev database on first start; a restart reuses it.

@@ -8,7 +8,7 @@ mod run;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -45,8 +45,11 @@ enum Command {
     },
     /// Apply or inspect schema migrations.
     Migrate {
-        #[arg(long, env = "PGFERRY_DATABASE_URL")]
-        database_url: String,
+        // Global so that both `migrate up --database-url …` (as documented) and
+        // `migrate --database-url … up` parse. clap forbids `required` on global
+        // arguments, so its presence is checked in `main`.
+        #[arg(long, env = "PGFERRY_DATABASE_URL", global = true)]
+        database_url: Option<String>,
         #[command(subcommand)]
         action: migrate_cmd::Action,
     },
@@ -60,6 +63,11 @@ async fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal, not in redirected logs (files, journald).
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").unwrap_or_default().is_empty(),
+        )
         .init();
     let result = match Cli::parse().command {
         Command::Dev { data_dir, server } => dev::run(data_dir, server).await,
@@ -70,7 +78,18 @@ async fn main() -> std::process::ExitCode {
         Command::Migrate {
             database_url,
             action,
-        } => migrate_cmd::run(&database_url, action).await,
+        } => {
+            let Some(database_url) = database_url else {
+                Cli::command()
+                    .error(
+                        clap::error::ErrorKind::MissingRequiredArgument,
+                        "the following required argument was not provided: \
+                         --database-url <DATABASE_URL> (or set PGFERRY_DATABASE_URL)",
+                    )
+                    .exit();
+            };
+            migrate_cmd::run(&database_url, action).await
+        }
         Command::Bench { cmd } => bench_cmd::run(cmd).await,
     };
     match result {

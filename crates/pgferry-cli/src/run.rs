@@ -23,8 +23,9 @@ pub struct ServerArgs {
 }
 
 pub async fn serve_url(url: &str, args: ServerArgs) -> anyhow::Result<()> {
+    let stop = shutdown_signal()?;
     let config = db::parse_config(url)?;
-    serve(config, args, shutdown_signal()).await
+    serve(config, args, stop).await
 }
 
 /// Serves until `stop` resolves; then stops HTTP, then the leader (releasing its lock).
@@ -66,14 +67,19 @@ pub async fn serve(
     Ok(())
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
+/// Installs the SIGINT/SIGTERM handlers right away and returns a future that resolves on
+/// either (also for a signal that arrived before it is first polled). Call it before any
+/// startup work: until the handlers exist a signal kills the process outright, which in
+/// `dev` would leave the embedded postgres running.
+pub fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("installing SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("installing SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    tracing::info!("shutdown requested");
+    let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("shutdown requested");
+    })
 }

@@ -323,10 +323,12 @@ $fn$;
 
 -- claim_lanes(lanes, max, worker, lease_ms) ------------------------------------------------
 -- Claims from several lanes in the order given (priority order, shards rotated by the
--- caller) until p_max jobs are taken: one statement for a whole queue.
+-- caller) until p_max jobs are taken: one statement for a whole queue. Each row says which
+-- lane it came from, so the caller can tell which lanes ran dry.
 CREATE FUNCTION pgferry.claim_lanes(p_lanes int[], p_max int, p_worker text, p_lease_ms int)
 RETURNS TABLE (receipt_id bigint, job_id bigint, attempt int, job_segment smallint,
-               max_attempts int, kind text, args jsonb, meta jsonb, enqueued_at timestamptz)
+               max_attempts int, kind text, args jsonb, meta jsonb, enqueued_at timestamptz,
+               lane int)
 LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
     v_lane int;
@@ -335,7 +337,8 @@ DECLARE
 BEGIN
     FOREACH v_lane IN ARRAY p_lanes LOOP
         EXIT WHEN v_got >= p_max;
-        RETURN QUERY SELECT * FROM pgferry.claim(v_lane, p_max - v_got, p_worker, p_lease_ms);
+        RETURN QUERY SELECT c.*, v_lane
+                       FROM pgferry.claim(v_lane, p_max - v_got, p_worker, p_lease_ms) c;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_got := v_got + v_n;
     END LOOP;

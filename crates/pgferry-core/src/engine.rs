@@ -4,6 +4,7 @@
 //! enqueue = one INSERT, claim = one call of `pgferry.claim` per lane tried, complete = one
 //! CTE covering success, retries, delayed retries, dead-letters and results.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -105,7 +106,6 @@ impl Engine {
             )
             .await?;
         self.lanes.invalidate(name);
-        self.lanes.get(&**client, name).await?;
         Ok(())
     }
 
@@ -173,17 +173,23 @@ impl Engine {
             metas: Vec::with_capacity(n),
             max_attempts: Vec::with_capacity(n),
         };
-        let mut last: Option<(&str, Arc<QueueLanes>)> = None;
+        let mut last: Option<(&str, u8, Arc<QueueLanes>)> = None;
         for job in jobs {
-            let queue = match &last {
-                Some((name, q)) if *name == job.queue => q.clone(),
+            let (queue, lane) = match &last {
+                Some((name, p, q)) if *name == job.queue && *p == job.priority => {
+                    let lane = q.lane_for(job.priority).expect("cached with its lanes");
+                    (q.clone(), lane)
+                }
                 _ => {
-                    let q = self.lanes.get(client, &job.queue).await?;
-                    last = Some((&job.queue, q.clone()));
-                    q
+                    let (q, lane) = self
+                        .lanes
+                        .for_enqueue(client, &job.queue, job.priority)
+                        .await?;
+                    last = Some((&job.queue, job.priority, q.clone()));
+                    (q, lane)
                 }
             };
-            b.lanes.push(queue.lane_for(job.priority));
+            b.lanes.push(lane);
             b.kinds.push(job.kind.as_str());
             b.args.push(&job.args);
             b.metas.push(job.meta.as_ref());
@@ -202,12 +208,23 @@ impl Engine {
         }
         let max = i32::try_from(max.min(self.config.max_batch)).unwrap_or(i32::MAX);
         let client = self.pool.get().await?;
-        let lanes = self.lanes.get(&**client, queue).await?;
-        let order = lanes.claim_order();
+        let lanes = self.lanes.for_claim(&**client, queue).await?;
+        // The tick known before the claim: a lane found empty now has nothing new until a
+        // later tick (claims read the newest tick in the database, never an older one).
+        let tick = *self.ticks.borrow();
+        let order = lanes.claim_order(tick);
+        if order.is_empty() {
+            return Ok(Vec::new());
+        }
         let stmt = client.prepare_cached(CLAIM).await?;
         let rows = client
             .query(&stmt, &[&order, &max, &worker, &lanes.lease_ms])
             .await?;
+        let mut per_lane: HashMap<i32, usize> = HashMap::new();
+        for r in &rows {
+            *per_lane.entry(r.get(9)).or_default() += 1;
+        }
+        lanes.record_claim(&order, &per_lane, max as usize, tick);
         Ok(rows.iter().map(row_to_claimed).collect())
     }
 

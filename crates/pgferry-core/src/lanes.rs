@@ -1,12 +1,18 @@
 //! Lane cache: queue name -> its lanes (priority x shard) and defaults.
 //!
-//! Lanes are created once per queue and never change id, so producers and claimers resolve
-//! them from memory; only a cache miss costs statements. Shard choice is round-robin so a
-//! producer spreads a batch over all shards of a priority.
+//! Lane ids never change, so producers and claimers resolve them from memory; only a cache
+//! miss costs statements. A priority's lanes are created on the first enqueue at that
+//! priority, so claimers only visit lanes that can hold jobs; a claimer's view is refreshed
+//! every second to pick up priorities first used by other processes.
+//!
+//! The cache also remembers, per lane, the tick at which a claim found it empty: until a
+//! newer tick is known the lane cannot have anything new, and claims skip it. Skipping can
+//! only delay a job until the next tick, never lose it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use tokio_postgres::GenericClient;
 
@@ -15,38 +21,66 @@ use crate::error::Result;
 const QUEUE_ENSURE: &str = include_str!("sql/queue_ensure.sql");
 const LANES_ENSURE: &str = include_str!("sql/lanes_ensure.sql");
 const LANES_SELECT: &str = include_str!("sql/lanes_select.sql");
+const QUEUE_DEFAULTS: &str = include_str!("sql/queue_defaults.sql");
+
+/// How stale a claimer's list of lanes may get.
+const REFRESH: Duration = Duration::from_secs(1);
 
 /// The lanes of one queue.
 #[derive(Debug)]
 pub struct QueueLanes {
-    /// `by_priority[p]` = lane ids of priority p, one per shard.
+    /// `by_priority[p]` = lane ids of priority p, one per shard (empty: never used).
     pub by_priority: [Vec<i32>; 4],
     pub max_attempts: i32,
     pub lease_ms: i32,
+    loaded: Instant,
     next_shard: AtomicUsize,
+    /// Lane -> tick at which a claim last found it empty.
+    dry_at: Mutex<HashMap<i32, i64>>,
 }
 
 impl QueueLanes {
     /// Picks the lane of `priority` for the next job (round-robin over shards).
-    pub fn lane_for(&self, priority: u8) -> i32 {
+    pub fn lane_for(&self, priority: u8) -> Option<i32> {
         let shards = &self.by_priority[priority as usize];
-        shards[self.next_shard.fetch_add(1, Ordering::Relaxed) % shards.len()]
+        if shards.is_empty() {
+            return None;
+        }
+        Some(shards[self.next_shard.fetch_add(1, Ordering::Relaxed) % shards.len()])
     }
 
-    /// Every lane in claim order: priority 0 first; within a priority, shards rotated by a
-    /// per-call offset.
-    pub fn claim_order(&self) -> Vec<i32> {
+    /// Lanes worth visiting at `tick`, in claim order: priority 0 first; within a priority,
+    /// shards rotated by a per-call offset so concurrent claimers spread out.
+    pub fn claim_order(&self, tick: i64) -> Vec<i32> {
         let offset = self.next_shard.fetch_add(1, Ordering::Relaxed);
-        let mut order = Vec::with_capacity(4 * self.shards());
+        let dry = self.dry_at.lock().expect("dry lanes");
+        let mut order = Vec::new();
         for shards in &self.by_priority {
             let n = shards.len();
-            order.extend((0..n).map(|i| shards[(offset + i) % n]));
+            order.extend(
+                (0..n)
+                    .map(|i| shards[(offset + i) % n])
+                    .filter(|lane| tick == 0 || dry.get(lane).is_none_or(|&at| at < tick)),
+            );
         }
         order
     }
 
-    pub fn shards(&self) -> usize {
-        self.by_priority[0].len()
+    /// Records which lanes a claim found empty. `asked` in order, `got` rows per lane, the
+    /// claim wanted `max` and the process knew tick `tick` before it ran. Lanes visited and
+    /// left short are dry; the lane that filled the batch and those after it are unknown.
+    pub fn record_claim(&self, asked: &[i32], got: &HashMap<i32, usize>, max: usize, tick: i64) {
+        let total: usize = got.values().sum();
+        let mut dry = self.dry_at.lock().expect("dry lanes");
+        for lane in asked {
+            let n = got.get(lane).copied().unwrap_or(0);
+            if total >= max && n > 0 {
+                // This lane filled the batch; it may hold more. Later lanes were not visited.
+                dry.remove(lane);
+                break;
+            }
+            dry.insert(*lane, tick);
+        }
     }
 }
 
@@ -56,13 +90,58 @@ pub struct LaneCache {
 }
 
 impl LaneCache {
-    /// The lanes of `queue`, creating the queue on first use.
-    pub async fn get<C: GenericClient>(&self, client: &C, queue: &str) -> Result<Arc<QueueLanes>> {
-        if let Some(q) = self.queues.read().expect("lane cache poisoned").get(queue) {
+    /// The lanes of `queue` for enqueueing at `priority` (created if missing).
+    pub async fn for_enqueue<C: GenericClient>(
+        &self,
+        client: &C,
+        queue: &str,
+        priority: u8,
+    ) -> Result<(Arc<QueueLanes>, i32)> {
+        let q = self.get(client, queue, false).await?;
+        if let Some(lane) = q.lane_for(priority) {
+            return Ok((q, lane));
+        }
+        client
+            .execute(LANES_ENSURE, &[&queue, &i16::from(priority)])
+            .await?;
+        let q = self.get(client, queue, true).await?;
+        let lane = q
+            .lane_for(priority)
+            .expect("lanes of the priority were just created");
+        Ok((q, lane))
+    }
+
+    /// The lanes of `queue` for claiming, refreshed every second.
+    pub async fn for_claim<C: GenericClient>(
+        &self,
+        client: &C,
+        queue: &str,
+    ) -> Result<Arc<QueueLanes>> {
+        let q = self.get(client, queue, false).await?;
+        if q.loaded.elapsed() < REFRESH {
+            return Ok(q);
+        }
+        self.get(client, queue, true).await
+    }
+
+    async fn get<C: GenericClient>(
+        &self,
+        client: &C,
+        queue: &str,
+        reload: bool,
+    ) -> Result<Arc<QueueLanes>> {
+        let cached = self
+            .queues
+            .read()
+            .expect("lane cache poisoned")
+            .get(queue)
+            .cloned();
+        if let (Some(q), false) = (&cached, reload) {
             return Ok(q.clone());
         }
-        client.execute(QUEUE_ENSURE, &[&queue]).await?;
-        client.execute(LANES_ENSURE, &[&queue]).await?;
+        if cached.is_none() {
+            client.execute(QUEUE_ENSURE, &[&queue]).await?;
+        }
         let rows = client.query(LANES_SELECT, &[&queue]).await?;
         let mut by_priority: [Vec<i32>; 4] = Default::default();
         let (mut max_attempts, mut lease_ms) = (25, 60_000);
@@ -72,11 +151,21 @@ impl LaneCache {
             max_attempts = row.get(3);
             lease_ms = row.get(4);
         }
+        if rows.is_empty() {
+            // A queue without lanes yet: read its defaults directly.
+            let r = client.query_one(QUEUE_DEFAULTS, &[&queue]).await?;
+            (max_attempts, lease_ms) = (r.get(0), r.get(1));
+        }
+        let dry = cached
+            .map(|q| q.dry_at.lock().expect("dry lanes").clone())
+            .unwrap_or_default();
         let lanes = Arc::new(QueueLanes {
             by_priority,
             max_attempts,
             lease_ms,
+            loaded: Instant::now(),
             next_shard: AtomicUsize::new(0),
+            dry_at: Mutex::new(dry),
         });
         self.queues
             .write()

@@ -31,6 +31,10 @@ enum Recorded {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_job_is_accounted_for() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("pgferry_core=debug")
+        .with_test_writer()
+        .try_init();
     let s = common::setup().await;
     let engine = s.engine.clone();
     engine

@@ -77,6 +77,10 @@ fn start_shared() -> Result<Shared, String> {
         settings: vec![
             ("max_connections".into(), "300".into()),
             ("shared_buffers".into(), "128MB".into()),
+            // Deterministic tests: no background ANALYZE/VACUUM consuming xids (tick tests
+            // count finished transactions) or changing plans mid-test; plan tests ANALYZE
+            // explicitly.
+            ("autovacuum".into(), "off".into()),
             // Statement-count tests read pg_stat_statements.
             (
                 "shared_preload_libraries".into(),

@@ -65,8 +65,7 @@ pub struct Leader {
 
 /// Opens a dedicated connection tagged with its role (visible in pg_stat_activity / ASH).
 pub async fn connect(pg: &Config, role: &str) -> Result<Client> {
-    let mut cfg = pg.clone();
-    cfg.application_name(format!("pgferry-{role}"));
+    let cfg = crate::db::session_config(pg, role);
     let (client, conn) = cfg.connect(NoTls).await?;
     tokio::spawn(async move {
         if let Err(e) = conn.await {

@@ -110,10 +110,8 @@ async fn finish_freeing(client: &Client, segment: i16) -> Result<FreeResult> {
         partition("ready", segment),
         partition("completions", segment),
     );
-    let recheck = format!(
-        "SELECT EXISTS (SELECT 1 FROM {ready} r WHERE NOT EXISTS (
-             SELECT 1 FROM {completions} c WHERE c.job_id = r.job_id AND c.attempt = r.attempt))"
-    );
+    let recheck =
+        format!("SELECT (SELECT count(*) FROM {ready}) > (SELECT count(*) FROM {completions})");
     let open: bool = client.query_one(&recheck, &[]).await?.get(0);
     if open {
         tracing::warn!(

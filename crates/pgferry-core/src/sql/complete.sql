@@ -3,9 +3,11 @@
 -- $5 outcomes smallint[], $6 errors text[], $7 retry delays ms bigint[], $8 results jsonb[],
 -- $9 durations ms int[]
 --
--- src joins each outcome to its attempt's ready row (index ready_job inside the one
--- partition the segment names; run-time pruning skips the other 15): an outcome for an
--- attempt that is not in the log is stale. The unique index completions_attempt makes the
+-- src finds each outcome's attempt in the log: a LATERAL subquery with LIMIT 1 cannot be
+-- flattened into a join, so it is always a per-outcome probe of index ready_job in the one
+-- partition the segment names (run-time pruning skips the other 15) — never a hash join
+-- over a seq-scanned partition, whatever a cached generic plan believes about row counts.
+-- An outcome for an attempt that is not in the log is stale. The unique index completions_attempt makes the
 -- first outcome win (ON CONFLICT DO NOTHING); only winners cause side effects.
 WITH o AS (
     SELECT *
@@ -19,8 +21,11 @@ WITH o AS (
 src AS (
     SELECT DISTINCT ON (o.job_id, o.attempt) o.*, r.lane, r.max_attempts, r.kind, r.args, r.meta
       FROM o
-      JOIN pgferry.ready r
-        ON r.segment = o.segment AND r.job_id = o.job_id AND r.attempt = o.attempt
+      CROSS JOIN LATERAL (
+          SELECT r.lane, r.max_attempts, r.kind, r.args, r.meta
+            FROM pgferry.ready r
+           WHERE r.segment = o.segment AND r.job_id = o.job_id AND r.attempt = o.attempt
+           LIMIT 1) r
      ORDER BY o.job_id, o.attempt, o.ord
 ),
 done AS (
@@ -60,7 +65,11 @@ buried AS (
       FROM won WHERE outcome = 3
     ON CONFLICT (job_id) DO UPDATE
        SET attempt = EXCLUDED.attempt, error = EXCLUDED.error, died_at = now()
+),
+-- Map winners back to input rows: one array, then = ANY per row (no per-row CTE rescans).
+winners AS (
+    SELECT coalesce(array_agg(ord), '{}') AS ords FROM won
 )
-SELECT o.job_id, o.attempt, NOT (o.ord IN (SELECT ord FROM won)) AS stale
-  FROM o
+SELECT o.job_id, o.attempt, NOT (o.ord = ANY (winners.ords)) AS stale
+  FROM o, winners
  ORDER BY o.ord

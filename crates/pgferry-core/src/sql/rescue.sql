@@ -12,14 +12,22 @@ WITH exp AS (
              LIMIT $2) r,
            unnest(r.job_ids, r.attempts, r.job_segments) AS u(job_id, attempt, segment)
 ),
+-- Per-attempt probes as LATERAL ... LIMIT 1 (see complete.sql): index ready_job and
+-- completions_attempt in the attempt's partition, never a hash join over a partition.
 open AS (
     SELECT e.*, rd.lane, rd.max_attempts, rd.kind, rd.args, rd.meta
       FROM exp e
-      JOIN pgferry.ready rd
-        ON rd.segment = e.segment AND rd.job_id = e.job_id AND rd.attempt = e.attempt
-     WHERE NOT EXISTS (SELECT 1 FROM pgferry.completions c
-                        WHERE c.segment = e.segment AND c.job_id = e.job_id
-                          AND c.attempt = e.attempt)
+      CROSS JOIN LATERAL (
+          SELECT r.lane, r.max_attempts, r.kind, r.args, r.meta
+            FROM pgferry.ready r
+           WHERE r.segment = e.segment AND r.job_id = e.job_id AND r.attempt = e.attempt
+           LIMIT 1) rd
+      LEFT JOIN LATERAL (
+          SELECT true AS closed
+            FROM pgferry.completions c
+           WHERE c.segment = e.segment AND c.job_id = e.job_id AND c.attempt = e.attempt
+           LIMIT 1) c ON true
+     WHERE c.closed IS NULL
 ),
 done AS (
     INSERT INTO pgferry.completions (segment, job_id, attempt, receipt_id, outcome, error)
