@@ -16,7 +16,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     migrate::up(&mut c).await?;
     let pool = db::pool(config, "bench", opts.producers + opts.workers + 2);
     let engine = Engine::new(pool, EngineConfig::default());
-    let shards = i16::try_from(opts.workers.clamp(1, 64)).unwrap_or(1);
+    let shards = opts.shards;
     engine
         .upsert_queue(
             "bench",
@@ -29,7 +29,15 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
         .await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let leader = tokio::spawn(
-        Leader::new(engine.clone(), config.clone(), LeaderConfig::default()).run(stop_rx),
+        Leader::new(
+            engine.clone(),
+            config.clone(),
+            LeaderConfig {
+                tick_interval: opts.tick_interval,
+                ..LeaderConfig::default()
+            },
+        )
+        .run(stop_rx),
     );
     let counters = Arc::new(Counters::default());
     let payload = crate::payload(opts.payload_bytes);

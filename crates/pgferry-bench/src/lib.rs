@@ -31,6 +31,15 @@ pub struct BenchOpts {
     pub claim_batch: usize,
     /// Producers pause while more than this many jobs are waiting.
     pub max_depth: usize,
+    /// Keep a transaction with an xid open for the whole run (a long report, a forgotten
+    /// session): it holds back the vacuum horizon, which is what makes UPDATE/DELETE queues
+    /// accumulate dead tuples and slow down.
+    pub hold_xmin: bool,
+    /// pgferry only: shards of the benchmark queue (lanes claimed in parallel).
+    pub shards: i16,
+    /// pgferry only: the ticker's pause after a tick while the log grows.
+    #[serde(serialize_with = "secs")]
+    pub tick_interval: Duration,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -48,6 +57,9 @@ impl Default for BenchOpts {
             enqueue_batch: 100,
             claim_batch: 200,
             max_depth: 20_000,
+            hold_xmin: false,
+            shards: 2,
+            tick_interval: Duration::from_millis(2),
         }
     }
 }
@@ -71,11 +83,22 @@ pub async fn run(
     opts: &BenchOpts,
 ) -> anyhow::Result<Report> {
     let config = fresh_database(base, dbname).await?;
+    // Held in the same database, open until the run is over.
+    let holder = if opts.hold_xmin {
+        let client = measure::connect(&config, "xmin-holder").await?;
+        client
+            .batch_execute("BEGIN; SELECT pg_current_xact_id();")
+            .await?;
+        Some(client)
+    } else {
+        None
+    };
     let report = match variant {
         Variant::Cycle => cycle::run(&config, opts).await?,
         Variant::Skiplocked => reference_skiplocked::run(&config, opts).await?,
         Variant::Log => reference_log::run(&config, opts).await?,
     };
+    drop(holder);
     Ok(report)
 }
 

@@ -53,7 +53,9 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
             let client = measure::connect(&config, "producer").await?;
             tracing::debug!(p, "log producer connected");
             // Shards this producer owns: s % producers == p (one writer per shard).
-            let mut owned: Vec<i32> = (0..shards).filter(|s| *s as usize % producers == p).collect();
+            let mut owned: Vec<i32> = (0..shards)
+                .filter(|s| *s as usize % producers == p)
+                .collect();
             if owned.is_empty() {
                 owned.push(p as i32 % shards);
             }

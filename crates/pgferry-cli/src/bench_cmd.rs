@@ -31,6 +31,15 @@ pub struct BenchArgs {
     pub enqueue_batch: usize,
     #[arg(long, default_value_t = 200)]
     pub claim_batch: usize,
+    /// Hold a transaction with an xid open during each run (vacuum horizon held back).
+    #[arg(long)]
+    pub hold_xmin: bool,
+    /// pgferry: shards of the benchmark queue.
+    #[arg(long, default_value_t = 2)]
+    pub shards: i16,
+    /// pgferry: ticker pause (ms) after a tick while the log grows.
+    #[arg(long, default_value_t = 2)]
+    pub tick_ms: u64,
     /// Use this database instead of a private cluster.
     #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
     pub database_url: Option<String>,
@@ -67,6 +76,9 @@ impl BenchArgs {
             payload_bytes: self.payload_bytes,
             enqueue_batch: self.enqueue_batch,
             claim_batch: self.claim_batch,
+            hold_xmin: self.hold_xmin,
+            shards: self.shards,
+            tick_interval: Duration::from_millis(self.tick_ms),
             ..BenchOpts::default()
         }
     }

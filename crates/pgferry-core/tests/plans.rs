@@ -217,5 +217,8 @@ async fn hot_statement_plans() {
         p.contains("completions_00") && !p.contains("completions_01"),
         "not pruned:\n{p}"
     );
-    assert!(p.contains("ready_00") && !p.contains("ready_01"), "not pruned:\n{p}");
+    assert!(
+        p.contains("ready_00") && !p.contains("ready_01"),
+        "not pruned:\n{p}"
+    );
 }
