@@ -90,7 +90,11 @@ CREATE TABLE pgferry.receipts (
     lease_until  timestamptz NOT NULL
 ) PARTITION BY LIST (segment);
 CREATE INDEX receipts_cursor ON pgferry.receipts (lane, receipt_id DESC);
-CREATE INDEX receipts_id ON pgferry.receipts (receipt_id);
+-- The rescuer scans receipt ids after its mark. BRIN, not B-tree: ids only grow, so BRIN is
+-- exact enough and nearly free to maintain, and — unlike a B-tree on receipt_id — it cannot
+-- supply ORDER BY receipt_id, so the planner can never answer a lane's cursor probe by
+-- walking every lane's receipts backwards (seen with a B-tree when one lane dominated).
+CREATE INDEX receipts_id ON pgferry.receipts USING brin (receipt_id) WITH (pages_per_range = 4);
 
 -- One row per finished attempt, in the segment of the attempt's ready row. The unique index
 -- makes the first outcome win; a second one (late worker after a rescue) is "stale".
