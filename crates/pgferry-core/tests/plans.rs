@@ -74,7 +74,7 @@ async fn hot_statement_plans() {
         .await
         .unwrap();
 
-    let (client, mut notices) = common::connect_with_notices(&s.db).await;
+    let (mut client, mut notices) = common::connect_with_notices(&s.db).await;
     common::enable_auto_explain(&client).await;
 
     // enqueue: an INSERT from unnest, reading no index.
@@ -202,7 +202,7 @@ async fn hot_statement_plans() {
         .unwrap();
     common::drain(&mut notices);
     promoter::promote(&client, 1000).await.unwrap();
-    rescuer::rescue(&client, Duration::from_secs(60))
+    rescuer::rescue(&mut client, Duration::from_secs(60))
         .await
         .unwrap();
     let mut rot = s.db.connect().await;

@@ -261,12 +261,16 @@ async fn expired_lease_is_rescued_and_late_completion_is_stale() {
     assert_eq!(c.len(), 3);
     // Job 0 finishes in time; 1 and 2 are held by a worker that went away.
     s.engine.complete(&[c[0].completed(None)]).await.unwrap();
-    let client = s.db.connect().await;
+    let mut client = s.db.connect().await;
     // Poll until the lease has passed (not a timing assertion: rescue is checked by state).
-    let mut report = rescuer::rescue(&client, Duration::ZERO).await.unwrap();
-    while report.retried == 0 {
+    let mut report = rescuer::rescue(&mut client, Duration::ZERO).await.unwrap();
+    // Bounded: a rescue that never comes must fail the test, not hang it.
+    for _ in 0..600 {
+        if report.retried > 0 {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        report = rescuer::rescue(&client, Duration::ZERO).await.unwrap();
+        report = rescuer::rescue(&mut client, Duration::ZERO).await.unwrap();
     }
     assert_eq!((report.retried, report.dead), (2, 0));
     // The late worker's results are stale.
@@ -286,10 +290,13 @@ async fn expired_lease_is_rescued_and_late_completion_is_stale() {
             .collect::<Vec<_>>(),
         vec![(ids[1], 2), (ids[2], 2)]
     );
-    let mut report = rescuer::rescue(&client, Duration::ZERO).await.unwrap();
-    while report.dead == 0 {
+    let mut report = rescuer::rescue(&mut client, Duration::ZERO).await.unwrap();
+    for _ in 0..600 {
+        if report.dead > 0 {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        report = rescuer::rescue(&client, Duration::ZERO).await.unwrap();
+        report = rescuer::rescue(&mut client, Duration::ZERO).await.unwrap();
     }
     assert_eq!(report.dead, 2);
     let dead: i64 = client
@@ -299,7 +306,7 @@ async fn expired_lease_is_rescued_and_late_completion_is_stale() {
         .get(0);
     assert_eq!(dead, 2);
     // A rescue pass over closed receipts changes nothing.
-    let idle = rescuer::rescue(&client, Duration::ZERO).await.unwrap();
+    let idle = rescuer::rescue(&mut client, Duration::ZERO).await.unwrap();
     assert_eq!((idle.retried, idle.dead), (0, 0));
     let mark: i64 = client
         .query_one("SELECT rescue_mark FROM pgferry.leader_state", &[])

@@ -186,6 +186,13 @@ mod tests {
             .spawn()
             .expect("spawn sleep");
         let pid = child.id();
+        // Right after spawn the child may not have exec'd yet (comm is still our thread's).
+        for _ in 0..500 {
+            if comm(pid).as_deref() == Some("sleep") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert_eq!(comm(pid).as_deref(), Some("sleep"));
         assert!(stop_pid(pid));
         drop(child);

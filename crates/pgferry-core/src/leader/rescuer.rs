@@ -21,11 +21,15 @@ pub struct RescueReport {
 }
 
 /// One pass: rescue expired receipts after the mark, then advance the mark.
-pub async fn rescue(client: &Client, settle: Duration) -> Result<RescueReport> {
-    let mark: i64 = client.query_one(READ_MARK, &[]).await?.get(0);
-    let row = client
-        .query_one(RESCUE, &[&mark, &RECEIPTS_PER_PASS])
-        .await?;
+///
+/// Both statements run in one transaction so they share `now()`: a receipt whose lease was
+/// still running when the pass looked is still running for the mark. (As two transactions,
+/// a lease expiring in between let the mark step over a receipt nobody had examined, and its
+/// jobs were never rescued — found by a test that hung waiting for the rescue.)
+pub async fn rescue(client: &mut Client, settle: Duration) -> Result<RescueReport> {
+    let tx = client.transaction().await?;
+    let mark: i64 = tx.query_one(READ_MARK, &[]).await?.get(0);
+    let row = tx.query_one(RESCUE, &[&mark, &RECEIPTS_PER_PASS]).await?;
     let report = RescueReport {
         examined: row.get(0),
         retried: row.get(1),
@@ -34,7 +38,8 @@ pub async fn rescue(client: &Client, settle: Duration) -> Result<RescueReport> {
     // Without expired receipts the mark may still move over receipts closed normally.
     let upto: i64 = row.get::<_, Option<i64>>(3).unwrap_or(i64::MAX);
     let settle_ms = i64::try_from(settle.as_millis()).unwrap_or(i64::MAX);
-    client.execute(RESCUE_MARK, &[&upto, &settle_ms]).await?;
+    tx.execute(RESCUE_MARK, &[&upto, &settle_ms]).await?;
+    tx.commit().await?;
     Ok(report)
 }
 
@@ -44,8 +49,8 @@ pub async fn run(pg: Config, config: LeaderConfig) {
         pg,
         "rescuer",
         config.rescue_interval,
-        move |client| async move {
-            let r = rescue(&client, settle).await.map(|rep| {
+        move |mut client| async move {
+            let r = rescue(&mut client, settle).await.map(|rep| {
                 if rep.retried + rep.dead > 0 {
                     tracing::info!(
                         retried = rep.retried,
