@@ -50,6 +50,11 @@ pub async fn serve(
     let (stop_tx, stop_rx) = watch::channel(false);
     let leader = Leader::new(engine.clone(), config.clone(), LeaderConfig::default());
     let leader_task = tokio::spawn(leader.run(stop_rx));
+    // Ticks from whichever server leads reach this server's claimers through LISTEN.
+    let tick_feed = tokio::spawn(pgferry_core::listen::run_tick_listener(
+        engine.clone(),
+        config.clone(),
+    ));
 
     let listener = tokio::net::TcpListener::bind(args.http_addr)
         .await
@@ -64,6 +69,7 @@ pub async fn serve(
     tracing::info!("HTTP stopped; stopping leader");
     let _ = stop_tx.send(true);
     let _ = leader_task.await;
+    tick_feed.abort();
     Ok(())
 }
 

@@ -8,6 +8,7 @@ pub mod error;
 pub mod job;
 pub mod lanes;
 pub mod leader;
+pub mod listen;
 pub mod migrate;
 
 pub use engine::{Engine, EngineConfig, QueueOptions};
