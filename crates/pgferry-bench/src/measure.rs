@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -82,13 +82,10 @@ impl Counters {
     }
 }
 
+/// A connection with pgferry's own session settings (jit off), so every variant runs under
+/// identical conditions.
 pub async fn connect(config: &Config, role: &str) -> anyhow::Result<Client> {
-    // Same session settings as pgferry's own connections (jit off), so every variant runs
-    // under identical conditions.
-    let cfg = pgferry_core::db::session_config(config, &format!("bench-{role}"));
-    let (client, conn) = cfg.connect(NoTls).await?;
-    tokio::spawn(conn);
-    Ok(client)
+    Ok(pgferry_core::db::connect(config, &format!("bench-{role}")).await?)
 }
 
 async fn wal_lsn(c: &Client) -> anyhow::Result<i64> {

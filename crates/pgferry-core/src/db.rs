@@ -50,7 +50,15 @@ pub fn pool(config: &Config, role: &str, size: usize) -> Pool {
         .expect("pool without runtime-specific options always builds")
 }
 
-/// One dedicated connection (migrations, LISTEN, leader duties).
+/// One dedicated connection named `pgferry-<role>` (migrations, leader duties, bench), its
+/// connection task spawned on the current runtime.
 pub async fn connect(config: &Config, role: &str) -> Result<tokio_postgres::Client> {
-    crate::leader::connect(config, role).await
+    let (client, conn) = session_config(config, role).connect(NoTls).await?;
+    let role = role.to_string();
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(role, error = %e, "connection closed");
+        }
+    });
+    Ok(client)
 }

@@ -96,10 +96,7 @@ async fn open_writer_blocks_truncation() {
     s.engine.enqueue_tx(&tx, &jobs(2)).await.unwrap();
     s.tick().await;
     let c = s.engine.claim("q", 10, "w").await.unwrap();
-    s.engine
-        .complete(&c.iter().map(|j| j.completed(None)).collect::<Vec<_>>())
-        .await
-        .unwrap();
+    s.complete_all(&c).await;
     rotator::advance(&rot, Duration::ZERO).await.unwrap();
     assert_eq!(
         rotator::free_oldest(&mut rot, Duration::ZERO)
@@ -118,10 +115,7 @@ async fn open_writer_blocks_truncation() {
     s.tick().await;
     let late = s.engine.claim("q", 10, "w").await.unwrap();
     assert_eq!(late.len(), 2);
-    s.engine
-        .complete(&late.iter().map(|j| j.completed(None)).collect::<Vec<_>>())
-        .await
-        .unwrap();
+    s.complete_all(&late).await;
     assert_eq!(
         rotator::free_oldest(&mut rot, Duration::ZERO)
             .await
@@ -133,10 +127,7 @@ async fn open_writer_blocks_truncation() {
 #[tokio::test]
 async fn freeing_a_segment_never_blocks_the_hot_path() {
     let s = common::setup().await;
-    s.engine.enqueue(&jobs(1)).await.unwrap();
-    s.tick().await;
-    let c = s.engine.claim("q", 10, "w").await.unwrap();
-    s.engine.complete(&[c[0].completed(None)]).await.unwrap();
+    s.run_through("q", 1).await;
     rotator::advance(&s.db.connect().await, Duration::ZERO)
         .await
         .unwrap();
@@ -203,13 +194,7 @@ async fn freeing_a_segment_never_blocks_the_hot_path() {
 async fn interrupted_rotation_is_finished_by_the_next_pass() {
     let s = common::setup().await;
     let mut rot = s.db.connect().await;
-    s.engine.enqueue(&jobs(2)).await.unwrap();
-    s.tick().await;
-    let c = s.engine.claim("q", 10, "w").await.unwrap();
-    s.engine
-        .complete(&c.iter().map(|j| j.completed(None)).collect::<Vec<_>>())
-        .await
-        .unwrap();
+    s.run_through("q", 2).await;
     rotator::advance(&rot, Duration::ZERO).await.unwrap();
     // Simulate a leader that died after marking and detaching two of the five partitions.
     rot.batch_execute(

@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config};
+
+pub(crate) use crate::db::connect;
 
 use crate::engine::Engine;
 use crate::error::Result;
@@ -61,18 +63,6 @@ pub struct Leader {
     engine: Arc<Engine>,
     pg: Config,
     config: LeaderConfig,
-}
-
-/// Opens a dedicated connection tagged with its role (visible in pg_stat_activity / ASH).
-pub async fn connect(pg: &Config, role: &str) -> Result<Client> {
-    let cfg = crate::db::session_config(pg, role);
-    let (client, conn) = cfg.connect(NoTls).await?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "leader connection closed");
-        }
-    });
-    Ok(client)
 }
 
 impl Leader {

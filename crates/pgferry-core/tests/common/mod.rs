@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use pgferry_core::{leader, migrate, Engine, EngineConfig};
+use pgferry_core::{leader, migrate, ClaimedJob, Engine, EngineConfig, NewJob};
 use pgferry_testkit::TestDb;
+use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, Client, NoTls};
 
@@ -28,6 +29,25 @@ impl Setup {
     pub async fn tick(&self) -> Option<i64> {
         let client = self.db.connect().await;
         leader::ticker::tick(&client).await.expect("tick")
+    }
+
+    /// Reports success for every job in `jobs`.
+    pub async fn complete_all(&self, jobs: &[ClaimedJob]) {
+        let outcomes: Vec<_> = jobs.iter().map(|j| j.completed(None)).collect();
+        self.engine.complete(&outcomes).await.expect("complete");
+    }
+
+    /// Enqueues `n` jobs on `queue`, ticks, claims and completes them all; returns their ids.
+    pub async fn run_through(&self, queue: &str, n: usize) -> Vec<i64> {
+        let jobs: Vec<_> = (0..n)
+            .map(|i| NewJob::new(queue, "k", json!({ "i": i })))
+            .collect();
+        let ids = self.engine.enqueue(&jobs).await.expect("enqueue");
+        self.tick().await;
+        let claimed = self.engine.claim(queue, n, "w").await.expect("claim");
+        assert_eq!(claimed.len(), n, "claimed what was enqueued");
+        self.complete_all(&claimed).await;
+        ids
     }
 }
 
