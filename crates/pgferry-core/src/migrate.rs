@@ -26,11 +26,18 @@ impl Migration {
 }
 
 /// The migrations of this build, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_engine.sql",
-    sql: include_str!("../migrations/0001_engine.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_engine.sql",
+        sql: include_str!("../migrations/0001_engine.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_tenancy.sql",
+        sql: include_str!("../migrations/0002_tenancy.sql"),
+    },
+];
 
 /// Advisory lock key for migrations ("pgferry" in ASCII, truncated): not shared with any
 /// other pgferry lock.
