@@ -1,0 +1,70 @@
+//! Tenant queue namespaces (docs/adr/0003-tenant-queue-namespacing.md).
+//!
+//! The engine keys queues by name and every hot statement filters by lane, so tenancy costs
+//! nothing on the hot path if each tenant's queues simply have distinct engine names:
+//! `t<tenant_id>.<queue>`. User queue names follow the engine's rules (a-z, 0-9, `_-.`,
+//! starting with a letter or digit) but are at most 48 characters, so the prefix always
+//! fits in the engine's 64 (tenant ids below 10^14). Every id-based lookup checks that the
+//! job's engine queue carries the caller's prefix; a foreign job is reported as not found.
+//!
+//! HTTP and gRPC both use these functions; never build engine names any other way.
+
+use pgferry_core::error::Error;
+
+/// Longest user-visible queue name.
+pub const MAX_QUEUE_NAME: usize = 48;
+
+/// `t<tenant_id>.` — the prefix of every engine queue of a tenant.
+pub fn tenant_prefix(tenant_id: i64) -> String {
+    format!("t{tenant_id}.")
+}
+
+/// The engine's name of `queue` for `tenant_id`, after validating the user's name.
+pub fn engine_queue(tenant_id: i64, queue: &str) -> Result<String, Error> {
+    pgferry_core::job::validate_queue_name(queue)?;
+    if queue.len() > MAX_QUEUE_NAME {
+        return Err(Error::InvalidName {
+            field: "queue",
+            value: queue.chars().take(80).collect(),
+            reason: "must be 1 to 48 characters",
+        });
+    }
+    Ok(format!("{}{queue}", tenant_prefix(tenant_id)))
+}
+
+/// The user's name of an engine queue if it belongs to `tenant_id`, else `None` (treat the
+/// object as nonexistent).
+pub fn user_queue(tenant_id: i64, engine_name: &str) -> Option<&str> {
+    let rest = engine_name.strip_prefix('t')?;
+    let (id, name) = rest.split_once('.')?;
+    (id.parse::<i64>().ok()? == tenant_id && id == tenant_id.to_string() && !name.is_empty())
+        .then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_isolates() {
+        let e = engine_queue(7, "emails.v2").unwrap();
+        assert_eq!(e, "t7.emails.v2");
+        assert_eq!(user_queue(7, &e), Some("emails.v2"));
+        assert_eq!(user_queue(70, &e), None);
+        assert_eq!(user_queue(7, "t70.emails"), None);
+        assert_eq!(user_queue(7, "t07.emails"), None);
+        assert_eq!(user_queue(7, "emails"), None);
+        assert_eq!(user_queue(7, "t7."), None);
+    }
+
+    #[test]
+    fn engine_names_always_valid() {
+        let longest = "a".repeat(MAX_QUEUE_NAME);
+        let e = engine_queue(99_999_999_999_999, &longest).unwrap();
+        pgferry_core::job::validate_queue_name(&e).unwrap();
+        assert!(engine_queue(1, &format!("{longest}a")).is_err());
+        for bad in ["", "Upper", "-lead", "sp ace", "slash/"] {
+            assert!(engine_queue(1, bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,1 @@
+SELECT secret FROM pgferry.server_secrets WHERE name = $1

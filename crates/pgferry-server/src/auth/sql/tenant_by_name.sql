@@ -1,0 +1,1 @@
+SELECT tenant_id, name, created_at FROM pgferry.tenants WHERE name = $1

@@ -1,0 +1,147 @@
+//! Attempt tokens for HTTP workers.
+//!
+//! A claimed job's completion needs its segment and receipt (so it lands in the right
+//! partition without a lookup) and must be refused for another tenant's job. HTTP is
+//! stateless, so the claim hands out a token carrying (tenant, job, attempt, segment,
+//! receipt) signed with HMAC-SHA256 under a secret every server of the database shares
+//! (`pgferry.server_secrets`). Completing with a token costs no lookup, a worker may
+//! complete on a different server than it claimed on, and a forged or foreign token is
+//! answered 404 like any id of another tenant.
+
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+
+const SECRET_ENSURE: &str = include_str!("sql/secret_ensure.sql");
+const SECRET_GET: &str = include_str!("sql/secret_get.sql");
+const SECRET_NAME: &str = "attempt_token";
+/// Truncated tag: 128 bits is plenty against forgery and keeps tokens short.
+const TAG_BYTES: usize = 16;
+const BODY_BYTES: usize = 8 + 8 + 4 + 2 + 8;
+
+/// What a token proves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    pub tenant_id: i64,
+    pub job_id: i64,
+    pub attempt: i32,
+    pub segment: i16,
+    pub receipt_id: i64,
+}
+
+pub struct TokenKey {
+    secret: Vec<u8>,
+}
+
+impl TokenKey {
+    pub fn new(secret: Vec<u8>) -> TokenKey {
+        TokenKey { secret }
+    }
+
+    /// Loads the shared secret, creating it if this is the first server of the database.
+    pub async fn load_or_create(
+        client: &tokio_postgres::Client,
+    ) -> Result<TokenKey, tokio_postgres::Error> {
+        let mut candidate = vec![0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut candidate);
+        client
+            .execute(SECRET_ENSURE, &[&SECRET_NAME, &candidate])
+            .await?;
+        let row = client.query_one(SECRET_GET, &[&SECRET_NAME]).await?;
+        Ok(TokenKey::new(row.get(0)))
+    }
+
+    pub fn sign(&self, a: &Attempt) -> String {
+        let mut buf = Vec::with_capacity(BODY_BYTES + TAG_BYTES);
+        buf.extend_from_slice(&a.tenant_id.to_be_bytes());
+        buf.extend_from_slice(&a.job_id.to_be_bytes());
+        buf.extend_from_slice(&a.attempt.to_be_bytes());
+        buf.extend_from_slice(&a.segment.to_be_bytes());
+        buf.extend_from_slice(&a.receipt_id.to_be_bytes());
+        let tag = hmac_sha256(&self.secret, &buf);
+        buf.extend_from_slice(&tag[..TAG_BYTES]);
+        hex::encode(buf)
+    }
+
+    /// The attempt a token was signed for, or `None` when it is malformed or forged.
+    pub fn verify(&self, token: &str) -> Option<Attempt> {
+        let raw = hex::decode(token).ok()?;
+        if raw.len() != BODY_BYTES + TAG_BYTES {
+            return None;
+        }
+        let (body, tag) = raw.split_at(BODY_BYTES);
+        let want = hmac_sha256(&self.secret, body);
+        let diff = want[..TAG_BYTES]
+            .iter()
+            .zip(tag)
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y));
+        if diff != 0 {
+            return None;
+        }
+        let i64_at = |o: usize| i64::from_be_bytes(body[o..o + 8].try_into().expect("8 bytes"));
+        Some(Attempt {
+            tenant_id: i64_at(0),
+            job_id: i64_at(8),
+            attempt: i32::from_be_bytes(body[16..20].try_into().expect("4 bytes")),
+            segment: i16::from_be_bytes(body[20..22].try_into().expect("2 bytes")),
+            receipt_id: i64_at(22),
+        })
+    }
+}
+
+/// HMAC-SHA256 (RFC 2104) over sha2, the hash the workspace already uses.
+pub fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
+    const BLOCK: usize = 64;
+    let mut k = [0u8; BLOCK];
+    if key.len() > BLOCK {
+        k[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        k[..key.len()].copy_from_slice(key);
+    }
+    let pad = |b: u8| k.map(|x| x ^ b);
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(msg)
+        .finalize();
+    Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize()
+        .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hmac_matches_rfc4231_case_2() {
+        let tag = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
+        assert_eq!(
+            hex::encode(tag),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn tokens_verify_and_resist_tampering() {
+        let key = TokenKey::new(vec![7; 32]);
+        let a = Attempt {
+            tenant_id: 3,
+            job_id: 123_456,
+            attempt: 2,
+            segment: 5,
+            receipt_id: 99,
+        };
+        let t = key.sign(&a);
+        assert_eq!(key.verify(&t), Some(a));
+        // Flip one hex digit anywhere: refused.
+        for i in 0..t.len() {
+            let mut b = t.clone().into_bytes();
+            b[i] = if b[i] == b'0' { b'1' } else { b'0' };
+            assert_eq!(key.verify(std::str::from_utf8(&b).unwrap()), None, "at {i}");
+        }
+        assert_eq!(TokenKey::new(vec![8; 32]).verify(&t), None);
+        assert_eq!(key.verify("zz"), None);
+        assert_eq!(key.verify(""), None);
+    }
+}
