@@ -245,6 +245,8 @@ impl Engine {
         let mut attempts = Vec::with_capacity(n);
         let mut segments = Vec::with_capacity(n);
         let mut receipts = Vec::with_capacity(n);
+        let mut lanes = Vec::with_capacity(n);
+        let mut rsegs = Vec::with_capacity(n);
         let mut codes = Vec::with_capacity(n);
         let mut errors: Vec<Option<&str>> = Vec::with_capacity(n);
         let mut delays: Vec<Option<i64>> = Vec::with_capacity(n);
@@ -255,6 +257,8 @@ impl Engine {
             attempts.push(o.attempt);
             segments.push(o.segment);
             receipts.push(o.receipt_id);
+            lanes.push(o.lane);
+            rsegs.push(o.receipt_segment);
             codes.push(o.kind.code());
             errors.push(o.error.as_deref());
             delays.push(match o.kind {
@@ -272,17 +276,19 @@ impl Engine {
             .query(
                 &stmt,
                 &[
-                    &ids, &attempts, &segments, &receipts, &codes, &errors, &delays, &results,
-                    &durations,
+                    &ids, &attempts, &segments, &receipts, &lanes, &rsegs, &codes, &errors,
+                    &delays, &results, &durations,
                 ],
             )
             .await?;
-        Ok(rows
+        // One row per outcome, in input order (ORDER BY ord).
+        Ok(outcomes
             .iter()
-            .map(|r| Completed {
-                job_id: r.get(0),
-                attempt: r.get(1),
-                stale: r.get(2),
+            .zip(rows.iter())
+            .map(|(o, r)| Completed {
+                job_id: o.job_id,
+                attempt: o.attempt,
+                stale: !r.get::<_, bool>(1),
             })
             .collect())
     }
@@ -330,6 +336,8 @@ fn row_to_claimed(r: &tokio_postgres::Row) -> ClaimedJob {
         args: r.get(6),
         meta: r.get(7),
         enqueued_at: r.get::<_, SystemTime>(8),
+        lane: r.get(9),
+        receipt_segment: r.get(10),
     }
 }
 

@@ -139,6 +139,9 @@ pub fn validate_kind(kind: &str) -> Result<()> {
 #[derive(Debug, Clone)]
 pub struct ClaimedJob {
     pub receipt_id: i64,
+    /// The receipt's lane and segment: with them an outcome finds its receipt in one probe.
+    pub lane: i32,
+    pub receipt_segment: i16,
     pub job_id: i64,
     pub attempt: i32,
     pub segment: i16,
@@ -181,6 +184,8 @@ impl ClaimedJob {
             attempt: self.attempt,
             segment: self.segment,
             receipt_id: self.receipt_id,
+            lane: self.lane,
+            receipt_segment: self.receipt_segment,
             kind,
             error,
             result,
@@ -232,6 +237,8 @@ pub struct Outcome {
     pub attempt: i32,
     pub segment: i16,
     pub receipt_id: i64,
+    pub lane: i32,
+    pub receipt_segment: i16,
     pub kind: OutcomeKind,
     pub error: Option<String>,
     pub result: Option<Value>,

@@ -197,14 +197,30 @@ async fn every_job_is_accounted_for() {
     assert_eq!(db_dead, dead as i64);
     let open: i64 = client
         .query_one(
-            "SELECT count(*) FROM pgferry.ready r WHERE NOT EXISTS (SELECT 1 FROM pgferry.completions c
-               WHERE c.segment = r.segment AND c.job_id = r.job_id AND c.attempt = r.attempt)",
+            "SELECT count(*) FROM (
+                 SELECT segment, job_id, attempt FROM pgferry.ready
+                 EXCEPT
+                 SELECT c.segment, u.job_id, u.attempt
+                   FROM pgferry.completions c, unnest(c.job_ids, c.attempts) AS u(job_id, attempt)) x",
             &[],
         )
         .await
         .unwrap()
         .get(0);
     assert_eq!(open, 0, "attempts left without an outcome");
+    // Outcomes are arrays without a unique index: check the receipt locks kept them single.
+    let twice: i64 = client
+        .query_one(
+            "SELECT count(*) FROM (
+                 SELECT u.job_id, u.attempt
+                   FROM pgferry.completions c, unnest(c.job_ids, c.attempts) AS u(job_id, attempt)
+                  GROUP BY 1, 2 HAVING count(*) > 1) x",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(twice, 0, "an attempt with two outcomes in the database");
     let scheduled: i64 = client
         .query_one("SELECT count(*) FROM pgferry.scheduled", &[])
         .await

@@ -7,6 +7,7 @@ use tokio_postgres::{Client, Config};
 use super::{duty_loop, LeaderConfig};
 use crate::error::Result;
 
+const RESCUE_LOCK: &str = include_str!("../sql/rescue_lock.sql");
 const RESCUE: &str = include_str!("../sql/rescue.sql");
 const RESCUE_MARK: &str = include_str!("../sql/rescue_mark.sql");
 const READ_MARK: &str = "SELECT rescue_mark FROM pgferry.leader_state";
@@ -15,12 +16,17 @@ const RECEIPTS_PER_PASS: i64 = 500;
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RescueReport {
+    /// Expired receipts looked at.
+    pub receipts: i64,
+    /// Attempts in them.
     pub examined: i64,
     pub retried: i64,
     pub dead: i64,
 }
 
-/// One pass: rescue expired receipts after the mark, then advance the mark.
+/// One pass: lock the expired receipts after the mark, rescue their open attempts, then
+/// advance the mark. Locking first is what makes the first outcome win against a worker's
+/// completion of the same receipt (see pgferry.complete()).
 ///
 /// Both statements run in one transaction so they share `now()`: a receipt whose lease was
 /// still running when the pass looked is still running for the mark. (As two transactions,
@@ -29,14 +35,21 @@ pub struct RescueReport {
 pub async fn rescue(client: &mut Client, settle: Duration) -> Result<RescueReport> {
     let tx = client.transaction().await?;
     let mark: i64 = tx.query_one(READ_MARK, &[]).await?.get(0);
-    let row = tx.query_one(RESCUE, &[&mark, &RECEIPTS_PER_PASS]).await?;
-    let report = RescueReport {
-        examined: row.get(0),
-        retried: row.get(1),
-        dead: row.get(2),
-    };
+    let locked = tx.query_one(RESCUE_LOCK, &[&mark, &RECEIPTS_PER_PASS]).await?;
+    let ids: Vec<i64> = locked.get(0);
+    let mut report = RescueReport::default();
+    if !ids.is_empty() {
+        let (lo, hi): (i64, i64) = (locked.get(1), locked.get(2));
+        let row = tx.query_one(RESCUE, &[&ids, &lo, &hi]).await?;
+        report = RescueReport {
+            receipts: ids.len() as i64,
+            examined: row.get(0),
+            retried: row.get(1),
+            dead: row.get(2),
+        };
+    }
     // Without expired receipts the mark may still move over receipts closed normally.
-    let upto: i64 = row.get::<_, Option<i64>>(3).unwrap_or(i64::MAX);
+    let upto: i64 = locked.get::<_, Option<i64>>(2).unwrap_or(i64::MAX);
     let settle_ms = i64::try_from(settle.as_millis()).unwrap_or(i64::MAX);
     tx.execute(RESCUE_MARK, &[&upto, &settle_ms]).await?;
     tx.commit().await?;
@@ -58,7 +71,7 @@ pub async fn run(pg: Config, config: LeaderConfig) {
                         "rescued expired leases"
                     );
                 }
-                rep.examined >= RECEIPTS_PER_PASS
+                rep.receipts >= RECEIPTS_PER_PASS
             });
             (client, r)
         },

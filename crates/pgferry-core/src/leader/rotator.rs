@@ -111,7 +111,7 @@ async fn finish_freeing(client: &Client, segment: i16) -> Result<FreeResult> {
         partition("completions", segment),
     );
     let recheck =
-        format!("SELECT (SELECT count(*) FROM {ready}) > (SELECT count(*) FROM {completions})");
+        format!("SELECT (SELECT count(*) FROM {ready}) > (SELECT coalesce(sum(cardinality(job_ids)), 0) FROM {completions})");
     let open: bool = client.query_one(&recheck, &[]).await?.get(0);
     if open {
         tracing::warn!(
