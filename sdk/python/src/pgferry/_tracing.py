@@ -1,0 +1,63 @@
+"""W3C trace context, only when OpenTelemetry is installed (it is an optional extra).
+
+The import is dynamic so the SDK neither requires nor type-depends on opentelemetry."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+_otel: Any = None
+_loaded = False
+
+
+def _load() -> Any:
+    global _otel, _loaded
+    if not _loaded:
+        _loaded = True
+        try:
+            propagate = importlib.import_module("opentelemetry.propagate")
+            trace = importlib.import_module("opentelemetry.trace")
+            _otel = (propagate, trace)
+        except ImportError:
+            _otel = None
+    return _otel
+
+
+def inject(meta: MutableMapping[str, str]) -> None:
+    """Add `traceparent` (and `tracestate`) for the current span, if there is one and the
+    caller did not set it explicitly."""
+    otel = _load()
+    if otel is None or "traceparent" in meta:
+        return
+    propagate, trace = otel
+    span = trace.get_current_span()
+    if not span.get_span_context().is_valid:
+        return
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    for k, v in carrier.items():
+        meta.setdefault(k, v)
+
+
+@contextlib.contextmanager
+def job_span(kind: str, queue: str, job_id: int, meta: dict[str, str]) -> Iterator[None]:
+    """A consumer span around a handler, parented on the enqueuer's traceparent."""
+    otel = _load()
+    if otel is None:
+        yield
+        return
+    propagate, trace = otel
+    ctx = propagate.extract(meta) if "traceparent" in meta else None
+    tracer = trace.get_tracer("pgferry")
+    attrs = {"pgferry.job_id": job_id, "pgferry.queue": queue, "pgferry.kind": kind}
+    with tracer.start_as_current_span(
+        f"pgferry.job {kind}", context=ctx, kind=trace.SpanKind.CONSUMER, attributes=attrs
+    ):
+        yield
+
+
+def enabled() -> bool:
+    return _load() is not None

@@ -1,0 +1,152 @@
+"""Value types of the public API and their conversion to and from the protocol."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from pgferry import _tracing
+from pgferry.v1 import admin_pb2, common_pb2
+
+DEFAULT_QUEUE = "default"
+
+
+def dumps(value: Any) -> str:
+    # Compact separators: args are stored as jsonb; spaces only cost bytes on the wire.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def loads(text: str) -> Any:
+    return json.loads(text) if text else None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """One job for `enqueue_many`. Same fields as `Client.enqueue`."""
+
+    kind: str
+    args: Any = None
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    run_at: datetime | None = None
+    delay: float | timedelta | None = None
+    unique_key: str | None = None
+    max_attempts: int | None = None
+    meta: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueuedJob:
+    """The answer to an enqueue: the job's id, and whether a unique job with the same key
+    already existed (then `id` is that job's id and nothing new was enqueued)."""
+
+    id: int
+    duplicate: bool = False
+
+    def __int__(self) -> int:
+        return self.id
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptInfo:
+    attempt: int
+    outcome: str
+    error: str
+    error_kind: str
+    claimed_at: datetime | None
+    finished_at: datetime | None
+    duration_ms: int
+    worker: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A job as the server reports it (`Client.get_job`, `cancel`, `retry`)."""
+
+    id: int
+    queue: str
+    kind: str
+    state: str
+    args: Any
+    meta: dict[str, str]
+    priority: int
+    max_attempts: int
+    enqueued_at: datetime | None
+    run_at: datetime | None
+    attempts: list[AttemptInfo] = field(default_factory=list)
+    result: Any = None
+    unique_key: str | None = None
+
+
+def _ms_to_dt(ms: int) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc) if ms else None
+
+
+def _delay_ms(delay: float | timedelta) -> int:
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+    if seconds < 0:
+        raise ValueError("delay must be >= 0")
+    return int(round(seconds * 1000))
+
+
+def to_spec(req: JobRequest, *, trace: bool = True) -> common_pb2.JobSpec:
+    """Build the protocol JobSpec; raises ValueError/TypeError for input that can never be
+    valid (the server validates everything else and answers InvalidArgument)."""
+    if req.run_at is not None and req.delay is not None:
+        raise ValueError("pass run_at or delay, not both")
+    meta: dict[str, str] = dict(req.meta) if req.meta else {}
+    if trace:
+        _tracing.inject(meta)
+    spec = common_pb2.JobSpec(
+        queue=req.queue,
+        kind=req.kind,
+        args=dumps(req.args),
+        meta=meta,
+        priority=req.priority,
+    )
+    if req.max_attempts is not None:
+        spec.max_attempts = req.max_attempts
+    if req.run_at is not None:
+        run_at = req.run_at
+        if run_at.tzinfo is None:
+            raise ValueError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        spec.run_at_unix_ms = int(run_at.timestamp() * 1000)
+    if req.delay is not None:
+        spec.delay_ms = _delay_ms(req.delay)
+    if req.unique_key is not None:
+        spec.unique_key = req.unique_key
+    return spec
+
+
+def attempt_from_pb(a: admin_pb2.AttemptInfo) -> AttemptInfo:
+    return AttemptInfo(
+        attempt=a.attempt,
+        outcome=a.outcome,
+        error=a.error,
+        error_kind=a.error_kind,
+        claimed_at=_ms_to_dt(a.claimed_at_unix_ms),
+        finished_at=_ms_to_dt(a.finished_at_unix_ms),
+        duration_ms=a.duration_ms,
+        worker=a.worker,
+    )
+
+
+def job_from_pb(j: admin_pb2.JobInfo) -> JobInfo:
+    return JobInfo(
+        id=j.id,
+        queue=j.queue,
+        kind=j.kind,
+        state=j.state,
+        args=loads(j.args),
+        meta=dict(j.meta),
+        priority=j.priority,
+        max_attempts=j.max_attempts,
+        enqueued_at=_ms_to_dt(j.enqueued_at_unix_ms),
+        run_at=_ms_to_dt(j.run_at_unix_ms) if j.HasField("run_at_unix_ms") else None,
+        attempts=[attempt_from_pb(a) for a in j.attempts],
+        result=loads(j.result),
+        unique_key=j.unique_key if j.HasField("unique_key") else None,
+    )

@@ -1,0 +1,403 @@
+"""The asyncio client: enqueue over one persistent Producer stream, admin over unary RPCs."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from pgferry import _conn
+from pgferry._types import (
+    DEFAULT_QUEUE,
+    EnqueuedJob,
+    JobInfo,
+    JobRequest,
+    job_from_pb,
+    to_spec,
+)
+from pgferry.errors import (
+    AuthError,
+    PgferryError,
+    ProtocolError,
+    Unavailable,
+    from_error,
+    from_rpc_error,
+)
+from pgferry.v1 import admin_pb2, producer_pb2
+
+log = logging.getLogger("pgferry")
+
+_PRODUCER_STREAM = "/pgferry.v1.Producer/Stream"
+_ADMIN = "/pgferry.v1.Admin/"
+
+JobLike = JobRequest | tuple[str, Any] | Mapping[str, Any]
+
+
+def _as_request(j: JobLike) -> JobRequest:
+    if isinstance(j, JobRequest):
+        return j
+    if isinstance(j, tuple):
+        kind, args = j
+        return JobRequest(kind=kind, args=args)
+    if isinstance(j, Mapping):
+        return JobRequest(**j)
+    raise TypeError(f"enqueue_many: expected JobRequest, (kind, args) or dict, got {type(j)!r}")
+
+
+class _ProducerStream:
+    """One Producer stream. Requests carry a client-chosen seq; acks (which may arrive out
+    of order) resolve the matching future, so any number of enqueues pipeline on it."""
+
+    def __init__(self, call: Any, hello_ack: producer_pb2.HelloAck) -> None:
+        self.call = call
+        self.hello_ack = hello_ack
+        self.pending: dict[int, asyncio.Future[producer_pb2.EnqueueAck]] = {}
+        self.outbox: asyncio.Queue[producer_pb2.ProducerRequest | None] = asyncio.Queue()
+        self.dead: PgferryError | None = None
+        self.reader = asyncio.create_task(self._read())
+        self.writer = asyncio.create_task(self._write())
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                msg = await self.outbox.get()
+                if msg is None:
+                    await self.call.done_writing()
+                    return
+                await self.call.write(msg)
+        except (grpc.RpcError, asyncio.InvalidStateError) as e:
+            self._fail(Unavailable(f"producer stream write failed: {e}"))
+        except asyncio.CancelledError:
+            pass
+
+    async def _read(self) -> None:
+        err: PgferryError
+        try:
+            while True:
+                resp = await self.call.read()
+                if resp is grpc.aio.EOF:
+                    err = Unavailable("producer stream closed by the server")
+                    break
+                if resp.WhichOneof("msg") != "ack":
+                    continue
+                fut = self.pending.pop(resp.ack.seq, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(resp.ack)
+        except grpc.RpcError as e:
+            err = from_rpc_error(e)
+            if not isinstance(err, (AuthError,)):
+                err = Unavailable(f"producer stream lost: {err.message}", code=err.code)
+        except asyncio.CancelledError:
+            err = Unavailable("client closed")
+        self._fail(err)
+
+    def _fail(self, err: PgferryError) -> None:
+        if self.dead is None:
+            self.dead = err
+        pending, self.pending = self.pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(self.dead)
+
+    async def send(self, seq: int, req: producer_pb2.ProducerRequest) -> producer_pb2.EnqueueAck:
+        if self.dead is not None:
+            raise self.dead
+        fut: asyncio.Future[producer_pb2.EnqueueAck] = asyncio.get_running_loop().create_future()
+        self.pending[seq] = fut
+        self.outbox.put_nowait(req)
+        return await fut
+
+    async def close(self) -> None:
+        self.outbox.put_nowait(None)
+        self.call.cancel()
+        for t in (self.reader, self.writer):
+            t.cancel()
+        await asyncio.gather(self.reader, self.writer, return_exceptions=True)
+
+
+class Client:
+    """Async pgferry client.
+
+    >>> client = pgferry.Client("http://127.0.0.1:50051", api_key)
+    >>> job = await client.enqueue("send_email", {"to": "a@b.c"}, queue="emails")
+
+    One Producer stream is opened on first use and kept; concurrent `enqueue` calls share it
+    (acks are matched by seq). If the server goes away, calls in flight raise `Unavailable`
+    (their outcome is unknown) and the next call reconnects, retrying for up to
+    `connect_timeout` seconds."""
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str,
+        *,
+        client_name: str | None = None,
+        connect_timeout: float = 10.0,
+        default_queue: str = DEFAULT_QUEUE,
+        timeout: float | None = 30.0,
+    ) -> None:
+        self.url = url
+        self._api_key = api_key
+        self.client_name = client_name or f"python@{socket.gethostname()}:{os.getpid()}"
+        self.connect_timeout = connect_timeout
+        self.default_queue = default_queue
+        self.timeout = timeout
+        self._channel: grpc.aio.Channel | None = None
+        self._stream: _ProducerStream | None = None
+        self._connecting: asyncio.Lock | None = None
+        self._seq = itertools.count(1)
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._stream is not None:
+            await self._stream.close()
+            self._stream = None
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    def _chan(self) -> grpc.aio.Channel:
+        if self._closed:
+            raise PgferryError("client is closed", code="closed")
+        if self._channel is None:
+            self._channel = _conn.open_channel(self.url)
+        return self._channel
+
+    @property
+    def max_batch(self) -> int | None:
+        """Largest EnqueueBatch the server accepts (known after the first enqueue)."""
+        return self._stream.hello_ack.max_batch if self._stream else None
+
+    async def _producer(self) -> _ProducerStream:
+        s = self._stream
+        if s is not None and s.dead is None:
+            return s
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            s = self._stream
+            if s is not None and s.dead is None:
+                return s
+            if s is not None:
+                await s.close()
+                self._stream = None
+            self._stream = await self._open_producer()
+            return self._stream
+
+    async def _open_producer(self) -> _ProducerStream:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.connect_timeout
+        backoff = _conn.Backoff(base=0.05, cap=2.0)
+        while True:
+            try:
+                return await self._hello()
+            except Unavailable:
+                delay = backoff.next_delay()
+                if loop.time() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+
+    async def _hello(self) -> _ProducerStream:
+        method = self._chan().stream_stream(
+            _PRODUCER_STREAM,
+            request_serializer=producer_pb2.ProducerRequest.SerializeToString,
+            response_deserializer=producer_pb2.ProducerResponse.FromString,
+        )
+        call: Any = method(metadata=_conn.auth_metadata(self._api_key))
+        try:
+            await call.write(
+                producer_pb2.ProducerRequest(
+                    hello=producer_pb2.Hello(api_key=self._api_key, client_name=self.client_name)
+                )
+            )
+            resp = await call.read()
+        except grpc.RpcError as e:
+            call.cancel()
+            raise from_rpc_error(e) from None
+        if resp is grpc.aio.EOF or resp.WhichOneof("msg") != "hello_ack":
+            call.cancel()
+            raise ProtocolError("producer stream: expected hello_ack")
+        return _ProducerStream(call, resp.hello_ack)
+
+    # -- enqueue -----------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        kind: str,
+        args: Any = None,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        unique_key: str | None = None,
+        max_attempts: int | None = None,
+        meta: Mapping[str, str] | None = None,
+    ) -> EnqueuedJob:
+        """Enqueue one job; returns once it is committed. `args` is any JSON value (a dict
+        becomes the handler's keyword arguments). `delay` is seconds or a timedelta."""
+        spec = to_spec(
+            JobRequest(
+                kind=kind,
+                args=args,
+                queue=queue or self.default_queue,
+                priority=priority,
+                run_at=run_at,
+                delay=delay,
+                unique_key=unique_key,
+                max_attempts=max_attempts,
+                meta=meta,
+            )
+        )
+        seq = next(self._seq)
+        req = producer_pb2.ProducerRequest(enqueue=producer_pb2.Enqueue(seq=seq, job=spec))
+        ack = await self._send(seq, req)
+        return self._single(ack)
+
+    async def enqueue_many(self, jobs: Iterable[JobLike]) -> list[EnqueuedJob]:
+        """Enqueue several jobs atomically (one EnqueueBatch): all are committed or none."""
+        reqs = [_as_request(j) for j in jobs]
+        if not reqs:
+            return []
+        specs = [
+            to_spec(r if r.queue != DEFAULT_QUEUE else _with_queue(r, self.default_queue))
+            for r in reqs
+        ]
+        seq = next(self._seq)
+        req = producer_pb2.ProducerRequest(batch=producer_pb2.EnqueueBatch(seq=seq, jobs=specs))
+        ack = await self._send(seq, req)
+        if len(ack.job_ids) != len(specs):
+            raise ProtocolError(f"enqueue ack has {len(ack.job_ids)} ids for {len(specs)} jobs")
+        dups = list(ack.duplicates) or [False] * len(specs)
+        return [EnqueuedJob(i, d) for i, d in zip(ack.job_ids, dups)]
+
+    async def _send(self, seq: int, req: producer_pb2.ProducerRequest) -> producer_pb2.EnqueueAck:
+        stream = await self._producer()
+        if self.timeout is None:
+            ack = await stream.send(seq, req)
+        else:
+            try:
+                ack = await asyncio.wait_for(stream.send(seq, req), self.timeout)
+            except asyncio.TimeoutError:
+                stream.pending.pop(seq, None)
+                raise Unavailable(
+                    f"no enqueue ack within {self.timeout}s (outcome unknown)"
+                ) from None
+        if ack.HasField("error") and (ack.error.code or ack.error.message):
+            raise from_error(ack.error.code, ack.error.message, ack.error.field)
+        return ack
+
+    @staticmethod
+    def _single(ack: producer_pb2.EnqueueAck) -> EnqueuedJob:
+        if len(ack.job_ids) != 1:
+            raise ProtocolError(f"enqueue ack has {len(ack.job_ids)} ids for 1 job")
+        dup = bool(ack.duplicates[0]) if ack.duplicates else False
+        return EnqueuedJob(ack.job_ids[0], dup)
+
+    # -- admin (unary) -----------------------------------------------------------------
+
+    async def _unary(self, name: str, req: Any, resp_type: Any) -> Any:
+        method = self._chan().unary_unary(
+            _ADMIN + name,
+            request_serializer=type(req).SerializeToString,
+            response_deserializer=resp_type.FromString,
+        )
+        try:
+            return await method(req, metadata=_conn.auth_metadata(self._api_key), timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    async def get_job(self, job_id: int | EnqueuedJob) -> JobInfo:
+        """The job's state, attempts and result. Raises NotFound for unknown ids (and for
+        other tenants' jobs)."""
+        r = await self._unary("GetJob", admin_pb2.GetJobRequest(id=int(job_id)), admin_pb2.JobInfo)
+        return job_from_pb(r)
+
+    async def cancel(self, job_id: int | EnqueuedJob) -> JobInfo:
+        """Cancel a job. A pending job never runs; a running one's worker is told
+        (ctx.cancelled) and may stop cooperatively."""
+        r = await self._unary("CancelJob", admin_pb2.JobIdRequest(id=int(job_id)), admin_pb2.JobInfo)
+        return job_from_pb(r)
+
+    async def retry(self, job_id: int | EnqueuedJob) -> JobInfo:
+        """Run a failed, dead or cancelled job again."""
+        r = await self._unary("RetryJob", admin_pb2.JobIdRequest(id=int(job_id)), admin_pb2.JobInfo)
+        return job_from_pb(r)
+
+    async def list_jobs(
+        self,
+        *,
+        queue: str = "",
+        state: str = "",
+        kind: str = "",
+        cursor: str = "",
+        limit: int = 100,
+    ) -> tuple[list[JobInfo], str | None]:
+        """One page of jobs and the cursor of the next page (None on the last page)."""
+        r = await self._unary(
+            "ListJobs",
+            admin_pb2.ListJobsRequest(queue=queue, state=state, kind=kind, cursor=cursor, limit=limit),
+            admin_pb2.ListJobsResponse,
+        )
+        return [job_from_pb(j) for j in r.jobs], (r.next_cursor if r.has_more else None)
+
+    async def list_dead(
+        self, *, queue: str = "", kind: str = "", cursor: str = "", limit: int = 100
+    ) -> tuple[list[JobInfo], str | None]:
+        """One page of the dead-letter queue."""
+        r = await self._unary(
+            "ListDead",
+            admin_pb2.ListDeadRequest(
+                filter=admin_pb2.DeadFilter(queue=queue, kind=kind), cursor=cursor, limit=limit
+            ),
+            admin_pb2.ListJobsResponse,
+        )
+        return [job_from_pb(j) for j in r.jobs], (r.next_cursor if r.has_more else None)
+
+    async def retry_dead(
+        self, *, queue: str = "", kind: str = "", ids: Sequence[int] = ()
+    ) -> int:
+        """Re-enqueue dead-lettered jobs matching the filter; returns how many."""
+        r = await self._unary(
+            "RetryDead",
+            admin_pb2.DeadFilter(queue=queue, kind=kind, ids=list(ids)),
+            admin_pb2.CountResponse,
+        )
+        return int(r.count)
+
+    async def purge_dead(
+        self, *, queue: str = "", kind: str = "", ids: Sequence[int] = ()
+    ) -> int:
+        """Delete dead-lettered jobs matching the filter; returns how many."""
+        r = await self._unary(
+            "PurgeDead",
+            admin_pb2.DeadFilter(queue=queue, kind=kind, ids=list(ids)),
+            admin_pb2.CountResponse,
+        )
+        return int(r.count)
+
+
+def _with_queue(r: JobRequest, queue: str) -> JobRequest:
+    from dataclasses import replace
+
+    return replace(r, queue=queue)
+
+
+__all__ = ["Client", "JobLike"]

@@ -1,0 +1,129 @@
+"""What a handler sees: the job's identity and a way to talk back (heartbeat) and to learn
+that the job was cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine
+from datetime import datetime, timezone
+from typing import Any
+
+from pgferry.v1 import common_pb2
+
+
+class JobCancelled(Exception):
+    """Raised by `ctx.raise_if_cancelled()`; the worker reports the attempt as cancelled."""
+
+
+class JobContext:
+    """Passed as the first argument to every handler.
+
+    `cancelled` becomes True (and `cancel_event` is set) when the server cancels the job or
+    reports its lease lost; handlers doing long work should check it and stop. Sync handlers
+    (run in a thread) use `heartbeat_sync()` and `cancelled`."""
+
+    __slots__ = (
+        "id",
+        "attempt",
+        "queue",
+        "kind",
+        "args",
+        "meta",
+        "max_attempts",
+        "priority",
+        "enqueued_at_ms",
+        "lease_until_ms",
+        "worker_id",
+        "ref",
+        "_cancel_event",
+        "_thread_cancel",
+        "_heartbeat",
+        "_loop",
+    )
+
+    def __init__(
+        self,
+        *,
+        ref: common_pb2.AttemptRef,
+        queue: str,
+        kind: str,
+        args: Any,
+        meta: dict[str, str],
+        max_attempts: int,
+        priority: int,
+        enqueued_at_ms: int,
+        lease_until_ms: int,
+        worker_id: str,
+        heartbeat: Callable[[JobContext], Coroutine[Any, Any, bool]],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.ref = ref
+        self.id: int = ref.id
+        self.attempt: int = ref.attempt
+        self.queue = queue
+        self.kind = kind
+        self.args = args
+        self.meta = meta
+        self.max_attempts = max_attempts
+        self.priority = priority
+        self.enqueued_at_ms = enqueued_at_ms
+        self.lease_until_ms = lease_until_ms
+        self.worker_id = worker_id
+        self._cancel_event: asyncio.Event | None = None
+        self._thread_cancel = threading.Event()
+        self._heartbeat = heartbeat
+        self._loop = loop
+
+    def __repr__(self) -> str:
+        return f"<JobContext {self.kind} id={self.id} attempt={self.attempt} queue={self.queue}>"
+
+    @property
+    def is_last_attempt(self) -> bool:
+        return self.max_attempts > 0 and self.attempt >= self.max_attempts
+
+    @property
+    def enqueued_at(self) -> datetime:
+        return datetime.fromtimestamp(self.enqueued_at_ms / 1000, tz=timezone.utc)
+
+    @property
+    def lease_until(self) -> datetime:
+        return datetime.fromtimestamp(self.lease_until_ms / 1000, tz=timezone.utc)
+
+    # -- cancellation ------------------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        return self._thread_cancel.is_set()
+
+    @property
+    def cancel_event(self) -> asyncio.Event:
+        """An asyncio.Event set on cancellation (for `await ctx.cancel_event.wait()`)."""
+        if self._cancel_event is None:
+            self._cancel_event = asyncio.Event()
+            if self._thread_cancel.is_set():
+                self._cancel_event.set()
+        return self._cancel_event
+
+    def raise_if_cancelled(self) -> None:
+        if self._thread_cancel.is_set():
+            raise JobCancelled(f"job {self.id} was cancelled")
+
+    def _set_cancelled(self) -> None:
+        # Runs on the event loop thread.
+        self._thread_cancel.set()
+        if self._cancel_event is not None:
+            self._cancel_event.set()
+
+    # -- heartbeat ---------------------------------------------------------------------
+
+    async def heartbeat(self) -> bool:
+        """Extend the lease. True when the server confirmed it; False when the job is no
+        longer held by this worker (rescued or cancelled: stop working on it; `cancelled`
+        is then set). Raises pgferry.Unavailable when there is no connection."""
+        return await self._heartbeat(self)
+
+    def heartbeat_sync(self, timeout: float = 30.0) -> bool:
+        """`heartbeat()` for sync handlers running in the worker's thread pool."""
+        fut = asyncio.run_coroutine_threadsafe(self._heartbeat(self), self._loop)
+        return bool(fut.result(timeout))

@@ -1,0 +1,96 @@
+"""A blocking facade over Client for scripts and threaded web apps.
+
+It owns one event loop on a daemon thread; every method submits the coroutine there and
+waits. Calls from many threads are safe and share one Producer stream (they pipeline)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from pgferry._types import EnqueuedJob, JobInfo
+from pgferry.client import Client, JobLike
+
+T = TypeVar("T")
+
+
+class SyncClient:
+    """`pgferry.SyncClient(url, api_key).enqueue("kind", {...})`; same options as Client."""
+
+    def __init__(self, url: str, api_key: str, **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="pgferry-sync-client", daemon=True
+        )
+        self._thread.start()
+        self._client = Client(url, api_key, **options)
+        self._closed = False
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coro.close()
+            raise RuntimeError("SyncClient is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def enqueue(
+        self,
+        kind: str,
+        args: Any = None,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        unique_key: str | None = None,
+        max_attempts: int | None = None,
+        meta: Mapping[str, str] | None = None,
+    ) -> EnqueuedJob:
+        return self._run(
+            self._client.enqueue(
+                kind,
+                args,
+                queue=queue,
+                priority=priority,
+                run_at=run_at,
+                delay=delay,
+                unique_key=unique_key,
+                max_attempts=max_attempts,
+                meta=meta,
+            )
+        )
+
+    def enqueue_many(self, jobs: Iterable[JobLike]) -> list[EnqueuedJob]:
+        return self._run(self._client.enqueue_many(list(jobs)))
+
+    def get_job(self, job_id: int | EnqueuedJob) -> JobInfo:
+        return self._run(self._client.get_job(job_id))
+
+    def cancel(self, job_id: int | EnqueuedJob) -> JobInfo:
+        return self._run(self._client.cancel(job_id))
+
+    def retry(self, job_id: int | EnqueuedJob) -> JobInfo:
+        return self._run(self._client.retry(job_id))
+
+    def list_dead(self, **filters: Any) -> tuple[list[JobInfo], str | None]:
+        return self._run(self._client.list_dead(**filters))
+
+    def retry_dead(self, *, queue: str = "", kind: str = "", ids: Sequence[int] = ()) -> int:
+        return self._run(self._client.retry_dead(queue=queue, kind=kind, ids=ids))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._run(self._client.close())
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._loop.close()
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

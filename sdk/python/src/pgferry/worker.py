@@ -1,0 +1,503 @@
+"""The worker: one Worker stream per process, credits = free execution slots.
+
+Every Job the server sends has a slot (the server never exceeds the credits granted), so a
+job starts the moment it arrives and there is no local queue. When a handler finishes, its
+Result goes out and one credit is returned; credits are coalesced into one Credit message
+per write burst."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextvars
+import functools
+import inspect
+import logging
+import os
+import signal
+import socket
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+
+from pgferry import _conn, _tracing
+from pgferry._types import dumps, loads
+from pgferry.context import JobCancelled, JobContext
+from pgferry.errors import AuthError, PgferryError, ProtocolError, Unavailable, from_rpc_error
+from pgferry.outcomes import Cancel, Fail, Snooze
+from pgferry.v1 import common_pb2, worker_pb2
+
+log = logging.getLogger("pgferry.worker")
+
+_WORKER_STREAM = "/pgferry.v1.Worker/Stream"
+_MAX_ERROR_CHARS = 8000
+
+F = TypeVar("F", bound=Callable[..., Any])
+Key = tuple[int, int]
+
+
+class _Handler:
+    __slots__ = ("fn", "is_async")
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.is_async = inspect.iscoroutinefunction(fn)
+
+
+def _call_args(args: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    # A JSON object becomes keyword arguments, an array positional ones, null nothing.
+    if isinstance(args, dict):
+        return (), args
+    if isinstance(args, list):
+        return tuple(args), {}
+    if args is None:
+        return (), {}
+    return (args,), {}
+
+
+def _failure_text(e: BaseException) -> str:
+    text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    head = f"{type(e).__name__}: {e}"
+    body = f"{head}\n{text}" if text else head
+    return body[:_MAX_ERROR_CHARS]
+
+
+class Worker:
+    """Runs registered handlers for jobs from `queues`.
+
+    >>> app = pgferry.Worker(url, api_key, queues=["emails"], concurrency=50)
+    >>> @app.job("send_email")
+    ... async def send_email(ctx, to: str, subject: str): ...
+    >>> app.run()            # or: await app.run_async()
+
+    SIGTERM/SIGINT drain: no new jobs, in-flight ones get `grace_period` seconds, jobs
+    received but not started are handed back. A second signal stops at once."""
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str,
+        *,
+        queues: Sequence[str],
+        concurrency: int = 10,
+        worker_id: str | None = None,
+        grace_period: float = 30.0,
+        handle_signals: bool = True,
+        hard_cancel: bool = False,
+        reconnect_cap: float = 10.0,
+    ) -> None:
+        if not queues:
+            raise ValueError("Worker needs at least one queue")
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.url = url
+        self._api_key = api_key
+        self.queues = list(queues)
+        self.concurrency = concurrency
+        self.worker_id = worker_id or f"py-{socket.gethostname()}-{os.getpid()}"
+        self.grace_period = grace_period
+        self.handle_signals = handle_signals
+        # hard_cancel: a server Cancel also cancels the handler's asyncio task.
+        self.hard_cancel = hard_cancel
+        self._backoff = _conn.Backoff(base=0.1, cap=reconnect_cap)
+        self._handlers: dict[str, _Handler] = {}
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.stats: collections.Counter[str] = collections.Counter()
+        self._reset_runtime()
+
+    def _reset_runtime(self) -> None:
+        self._running: dict[Key, tuple[JobContext, asyncio.Task[None]]] = {}
+        self._outbox: collections.deque[worker_pb2.WorkerRequest] = collections.deque()
+        self._unacked: dict[Key, worker_pb2.WorkerRequest] = {}
+        self._credits = 0
+        self._hb_waiters: collections.deque[tuple[asyncio.Future[bool], Key]] = collections.deque()
+        self._unstarted: list[common_pb2.AttemptRef] = []
+        self._wake: asyncio.Event | None = None
+        self._stopping: asyncio.Event | None = None
+        self._draining = False
+        self._drain_sent = False
+        self._drained = False
+        self._drain_deadline = 0.0
+        self._call: Any = None
+        self._hello_ack: worker_pb2.WorkerHelloAck | None = None
+
+    # -- registration ------------------------------------------------------------------
+
+    def job(self, kind: str | None = None) -> Callable[[F], F]:
+        """Decorator: `@app.job("send_email")` (the function name when kind is omitted)."""
+
+        def deco(fn: F) -> F:
+            self.register(kind or fn.__name__, fn)
+            return fn
+
+        return deco
+
+    def register(self, kind: str, fn: Callable[..., Any]) -> None:
+        if kind in self._handlers:
+            raise ValueError(f"handler for {kind!r} already registered")
+        self._handlers[kind] = _Handler(fn)
+
+    @property
+    def kinds(self) -> list[str]:
+        return sorted(self._handlers)
+
+    # -- running -----------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Block until stopped (signal or `stop()`) and drained."""
+        asyncio.run(self.run_async())
+
+    async def run_async(self) -> None:
+        self._reset_runtime()
+        loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        installed: list[signal.Signals] = []
+        if self.handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                try:
+                    loop.add_signal_handler(sig, self._on_signal)
+                    installed.append(sig)
+                except (NotImplementedError, RuntimeError, ValueError):
+                    pass  # not the main thread, or no signals on this platform
+        channel = _conn.open_channel(self.url)
+        try:
+            await self._serve(channel)
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            await channel.close(grace=None)
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+
+    def stop(self) -> None:
+        """Start a graceful drain. Call it on the worker's event loop (signals do); from
+        another thread use `loop.call_soon_threadsafe(app.stop)`."""
+        if self._stopping is not None and not self._stopping.is_set():
+            log.info("pgferry worker %s: draining (%d in flight)", self.worker_id, len(self._running))
+            self._draining = True
+            self._drain_deadline = asyncio.get_running_loop().time() + self.grace_period
+            self._stopping.set()
+            self._kick()
+
+    def _on_signal(self) -> None:
+        if self._stopping is not None and self._stopping.is_set():
+            log.warning("pgferry worker: second signal, stopping now")
+            self._drain_deadline = 0.0
+            return
+        self.stop()
+
+    def _finished(self) -> bool:
+        """Drain is complete: nothing running, every result acked, Drain answered."""
+        return (
+            not self._running
+            and not self._outbox
+            and not self._unacked
+            and not self._unstarted
+            and (self._drained or self._call is None)
+        )
+
+    async def _serve(self, channel: grpc.aio.Channel) -> None:
+        assert self._stopping is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            session = asyncio.create_task(self._session(channel))
+            watch = asyncio.create_task(self._drain_watch(session))
+            err: BaseException | None = None
+            try:
+                await session
+            except AuthError:
+                raise
+            except (PgferryError, OSError) as e:
+                err = e
+            finally:
+                watch.cancel()
+                await asyncio.gather(watch, return_exceptions=True)
+                self._call = None
+                self._fail_heartbeats()
+            if self._stopping.is_set():
+                if self._finished() or loop.time() >= self._drain_deadline:
+                    self._abandon()
+                    return
+            delay = self._backoff.next_delay()
+            log.warning("pgferry worker: stream ended (%s); reconnecting in %.2fs", err, delay)
+            await asyncio.sleep(delay)
+
+    async def _drain_watch(self, session: asyncio.Task[None]) -> None:
+        """While draining, close the stream once everything is acked or grace runs out."""
+        assert self._stopping is not None
+        await self._stopping.wait()
+        loop = asyncio.get_running_loop()
+        while not self._finished() and loop.time() < self._drain_deadline:
+            await asyncio.sleep(0.02)
+        if not self._finished():
+            self._abandon()
+        call = self._call
+        if call is None:
+            return
+        try:
+            await asyncio.wait_for(call.done_writing(), 2)
+            await asyncio.wait_for(asyncio.shield(session), 3)
+        except (asyncio.TimeoutError, grpc.RpcError, asyncio.InvalidStateError, PgferryError):
+            call.cancel()
+
+    def _abandon(self) -> None:
+        """Grace is over: stop the handlers still running. Their leases expire and the
+        server retries them; nothing is lost, the attempt just waits for its lease."""
+        if self._running:
+            log.warning(
+                "pgferry worker: grace period over; %d job(s) left to lease expiry",
+                len(self._running),
+            )
+        for ctx, task in list(self._running.values()):
+            ctx._set_cancelled()
+            task.cancel()
+        self.stats["abandoned"] += len(self._running)
+        self._running.clear()
+        self._outbox.clear()
+        self._unacked.clear()
+        self._unstarted.clear()
+
+    async def _session(self, channel: grpc.aio.Channel) -> None:
+        """One stream's life: hello, credits (or Drain when stopping), then read until the
+        stream ends. Raises on transport errors so `_serve` can reconnect."""
+        assert self._stopping is not None
+        method = channel.stream_stream(
+            _WORKER_STREAM,
+            request_serializer=worker_pb2.WorkerRequest.SerializeToString,
+            response_deserializer=worker_pb2.WorkerResponse.FromString,
+        )
+        call: Any = method(metadata=_conn.auth_metadata(self._api_key))
+        hello = worker_pb2.WorkerHello(
+            api_key=self._api_key, worker_id=self.worker_id, queues=self.queues, kinds=self.kinds
+        )
+        try:
+            await call.write(worker_pb2.WorkerRequest(hello=hello))
+            first = await call.read()
+        except grpc.RpcError as e:
+            call.cancel()
+            raise from_rpc_error(e) from None
+        if first is grpc.aio.EOF or first.WhichOneof("msg") != "hello_ack":
+            call.cancel()
+            raise ProtocolError("worker stream: expected hello_ack")
+        self._hello_ack = first.hello_ack
+        self._call = call
+        # Results sent on a lost stream may not have been recorded: send them again (the
+        # server keeps the first outcome of an attempt, so a repeat is answered stale).
+        # Control messages of the old stream (credits, heartbeats, drain) mean nothing here.
+        kept = [m for m in self._outbox if m.WhichOneof("msg") == "result"]
+        self._outbox = collections.deque(list(self._unacked.values()) + kept)
+        self._unacked.clear()
+        self._drain_sent = False
+        self._drained = False
+        self._credits = 0 if self._draining else self.concurrency - len(self._running)
+        writer = asyncio.create_task(self._write_loop(call))
+        self._kick()
+        try:
+            await self._read_loop(call)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        finally:
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
+
+    async def _read_loop(self, call: Any) -> None:
+        while True:
+            resp = await call.read()
+            if resp is grpc.aio.EOF:
+                if self._stopping is not None and self._stopping.is_set():
+                    return
+                raise Unavailable("worker stream closed by the server")
+            which = resp.WhichOneof("msg")
+            if which == "job":
+                self._on_job(resp.job)
+            elif which == "result_ack":
+                self._on_result_ack(resp.result_ack)
+            elif which == "cancel":
+                self._on_cancel(resp.cancel.ref)
+            elif which == "heartbeat_ack":
+                self._on_heartbeat_ack(resp.heartbeat_ack)
+            elif which == "drained":
+                self._drained = True
+
+    async def _write_loop(self, call: Any) -> None:
+        assert self._wake is not None
+        wake = self._wake
+        while True:
+            await wake.wait()
+            wake.clear()
+            if self._draining and not self._drain_sent:
+                self._drain_sent = True
+                release, self._unstarted = self._unstarted, []
+                self.stats["released"] += len(release)
+                self._outbox.append(worker_pb2.WorkerRequest(drain=worker_pb2.Drain(release=release)))
+            elif self._draining and self._unstarted:
+                # Jobs that crossed our Drain on the wire: hand them back too.
+                release, self._unstarted = self._unstarted, []
+                self.stats["released"] += len(release)
+                self._outbox.append(worker_pb2.WorkerRequest(drain=worker_pb2.Drain(release=release)))
+            if self._credits > 0 and not self._draining:
+                n, self._credits = self._credits, 0
+                self._outbox.append(worker_pb2.WorkerRequest(credit=worker_pb2.Credit(n=n)))
+            while self._outbox:
+                msg = self._outbox.popleft()
+                if msg.WhichOneof("msg") == "result":
+                    r = msg.result.ref
+                    self._unacked[(r.id, r.attempt)] = msg
+                await call.write(msg)
+
+    def _kick(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- incoming ----------------------------------------------------------------------
+
+    def _on_job(self, job: worker_pb2.Job) -> None:
+        self.stats["received"] += 1
+        if self._draining:
+            self._unstarted.append(job.ref)
+            self._kick()
+            return
+        key = (job.ref.id, job.ref.attempt)
+        ctx = JobContext(
+            ref=job.ref,
+            queue=job.queue,
+            kind=job.kind,
+            args=None,
+            meta=dict(job.meta),
+            max_attempts=job.max_attempts,
+            priority=job.priority,
+            enqueued_at_ms=job.enqueued_at_unix_ms,
+            lease_until_ms=job.lease_until_unix_ms,
+            worker_id=self.worker_id,
+            heartbeat=self._heartbeat,
+            loop=asyncio.get_running_loop(),
+        )
+        task = asyncio.create_task(self._execute(ctx, job.args))
+        self._running[key] = (ctx, task)
+
+    def _on_result_ack(self, ack: worker_pb2.ResultAck) -> None:
+        self._unacked.pop((ack.ref.id, ack.ref.attempt), None)
+        if ack.stale:
+            self.stats["stale"] += 1
+        if ack.HasField("error") and ack.error.code:
+            self.stats["result_errors"] += 1
+            log.warning("pgferry worker: result for job %d rejected: %s %s",
+                        ack.ref.id, ack.error.code, ack.error.message)
+
+    def _on_cancel(self, ref: common_pb2.AttemptRef) -> None:
+        entry = self._running.get((ref.id, ref.attempt))
+        if entry is None:
+            return
+        ctx, task = entry
+        ctx._set_cancelled()
+        if self.hard_cancel:
+            task.cancel()
+
+    def _on_heartbeat_ack(self, ack: worker_pb2.HeartbeatAck) -> None:
+        if not self._hb_waiters:
+            return
+        fut, key = self._hb_waiters.popleft()
+        lost = any((r.id, r.attempt) == key for r in ack.lost)
+        entry = self._running.get(key)
+        if entry is not None:
+            if lost:
+                entry[0]._set_cancelled()
+            elif ack.lease_until_unix_ms:
+                entry[0].lease_until_ms = ack.lease_until_unix_ms
+        if not fut.done():
+            fut.set_result(not lost)
+
+    async def _heartbeat(self, ctx: JobContext) -> bool:
+        if self._call is None:
+            raise Unavailable("worker is not connected")
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._hb_waiters.append((fut, (ctx.id, ctx.attempt)))
+        self._outbox.append(worker_pb2.WorkerRequest(heartbeat=worker_pb2.Heartbeat(refs=[ctx.ref])))
+        self._kick()
+        return await fut
+
+    def _fail_heartbeats(self) -> None:
+        waiters, self._hb_waiters = self._hb_waiters, collections.deque()
+        for fut, _ in waiters:
+            if not fut.done():
+                fut.set_exception(Unavailable("worker stream lost before the heartbeat ack"))
+
+    # -- execution ---------------------------------------------------------------------
+
+    async def _execute(self, ctx: JobContext, args_json: str) -> None:
+        started = time.monotonic()
+        result = worker_pb2.JobResult(ref=ctx.ref)
+        try:
+            handler = self._handlers.get(ctx.kind)
+            if handler is None:
+                raise Fail(f"no handler registered for kind {ctx.kind!r}", kind="UnknownKind")
+            ctx.args = loads(args_json)
+            pos, kw = _call_args(ctx.args)
+            with _tracing.job_span(ctx.kind, ctx.queue, ctx.id, ctx.meta):
+                if handler.is_async:
+                    value = await handler.fn(ctx, *pos, **kw)
+                else:
+                    value = await self._run_sync(handler.fn, ctx, pos, kw)
+            if isinstance(value, (Snooze, Cancel, Fail)):
+                raise value
+            result.ok.result = "" if value is None else dumps(value)
+            self.stats["completed"] += 1
+        except Snooze as s:
+            result.snooze.delay_ms = int(s.seconds * 1000)
+            self.stats["snoozed"] += 1
+        except (Cancel, JobCancelled) as c:
+            result.cancelled.message = str(c)
+            self.stats["cancelled"] += 1
+        except Fail as f:
+            result.error.message = f.message
+            result.error.kind = f.kind
+            result.error.retryable = not f.permanent
+            if f.retry_in is not None:
+                result.error.retry_delay_ms = int(f.retry_in * 1000)
+            self.stats["failed"] += 1
+        except asyncio.CancelledError:
+            if not ctx.cancelled or (self._stopping is not None and self._stopping.is_set()):
+                raise  # abandoned at shutdown: the lease hands the job back
+            result.cancelled.message = "cancelled by the server"
+            self.stats["cancelled"] += 1
+        except Exception as e:  # any other exception: a retryable failure
+            result.error.message = _failure_text(e)
+            result.error.kind = type(e).__name__
+            result.error.retryable = True
+            self.stats["failed"] += 1
+            log.debug("pgferry worker: job %d (%s) failed", ctx.id, ctx.kind, exc_info=True)
+        result.duration_ms = int((time.monotonic() - started) * 1000)
+        self._finish(ctx, result)
+
+    def _finish(self, ctx: JobContext, result: worker_pb2.JobResult) -> None:
+        self._running.pop((ctx.id, ctx.attempt), None)
+        self._outbox.append(worker_pb2.WorkerRequest(result=result))
+        if not self._draining:
+            self._credits += 1
+        self._kick()
+
+    async def _run_sync(
+        self, fn: Callable[..., Any], ctx: JobContext, pos: tuple[Any, ...], kw: dict[str, Any]
+    ) -> Any:
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=self.concurrency, thread_name_prefix="pgferry-job"
+            )
+        # copy_context: the handler sees the tracing span and any contextvars of the task.
+        call = functools.partial(contextvars.copy_context().run, fn, ctx, *pos, **kw)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+
+def run_worker(app: Worker) -> None:
+    """Entry used by the `pgferry-worker` command."""
+    app.run()
+
+
+__all__ = ["Worker", "JobContext", "run_worker"]
