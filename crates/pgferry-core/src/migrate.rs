@@ -37,6 +37,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0002_tenancy.sql",
         sql: include_str!("../migrations/0002_tenancy.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_job_semantics.sql",
+        sql: include_str!("../migrations/0003_job_semantics.sql"),
+    },
 ];
 
 /// Advisory lock key for migrations ("pgferry" in ASCII, truncated): not shared with any
