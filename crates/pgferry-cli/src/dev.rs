@@ -23,7 +23,7 @@ pub async fn run(data_dir: PathBuf, args: ServerArgs) -> anyhow::Result<()> {
     let opts = ClusterOptions::new(data_dir.join("pg"));
     // Starting spawns and waits on processes: keep it off the async workers.
     let cluster = tokio::task::spawn_blocking(move || Cluster::start(opts)).await??;
-    let result = serve_on(&cluster, args, stop).await;
+    let result = serve_on(&cluster, &data_dir, args, stop).await;
     tracing::info!("stopping embedded postgres");
     let stopped = tokio::task::spawn_blocking(move || cluster.stop()).await?;
     result?;
@@ -34,6 +34,7 @@ pub async fn run(data_dir: PathBuf, args: ServerArgs) -> anyhow::Result<()> {
 
 async fn serve_on(
     cluster: &Cluster,
+    data_dir: &std::path::Path,
     args: ServerArgs,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -44,7 +45,20 @@ async fn serve_on(
         cluster.url(DEV_DB),
         cluster.data_dir().display()
     );
+    print_dev_key(&config, data_dir).await?;
     run::serve(config, args, stop).await
+}
+
+/// Migrates (so the tenancy tables exist), ensures the `dev` tenant and its admin key, and
+/// prints the key on one machine-readable line before the server starts listening.
+async fn print_dev_key(config: &Config, data_dir: &std::path::Path) -> anyhow::Result<()> {
+    let mut client = pgferry_core::db::connect(config, "migrate")
+        .await
+        .context("connecting to embedded postgres")?;
+    pgferry_core::migrate::up(&mut client).await?;
+    let key = crate::tenant_cmd::ensure_dev_key(&mut client, data_dir).await?;
+    println!("pgferry: dev api key={key}");
+    Ok(())
 }
 
 /// Creates the dev database on first start; a restart reuses it.

@@ -4,6 +4,7 @@ mod bench_cmd;
 mod dev;
 mod migrate_cmd;
 mod run;
+mod tenant_cmd;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -53,6 +54,20 @@ enum Command {
         #[command(subcommand)]
         action: migrate_cmd::Action,
     },
+    /// Manage tenants (operators; talks to the database directly).
+    Tenant {
+        #[arg(long, env = "PGFERRY_DATABASE_URL", global = true)]
+        database_url: Option<String>,
+        #[command(subcommand)]
+        action: tenant_cmd::TenantAction,
+    },
+    /// Manage API keys (operators; talks to the database directly).
+    Key {
+        #[arg(long, env = "PGFERRY_DATABASE_URL", global = true)]
+        database_url: Option<String>,
+        #[command(subcommand)]
+        action: tenant_cmd::KeyAction,
+    },
 }
 
 #[tokio::main]
@@ -78,18 +93,15 @@ async fn main() -> std::process::ExitCode {
         Command::Migrate {
             database_url,
             action,
-        } => {
-            let Some(database_url) = database_url else {
-                Cli::command()
-                    .error(
-                        clap::error::ErrorKind::MissingRequiredArgument,
-                        "the following required argument was not provided: \
-                         --database-url <DATABASE_URL> (or set PGFERRY_DATABASE_URL)",
-                    )
-                    .exit();
-            };
-            migrate_cmd::run(&database_url, action).await
-        }
+        } => migrate_cmd::run(&require_url(database_url), action).await,
+        Command::Tenant {
+            database_url,
+            action,
+        } => tenant_cmd::tenant(&require_url(database_url), action).await,
+        Command::Key {
+            database_url,
+            action,
+        } => tenant_cmd::key(&require_url(database_url), action).await,
         Command::Bench { cmd } => bench_cmd::run(cmd).await,
     };
     match result {
@@ -99,6 +111,20 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The `--database-url` of commands that declare it global (clap forbids `required` on
+/// global arguments, so its presence is checked here).
+fn require_url(database_url: Option<String>) -> String {
+    database_url.unwrap_or_else(|| {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "the following required argument was not provided: \
+                 --database-url <DATABASE_URL> (or set PGFERRY_DATABASE_URL)",
+            )
+            .exit()
+    })
 }
 
 /// Default HTTP address of `serve` and `dev`.

@@ -15,6 +15,7 @@ const KEY_INSERT: &str = include_str!("sql/key_insert.sql");
 const KEY_REVOKE: &str = include_str!("sql/key_revoke.sql");
 const KEY_LIST: &str = include_str!("sql/key_list.sql");
 const AUDIT_INSERT: &str = include_str!("sql/audit_insert.sql");
+const KEY_LOOKUP: &str = include_str!("sql/key_lookup.sql");
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
@@ -189,4 +190,16 @@ pub async fn list_keys(client: &Client, tenant_id: i64) -> Result<Vec<KeyInfo>, 
             revoked: r.get::<_, Option<SystemTime>>(5).is_some(),
         })
         .collect())
+}
+
+/// The tenant id of `key` when it exists, is unrevoked and its secret matches.
+pub async fn verify_key(client: &Client, key: &ApiKey) -> Result<Option<i64>, AdminError> {
+    // The touch interval is irrelevant here; the lookup statement wants one.
+    let row = client
+        .query_opt(KEY_LOOKUP, &[&key.prefix, &300.0f64])
+        .await?;
+    Ok(row.and_then(|r| {
+        let ok = !r.get::<_, bool>(5) && super::keys::hash_matches(&key.secret, r.get(3));
+        ok.then(|| r.get(1))
+    }))
 }
