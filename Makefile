@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: dev test setup build lint test-rust bench
+.PHONY: dev test setup build lint test-rust test-python bench
 
 setup:
 	@scripts/setup.sh
@@ -22,7 +22,21 @@ lint: setup
 test-rust: setup
 	$(CARGO) test --workspace
 
-test: lint test-rust
+# Python SDK (sdk/python): its own venv, mypy --strict, then pytest against the real
+# `pgferry dev` binary built above (PGFERRY_BIN overrides which binary the tests start).
+PY_VENV := sdk/python/.venv
+PGFERRY_BIN ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/debug/pgferry
+export PGFERRY_BIN
+
+test-python: setup
+	$(CARGO) build -p pgferry-cli
+	@test -x $(PY_VENV)/bin/python || python3 -m venv $(PY_VENV)
+	$(PY_VENV)/bin/pip install -q --disable-pip-version-check hatchling grpcio-tools grpcio protobuf pytest pytest-timeout mypy types-grpcio types-protobuf
+	$(PY_VENV)/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e sdk/python
+	cd sdk/python && .venv/bin/mypy
+	cd sdk/python && .venv/bin/python -m pytest -q -p no:cacheprovider --timeout 600
+
+test: lint test-rust test-python
 
 # The engine benchmark against the skiplocked and append-only references (release build).
 bench: setup

@@ -9,7 +9,7 @@
     async def send_email(ctx, to: str): ...
 """
 
-from pgferry._types import AttemptInfo, EnqueuedJob, JobInfo, JobRequest
+from pgferry._types import AttemptInfo, EnqueuedJob, JobInfo, JobRequest, QueueInfo
 from pgferry.client import Client
 from pgferry.context import JobCancelled, JobContext
 from pgferry.errors import (
@@ -48,6 +48,7 @@ __all__ = [
     "PermissionDenied",
     "PgferryError",
     "ProtocolError",
+    "QueueInfo",
     "RateLimited",
     "Snooze",
     "SyncClient",

@@ -150,3 +150,38 @@ def job_from_pb(j: admin_pb2.JobInfo) -> JobInfo:
         result=loads(j.result),
         unique_key=j.unique_key if j.HasField("unique_key") else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A queue's settings (only those set explicitly) and job counts."""
+
+    name: str
+    paused: bool
+    settings: dict[str, int]
+    counts: dict[str, int]
+
+
+_SETTINGS = (
+    "concurrency",
+    "max_attempts",
+    "backoff_base_ms",
+    "backoff_cap_ms",
+    "lease_ms",
+    "retention_ms",
+    "aging_ms",
+)
+_COUNTS = ("pending", "scheduled", "running", "completed", "failed", "dead")
+
+
+def queue_settings_pb(**settings: int | None) -> admin_pb2.QueueSettings:
+    unknown = set(settings) - set(_SETTINGS)
+    if unknown:
+        raise TypeError(f"unknown queue settings: {sorted(unknown)}")
+    return admin_pb2.QueueSettings(**{k: v for k, v in settings.items() if v is not None})
+
+
+def queue_from_pb(q: admin_pb2.QueueInfo) -> QueueInfo:
+    settings = {k: int(getattr(q.settings, k)) for k in _SETTINGS if q.settings.HasField(k)}
+    counts = {k: int(getattr(q.counts, k)) for k in _COUNTS}
+    return QueueInfo(name=q.name, paused=q.paused, settings=settings, counts=counts)

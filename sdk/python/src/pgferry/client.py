@@ -20,7 +20,10 @@ from pgferry._types import (
     EnqueuedJob,
     JobInfo,
     JobRequest,
+    QueueInfo,
     job_from_pb,
+    queue_from_pb,
+    queue_settings_pb,
     to_spec,
 )
 from pgferry.errors import (
@@ -392,6 +395,24 @@ class Client:
             admin_pb2.CountResponse,
         )
         return int(r.count)
+
+    async def list_queues(self) -> list[QueueInfo]:
+        r = await self._unary("ListQueues", admin_pb2.ListQueuesRequest(), admin_pb2.ListQueuesResponse)
+        return [queue_from_pb(q) for q in r.queues]
+
+    async def update_queue(self, name: str, **settings: int | None) -> QueueInfo:
+        """Change queue settings: concurrency, max_attempts, backoff_base_ms,
+        backoff_cap_ms, lease_ms, retention_ms, aging_ms (unset ones keep their value)."""
+        req = admin_pb2.UpdateQueueRequest(name=name, settings=queue_settings_pb(**settings))
+        return queue_from_pb(await self._unary("UpdateQueue", req, admin_pb2.QueueInfo))
+
+    async def pause_queue(self, name: str) -> QueueInfo:
+        req = admin_pb2.QueueNameRequest(name=name)
+        return queue_from_pb(await self._unary("PauseQueue", req, admin_pb2.QueueInfo))
+
+    async def resume_queue(self, name: str) -> QueueInfo:
+        req = admin_pb2.QueueNameRequest(name=name)
+        return queue_from_pb(await self._unary("ResumeQueue", req, admin_pb2.QueueInfo))
 
 
 def _with_queue(r: JobRequest, queue: str) -> JobRequest:

@@ -108,6 +108,7 @@ class Worker:
         self._handlers: dict[str, _Handler] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.stats: collections.Counter[str] = collections.Counter()
+        self._ran = False
         self._reset_runtime()
 
     def _reset_runtime(self) -> None:
@@ -117,8 +118,10 @@ class Worker:
         self._credits = 0
         self._hb_waiters: collections.deque[tuple[asyncio.Future[bool], Key]] = collections.deque()
         self._unstarted: list[common_pb2.AttemptRef] = []
-        self._wake: asyncio.Event | None = None
-        self._stopping: asyncio.Event | None = None
+        # Events are not bound to a loop until first awaited (3.10+), so they can be made here.
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._ready = asyncio.Event()
         self._draining = False
         self._drain_sent = False
         self._drained = False
@@ -153,10 +156,11 @@ class Worker:
         asyncio.run(self.run_async())
 
     async def run_async(self) -> None:
-        self._reset_runtime()
+        """Run on the current event loop until stopped and drained."""
+        if self._ran:
+            self._reset_runtime()
+        self._ran = True
         loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        self._stopping = asyncio.Event()
         installed: list[signal.Signals] = []
         if self.handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -176,10 +180,18 @@ class Worker:
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = None
 
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        """Wait until the worker stream is open (hello acknowledged and credits sent)."""
+        await asyncio.wait_for(self._ready.wait(), timeout)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._running)
+
     def stop(self) -> None:
         """Start a graceful drain. Call it on the worker's event loop (signals do); from
         another thread use `loop.call_soon_threadsafe(app.stop)`."""
-        if self._stopping is not None and not self._stopping.is_set():
+        if not self._stopping.is_set():
             log.info("pgferry worker %s: draining (%d in flight)", self.worker_id, len(self._running))
             self._draining = True
             self._drain_deadline = asyncio.get_running_loop().time() + self.grace_period
@@ -187,7 +199,7 @@ class Worker:
             self._kick()
 
     def _on_signal(self) -> None:
-        if self._stopping is not None and self._stopping.is_set():
+        if self._stopping.is_set():
             log.warning("pgferry worker: second signal, stopping now")
             self._drain_deadline = 0.0
             return
@@ -226,6 +238,7 @@ class Worker:
                     self._abandon()
                     return
             delay = self._backoff.next_delay()
+            self.stats["reconnects"] += 1
             log.warning("pgferry worker: stream ended (%s); reconnecting in %.2fs", err, delay)
             await asyncio.sleep(delay)
 
@@ -288,6 +301,7 @@ class Worker:
             raise ProtocolError("worker stream: expected hello_ack")
         self._hello_ack = first.hello_ack
         self._call = call
+        self._backoff.reset()
         # Results sent on a lost stream may not have been recorded: send them again (the
         # server keeps the first outcome of an attempt, so a repeat is answered stale).
         # Control messages of the old stream (credits, heartbeats, drain) mean nothing here.
@@ -299,6 +313,7 @@ class Worker:
         self._credits = 0 if self._draining else self.concurrency - len(self._running)
         writer = asyncio.create_task(self._write_loop(call))
         self._kick()
+        self._ready.set()
         try:
             await self._read_loop(call)
         except grpc.RpcError as e:
