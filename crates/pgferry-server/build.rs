@@ -1,0 +1,17 @@
+//! Compiles the protocol contract (proto/pgferry/v1) into Rust with tonic-build. Server
+//! stubs only; pgferry-client generates its own client stubs from the same files.
+//! Needs `protoc` (scripts/setup.sh installs protobuf-compiler); PROTOC overrides the path.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let files: Vec<_> = ["common", "producer", "worker", "admin"]
+        .iter()
+        .map(|f| root.join(format!("pgferry/v1/{f}.proto")))
+        .collect();
+    tonic_build::configure()
+        .build_client(false)
+        .build_server(true)
+        .compile_protos(&files, &[root.clone()])?;
+    println!("cargo:rerun-if-changed={}", root.display());
+    Ok(())
+}
