@@ -399,6 +399,7 @@ class Worker:
 
     def _on_result_ack(self, ack: worker_pb2.ResultAck) -> None:
         self._unacked.pop((ack.ref.id, ack.ref.attempt), None)
+        self.stats["acked"] += 1
         if ack.stale:
             self.stats["stale"] += 1
         if ack.HasField("error") and ack.error.code:

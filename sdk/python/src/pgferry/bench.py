@@ -1,0 +1,150 @@
+"""`python -m pgferry.bench --jobs 50000 --concurrency 200`: full cycle through the server
+with a no-op async handler; prints one JSON object on stdout.
+
+A job counts only when the server acknowledged its result (the completion committed).
+Without --url, a private `pgferry dev` is started ($PGFERRY_BIN, else `pgferry` on PATH) in a
+temporary directory and stopped afterwards."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any
+
+import grpc
+
+import pgferry
+
+
+def _start_dev(binary: str, data_dir: str) -> tuple[subprocess.Popen[str], str, str]:
+    proc = subprocess.Popen(
+        [binary, "dev", "--data-dir", data_dir, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    url = key = ""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if m := re.search(r"pgferry: listening grpc=(\S+)", line):
+            url = m.group(1)
+        if m := re.search(r"pgferry: dev api key=(\S+)", line):
+            key = m.group(1)
+        if url and key:
+            return proc, url, key
+    proc.wait()
+    raise SystemExit(f"pgferry dev exited ({proc.returncode}) without printing its grpc address and key")
+
+
+async def run(url: str, key: str, jobs: int, concurrency: int, batch: int, pipeline: int, preload: bool) -> dict[str, Any]:
+    queue = f"bench_{uuid.uuid4().hex[:8]}"
+    app = pgferry.Worker(url, key, queues=[queue], concurrency=concurrency, handle_signals=False)
+
+    @app.job("noop")
+    async def noop(ctx: pgferry.JobContext) -> None:
+        return None
+
+    done = asyncio.Event()
+    acked0 = 0
+
+    async with pgferry.Client(url, key, timeout=120) as client:
+        await client.enqueue("warmup", None, queue=f"{queue}_warmup")
+        sem = asyncio.Semaphore(pipeline)
+
+        async def enqueue_all() -> float:
+            t0 = time.perf_counter()
+
+            async def one(n: int) -> None:
+                async with sem:
+                    await client.enqueue_many([pgferry.JobRequest("noop", None, queue=queue) for _ in range(n)])
+
+            await asyncio.gather(*(one(min(batch, jobs - i)) for i in range(0, jobs, batch)))
+            return time.perf_counter() - t0
+
+        async def watch() -> None:
+            while app.stats["acked"] - acked0 < jobs:
+                await asyncio.sleep(0.005)
+            done.set()
+
+        enqueue_s: float
+        if preload:
+            enqueue_s = await enqueue_all()
+        worker = asyncio.create_task(app.run_async())
+        await app.wait_ready(60)
+        t0 = time.perf_counter()
+        watcher = asyncio.create_task(watch())
+        if not preload:
+            enqueue_s = await enqueue_all()
+        await done.wait()
+        elapsed = time.perf_counter() - t0
+        watcher.cancel()
+        app.stop()
+        await worker
+    return {
+        "bench": "python_cycle",
+        "mode": "preload" if preload else "cycle",
+        "jobs": jobs,
+        "concurrency": concurrency,
+        "enqueue_batch": batch,
+        "completed_jobs_per_s": round(jobs / elapsed, 1),
+        "enqueue_jobs_per_s": round(jobs / enqueue_s, 1),
+        "elapsed_s": round(elapsed, 3),
+        "stale": app.stats["stale"],
+        "python": platform.python_version(),
+        "grpcio": grpc.__version__,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pgferry.bench", description=__doc__)
+    p.add_argument("--url", default=os.environ.get("PGFERRY_URL"))
+    p.add_argument("--api-key", default=os.environ.get("PGFERRY_API_KEY"))
+    p.add_argument("--jobs", type=int, default=50_000)
+    p.add_argument("--concurrency", type=int, default=200)
+    p.add_argument("--batch", type=int, default=500, help="jobs per EnqueueBatch")
+    p.add_argument("--pipeline", type=int, default=4, help="EnqueueBatches in flight")
+    p.add_argument("--preload", action="store_true", help="enqueue everything before the worker starts")
+    a = p.parse_args(argv)
+    proc = None
+    tmp = None
+    url, key = a.url, a.api_key
+    if not url:
+        binary = os.environ.get("PGFERRY_BIN") or shutil.which("pgferry")
+        if not binary:
+            print("pgferry.bench: give --url/--api-key, or set PGFERRY_BIN", file=sys.stderr)
+            return 2
+        tmp = tempfile.mkdtemp(prefix="pgferry-bench-")
+        proc, url, key = _start_dev(binary, tmp)
+    try:
+        if not key:
+            print("pgferry.bench: --api-key (or PGFERRY_API_KEY) is required with --url", file=sys.stderr)
+            return 2
+        report = asyncio.run(run(url, key, a.jobs, a.concurrency, a.batch, a.pipeline, a.preload))
+        report["server"] = "pgferry dev (started by the bench)" if proc else url
+        print(json.dumps(report))
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
