@@ -222,6 +222,11 @@ DECLARE
     v_pass      int;
     v_xip       xid8[];
     v_sort      text := current_setting('enable_sort');
+    -- Cancelled jobs met by this claim: closed with outcome 4 under its receipt.
+    v_any_cancel boolean;
+    v_cids      bigint[] := '{}';
+    v_catts     int[] := '{}';
+    v_csegs     smallint[] := '{}';
 BEGIN
     -- One claimer per lane at a time; the others move on to other lanes instead of waiting.
     IF NOT pg_try_advisory_xact_lock(7266, p_lane) THEN
@@ -251,6 +256,8 @@ BEGIN
         END IF;
 
         v_got := 0;
+        -- One probe per claim; per-row probes only while some cancellation is pending.
+        v_any_cancel := coalesce(v_any_cancel, EXISTS (SELECT 1 FROM pgferry.cancels));
         -- Candidates of range (lo, hi]: xids in progress at lo, plus [lo.xmax, hi.xmax).
         -- Never `xid >= lo.xmin`: an old open transaction would make every claim rescan
         -- everything since it began. Every xip(lo) xid is below lo.xmax, so step A's rows
@@ -286,6 +293,12 @@ BEGIN
                 v_last_xid := v_row.xid; v_last_seq := v_row.seq;
                 v_ids := v_ids || v_row.job_id; v_atts := v_atts || v_row.attempt;
                 v_segs := v_segs || v_row.segment;
+                IF v_any_cancel AND EXISTS (SELECT 1 FROM pgferry.cancels c
+                                             WHERE c.job_id = v_row.job_id) THEN
+                    v_cids := v_cids || v_row.job_id; v_catts := v_catts || v_row.attempt;
+                    v_csegs := v_csegs || v_row.segment;
+                    CONTINUE;
+                END IF;
                 receipt_id := v_receipt; job_id := v_row.job_id; attempt := v_row.attempt;
                 job_segment := v_row.segment; max_attempts := v_row.max_attempts;
                 kind := v_row.kind; args := v_row.args; meta := v_row.meta;
@@ -322,6 +335,12 @@ BEGIN
                 v_last_xid := v_row.xid; v_last_seq := v_row.seq;
                 v_ids := v_ids || v_row.job_id; v_atts := v_atts || v_row.attempt;
                 v_segs := v_segs || v_row.segment;
+                IF v_any_cancel AND EXISTS (SELECT 1 FROM pgferry.cancels c
+                                             WHERE c.job_id = v_row.job_id) THEN
+                    v_cids := v_cids || v_row.job_id; v_catts := v_catts || v_row.attempt;
+                    v_csegs := v_csegs || v_row.segment;
+                    CONTINUE;
+                END IF;
                 receipt_id := v_receipt; job_id := v_row.job_id; attempt := v_row.attempt;
                 job_segment := v_row.segment; max_attempts := v_row.max_attempts;
                 kind := v_row.kind; args := v_row.args; meta := v_row.meta;
@@ -347,6 +366,13 @@ BEGIN
     VALUES (v_receipt, v_rseg, p_lane,
             v_lo, v_hi, v_hi_tick, v_last_xid, v_last_seq, v_exhausted, v_ids, v_atts,
             v_segs, p_worker, now() + p_lease_ms * interval '1 millisecond');
+    -- Nobody else knows this receipt yet: its cancelled attempts close without a lock.
+    IF cardinality(v_cids) > 0 THEN
+        INSERT INTO pgferry.completions (segment, receipt_id, outcome, job_ids, attempts, errors)
+        SELECT u.seg, v_receipt, 4, array_agg(u.id), array_agg(u.att), array_agg('cancelled'::text)
+          FROM unnest(v_cids, v_catts, v_csegs) AS u(id, att, seg)
+         GROUP BY u.seg;
+    END IF;
 END
 $fn$;
 
@@ -466,19 +492,21 @@ BEGIN
                 FROM pgferry.ready r
                WHERE r.segment = w.segment AND r.job_id = w.job_id AND r.attempt = w.attempt
                LIMIT 1) r
-         WHERE w.outcome IN (2, 3)
+         WHERE w.outcome IN (2, 3, 7)
     ),
     again AS (
         INSERT INTO pgferry.ready (segment, lane, job_id, attempt, max_attempts, kind, args, meta)
         SELECT (SELECT s.segment FROM pgferry.segments s WHERE s.state = 'current'),
-               f.job_lane, f.job_id, f.attempt + 1, f.max_attempts, f.kind, f.args, f.meta
-          FROM failed f WHERE f.outcome = 2 AND coalesce(f.delay_ms, 0) <= 0
+               f.job_lane, f.job_id, f.attempt + 1,
+               -- A snooze (7) does not use up an attempt.
+               f.max_attempts + (f.outcome = 7)::int, f.kind, f.args, f.meta
+          FROM failed f WHERE f.outcome IN (2, 7) AND coalesce(f.delay_ms, 0) <= 0
     ),
     later AS (
         INSERT INTO pgferry.scheduled (job_id, lane, attempt, max_attempts, kind, args, meta, run_at)
-        SELECT f.job_id, f.job_lane, f.attempt + 1, f.max_attempts, f.kind, f.args, f.meta,
-               now() + f.delay_ms * interval '1 millisecond'
-          FROM failed f WHERE f.outcome = 2 AND f.delay_ms > 0
+        SELECT f.job_id, f.job_lane, f.attempt + 1, f.max_attempts + (f.outcome = 7)::int,
+               f.kind, f.args, f.meta, now() + f.delay_ms * interval '1 millisecond'
+          FROM failed f WHERE f.outcome IN (2, 7) AND f.delay_ms > 0
     ),
     buried AS (
         INSERT INTO pgferry.dead (job_id, lane, attempt, max_attempts, kind, args, meta, error)

@@ -19,6 +19,7 @@ use crate::job::{ClaimedJob, Completed, NewJob, Outcome, OutcomeKind};
 use crate::lanes::{LaneCache, QueueLanes};
 
 const ENQUEUE: &str = include_str!("sql/enqueue.sql");
+const ENQUEUE_SCHEDULED: &str = include_str!("sql/enqueue_scheduled.sql");
 const CLAIM: &str = include_str!("sql/claim.sql");
 const COMPLETE: &str = include_str!("sql/complete.sql");
 const QUEUE_UPSERT: &str = include_str!("sql/queue_upsert.sql");
@@ -65,6 +66,8 @@ pub struct Engine {
     config: EngineConfig,
     /// Latest tick id known to this process; claimers wait on it instead of polling.
     ticks: watch::Sender<i64>,
+    /// Job ids whose cancellation was requested (from LISTEN pgferry_cancel).
+    cancels: tokio::sync::broadcast::Sender<i64>,
     /// Signalled after each enqueue so an in-process ticker ticks without waiting.
     log_grew: Arc<Notify>,
 }
@@ -76,6 +79,7 @@ impl Engine {
             lanes: LaneCache::default(),
             config,
             ticks: watch::Sender::new(0),
+            cancels: tokio::sync::broadcast::Sender::new(1024),
             log_grew: Arc::new(Notify::new()),
         })
     }
@@ -117,8 +121,13 @@ impl Engine {
         }
         let client = self.pool.get().await?;
         let batch = self.enqueue_batch(&**client, jobs).await?;
-        let stmt = client.prepare_cached(ENQUEUE).await?;
-        let rows = client.query(&stmt, &batch.params()).await?;
+        let rows = if batch.any_future {
+            let stmt = client.prepare_cached(ENQUEUE_SCHEDULED).await?;
+            client.query(&stmt, &batch.params_scheduled()).await?
+        } else {
+            let stmt = client.prepare_cached(ENQUEUE).await?;
+            client.query(&stmt, &batch.params()).await?
+        };
         self.log_grew.notify_one();
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
@@ -135,18 +144,23 @@ impl Engine {
             return Ok(Vec::new());
         }
         let batch = self.enqueue_batch(client, jobs).await?;
-        let params = batch.params();
-        let typed: Vec<(&(dyn ToSql + Sync), Type)> = params
-            .into_iter()
-            .zip([
-                Type::INT4_ARRAY,
-                Type::TEXT_ARRAY,
-                Type::JSONB_ARRAY,
-                Type::JSONB_ARRAY,
-                Type::INT4_ARRAY,
-            ])
-            .collect();
-        let rows = client.query_typed(ENQUEUE, &typed).await?;
+        let types = [
+            Type::INT4_ARRAY,
+            Type::TEXT_ARRAY,
+            Type::JSONB_ARRAY,
+            Type::JSONB_ARRAY,
+            Type::INT4_ARRAY,
+            Type::TIMESTAMPTZ_ARRAY,
+        ];
+        let rows = if batch.any_future {
+            let typed: Vec<(&(dyn ToSql + Sync), Type)> =
+                batch.params_scheduled().into_iter().zip(types).collect();
+            client.query_typed(ENQUEUE_SCHEDULED, &typed).await?
+        } else {
+            let typed: Vec<(&(dyn ToSql + Sync), Type)> =
+                batch.params().into_iter().zip(types).collect();
+            client.query_typed(ENQUEUE, &typed).await?
+        };
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
@@ -172,7 +186,10 @@ impl Engine {
             args: Vec::with_capacity(n),
             metas: Vec::with_capacity(n),
             max_attempts: Vec::with_capacity(n),
+            run_ats: Vec::with_capacity(n),
+            any_future: false,
         };
+        let now = SystemTime::now();
         let mut last: Option<(&str, u8, Arc<QueueLanes>)> = None;
         for job in jobs {
             let (queue, lane) = match &last {
@@ -195,6 +212,8 @@ impl Engine {
             b.metas.push(job.meta.as_ref());
             b.max_attempts
                 .push(job.max_attempts.unwrap_or(queue.max_attempts));
+            b.any_future |= job.run_at.is_some_and(|t| t > now);
+            b.run_ats.push(job.run_at);
         }
         Ok(b)
     }
@@ -209,6 +228,9 @@ impl Engine {
         let max = i32::try_from(max.min(self.config.max_batch)).unwrap_or(i32::MAX);
         let client = self.pool.get().await?;
         let lanes = self.lanes.for_claim(&**client, queue).await?;
+        if lanes.paused {
+            return Ok(Vec::new());
+        }
         // The tick known before the claim: a lane found empty now has nothing new until a
         // later tick (claims read the newest tick in the database, never an older one).
         let tick = *self.ticks.borrow();
@@ -225,7 +247,10 @@ impl Engine {
             *per_lane.entry(r.get(9)).or_default() += 1;
         }
         lanes.record_claim(&order, &per_lane, max as usize, tick);
-        Ok(rows.iter().map(row_to_claimed).collect())
+        Ok(rows
+            .iter()
+            .map(|r| row_to_claimed(r, lanes.backoff))
+            .collect())
     }
 
     /// Records a batch of outcomes in one statement. Each answer says whether the outcome won
@@ -262,7 +287,7 @@ impl Engine {
             codes.push(o.kind.code());
             errors.push(o.error.as_deref());
             delays.push(match o.kind {
-                OutcomeKind::Retry { delay } => {
+                OutcomeKind::Retry { delay } | OutcomeKind::Snooze { delay } => {
                     Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX))
                 }
                 _ => None,
@@ -293,6 +318,11 @@ impl Engine {
             .collect())
     }
 
+    /// Drops a queue from this process's lane cache (its settings changed).
+    pub(crate) fn forget_queue(&self, name: &str) {
+        self.lanes.invalidate(name);
+    }
+
     /// Notified when this process appended to the log (the ticker's early wake-up).
     pub fn log_grew(&self) -> Arc<Notify> {
         self.log_grew.clone()
@@ -308,6 +338,16 @@ impl Engine {
     }
 
     /// The latest tick id this process has heard of.
+    /// Cancellation requests, as job ids, for servers to tell the worker holding the job.
+    /// A lagging receiver misses some; heartbeats (`Beat::cancelled`) catch those.
+    pub fn subscribe_cancels(&self) -> tokio::sync::broadcast::Receiver<i64> {
+        self.cancels.subscribe()
+    }
+
+    pub fn publish_cancel(&self, job_id: i64) {
+        let _ = self.cancels.send(job_id);
+    }
+
     pub fn subscribe_ticks(&self) -> watch::Receiver<i64> {
         self.ticks.subscribe()
     }
@@ -325,7 +365,7 @@ impl Engine {
     }
 }
 
-fn row_to_claimed(r: &tokio_postgres::Row) -> ClaimedJob {
+fn row_to_claimed(r: &tokio_postgres::Row, backoff: crate::job::Backoff) -> ClaimedJob {
     ClaimedJob {
         receipt_id: r.get(0),
         job_id: r.get(1),
@@ -338,6 +378,7 @@ fn row_to_claimed(r: &tokio_postgres::Row) -> ClaimedJob {
         enqueued_at: r.get::<_, SystemTime>(8),
         lane: r.get(9),
         receipt_segment: r.get(10),
+        backoff,
     }
 }
 
@@ -348,9 +389,23 @@ struct EnqueueBatch<'a> {
     args: Vec<&'a Value>,
     metas: Vec<Option<&'a Value>>,
     max_attempts: Vec<i32>,
+    run_ats: Vec<Option<SystemTime>>,
+    /// Some job runs later: the statement that also writes `scheduled` is needed.
+    any_future: bool,
 }
 
 impl EnqueueBatch<'_> {
+    fn params_scheduled(&self) -> [&(dyn ToSql + Sync); 6] {
+        [
+            &self.lanes,
+            &self.kinds,
+            &self.args,
+            &self.metas,
+            &self.max_attempts,
+            &self.run_ats,
+        ]
+    }
+
     fn params(&self) -> [&(dyn ToSql + Sync); 5] {
         [
             &self.lanes,

@@ -20,6 +20,10 @@ pub enum Error {
     },
     #[error("batch of {size} jobs is over the limit of {limit}")]
     BatchTooLarge { size: usize, limit: usize },
+    #[error("{what} {id} not found")]
+    NotFound { what: &'static str, id: String },
+    #[error("{0}")]
+    Conflict(String),
     #[error("database: {0}")]
     Db(#[from] tokio_postgres::Error),
     #[error("connection pool: {0}")]
@@ -34,6 +38,8 @@ impl Error {
             Error::InvalidArgument { .. } => "invalid_argument",
             Error::PayloadTooLarge { .. } => "payload_too_large",
             Error::BatchTooLarge { .. } => "batch_too_large",
+            Error::NotFound { .. } => "not_found",
+            Error::Conflict(_) => "conflict",
             Error::Db(_) => "database",
             Error::Pool(_) => "unavailable",
         }

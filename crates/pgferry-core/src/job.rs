@@ -11,6 +11,38 @@ pub const MAX_PRIORITY: u8 = 3;
 /// Attempts a job may be given at most.
 pub const MAX_ATTEMPTS_LIMIT: i32 = 1000;
 
+/// Exponential backoff with full jitter: attempt n waits a uniform random time in
+/// [d/2, d] where d = min(cap, base * 2^(n-1)). Half the delay is kept so that a retry is
+/// never immediate by accident; the random half spreads a burst of failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay after attempt `attempt` (1-based) failed.
+    pub fn delay(&self, attempt: i32) -> Duration {
+        let exp = attempt.clamp(1, 31) as u32 - 1;
+        let d = self
+            .base
+            .checked_mul(1u32 << exp.min(30))
+            .unwrap_or(self.cap)
+            .min(self.cap);
+        let half = d / 2;
+        half + half.mul_f64(rand::random::<f64>())
+    }
+}
+
 /// A job to enqueue.
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -21,6 +53,9 @@ pub struct NewJob {
     pub priority: u8,
     /// None: the queue's default.
     pub max_attempts: Option<i32>,
+    /// Not before this instant: the job waits in `scheduled` and the leader's promoter moves
+    /// it into the log when due. None or a past instant: claimable at once.
+    pub run_at: Option<SystemTime>,
 }
 
 impl NewJob {
@@ -32,7 +67,20 @@ impl NewJob {
             meta: None,
             priority: 0,
             max_attempts: None,
+            run_at: None,
         }
+    }
+
+    /// Runs no earlier than `at`.
+    pub fn run_at(mut self, at: SystemTime) -> Self {
+        self.run_at = Some(at);
+        self
+    }
+
+    /// Runs no earlier than `delay` from now.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.run_at = Some(SystemTime::now() + delay);
+        self
     }
 
     pub fn priority(mut self, priority: u8) -> Self {
@@ -150,6 +198,8 @@ pub struct ClaimedJob {
     pub args: Value,
     pub meta: Option<Value>,
     pub enqueued_at: SystemTime,
+    /// The queue's retry policy when the claim was made.
+    pub backoff: Backoff,
 }
 
 impl ClaimedJob {
@@ -166,6 +216,22 @@ impl ClaimedJob {
             OutcomeKind::Dead
         };
         self.outcome(kind, Some(error.into()), None)
+    }
+
+    /// A handler error retried after the queue's backoff (exponential with jitter), or
+    /// dead-lettered on the last attempt.
+    pub fn fail(&self, error: impl Into<String>) -> Outcome {
+        self.failed(error, self.backoff.delay(self.attempt))
+    }
+
+    /// Run again after `delay` without using up an attempt.
+    pub fn snooze(&self, delay: Duration) -> Outcome {
+        self.outcome(OutcomeKind::Snooze { delay }, None, None)
+    }
+
+    /// The handler stopped because the job was cancelled.
+    pub fn cancelled(&self, reason: impl Into<String>) -> Outcome {
+        self.outcome(OutcomeKind::Cancelled, Some(reason.into()), None)
     }
 
     /// An error that must not be retried.
@@ -205,6 +271,10 @@ pub enum OutcomeKind {
     /// Moved to the dead-letter queue.
     Dead,
     Cancelled,
+    /// Run again after `delay`; the attempt does not count against max_attempts.
+    Snooze {
+        delay: Duration,
+    },
 }
 
 /// Outcome codes as stored in `completions.outcome`.
@@ -217,6 +287,8 @@ pub mod outcome_code {
     pub const RESCUED_RETRY: i16 = 5;
     /// Lease expired on the last attempt; the rescuer dead-lettered the job.
     pub const RESCUED_DEAD: i16 = 6;
+    /// Snoozed: rescheduled without using an attempt.
+    pub const SNOOZED: i16 = 7;
 }
 
 impl OutcomeKind {
@@ -226,6 +298,7 @@ impl OutcomeKind {
             OutcomeKind::Retry { .. } => outcome_code::RETRY,
             OutcomeKind::Dead => outcome_code::DEAD,
             OutcomeKind::Cancelled => outcome_code::CANCELLED,
+            OutcomeKind::Snooze { .. } => outcome_code::SNOOZED,
         }
     }
 }

@@ -21,7 +21,6 @@ use crate::error::Result;
 const QUEUE_ENSURE: &str = include_str!("sql/queue_ensure.sql");
 const LANES_ENSURE: &str = include_str!("sql/lanes_ensure.sql");
 const LANES_SELECT: &str = include_str!("sql/lanes_select.sql");
-const QUEUE_DEFAULTS: &str = include_str!("sql/queue_defaults.sql");
 
 /// How stale a claimer's list of lanes may get.
 const REFRESH: Duration = Duration::from_secs(1);
@@ -33,6 +32,11 @@ pub struct QueueLanes {
     pub by_priority: [Vec<i32>; 4],
     pub max_attempts: i32,
     pub lease_ms: i32,
+    /// A paused queue hands out nothing (claims see it within [`REFRESH`]).
+    pub paused: bool,
+    pub backoff: crate::job::Backoff,
+    /// A lower priority's head older than this is served before higher priorities.
+    pub aging: Duration,
     loaded: Instant,
     next_shard: AtomicUsize,
     /// Lane -> tick at which a claim last found it empty.
@@ -144,18 +148,22 @@ impl LaneCache {
         }
         let rows = client.query(LANES_SELECT, &[&queue]).await?;
         let mut by_priority: [Vec<i32>; 4] = Default::default();
-        let (mut max_attempts, mut lease_ms) = (25, 60_000);
+        let first = rows.first().ok_or_else(|| crate::error::Error::NotFound {
+            what: "queue",
+            id: queue.to_string(),
+        })?;
         for row in &rows {
-            let priority: i16 = row.get(1);
-            by_priority[priority as usize].push(row.get(0));
-            max_attempts = row.get(3);
-            lease_ms = row.get(4);
+            if let Some(lane) = row.get::<_, Option<i32>>(0) {
+                let priority: i16 = row.get(1);
+                by_priority[priority as usize].push(lane);
+            }
         }
-        if rows.is_empty() {
-            // A queue without lanes yet: read its defaults directly.
-            let r = client.query_one(QUEUE_DEFAULTS, &[&queue]).await?;
-            (max_attempts, lease_ms) = (r.get(0), r.get(1));
-        }
+        let (max_attempts, lease_ms, paused) = (first.get(3), first.get(4), first.get(5));
+        let backoff = crate::job::Backoff {
+            base: Duration::from_millis(first.get::<_, i32>(6) as u64),
+            cap: Duration::from_millis(first.get::<_, i32>(7) as u64),
+        };
+        let aging = Duration::from_millis(first.get::<_, i32>(8) as u64);
         let dry = cached
             .map(|q| q.dry_at.lock().expect("dry lanes").clone())
             .unwrap_or_default();
@@ -163,6 +171,9 @@ impl LaneCache {
             by_priority,
             max_attempts,
             lease_ms,
+            paused,
+            backoff,
+            aging,
             loaded: Instant::now(),
             next_shard: AtomicUsize::new(0),
             dry_at: Mutex::new(dry),

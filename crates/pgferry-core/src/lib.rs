@@ -2,6 +2,7 @@
 //! with tick visibility batches, receipts as cursors, batched completions, and the leader's
 //! duties (ticker, promoter, rescuer, rotator). See DESIGN.md §2–§3.
 
+pub mod control;
 pub mod db;
 pub mod engine;
 pub mod error;
@@ -9,9 +10,14 @@ pub mod job;
 pub mod lanes;
 pub mod leader;
 pub mod listen;
+pub mod lookup;
 pub mod migrate;
+pub mod queues;
 
+pub use control::{AttemptRef, Beat};
 pub use engine::{Engine, EngineConfig, QueueOptions};
 pub use error::{Error, Result};
-pub use job::{ClaimedJob, Completed, NewJob, Outcome, OutcomeKind};
+pub use job::{Backoff, ClaimedJob, Completed, NewJob, Outcome, OutcomeKind};
 pub use leader::{Leader, LeaderConfig};
+pub use lookup::{AttemptInfo, CancelResult, JobInfo, JobState};
+pub use queues::{QueueInfo, QueueSettings};

@@ -1,6 +1,7 @@
 //! Tick feed for processes that are not the leader: LISTEN to the one NOTIFY per tick and
 //! publish it to the engine's tick watch, so their claimers wake within milliseconds of a
 //! tick instead of polling. (The leader's own process is fed in-process by its ticker.)
+//! The same connection hears cancellations, so servers can tell the worker holding the job.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,8 @@ use crate::error::Result;
 
 /// The channel the ticker notifies (tick.sql).
 pub const TICK_CHANNEL: &str = "pgferry_tick";
+/// The channel a cancellation notifies (cancel.sql); the payload is the job id.
+pub const CANCEL_CHANNEL: &str = "pgferry_cancel";
 
 /// Runs forever: listens, publishes ticks, reconnects after a second when the connection
 /// drops. Spawn it once per process.
@@ -35,7 +38,8 @@ async fn listen_once(engine: &Engine, pg: &Config) -> Result<()> {
         while let Some(msg) = messages.next().await {
             match msg {
                 Ok(AsyncMessage::Notification(n)) => {
-                    if tx.send(n.payload().to_string()).is_err() {
+                    let cancel = n.channel() == CANCEL_CHANNEL;
+                    if tx.send((cancel, n.payload().to_string())).is_err() {
                         break;
                     }
                 }
@@ -46,11 +50,13 @@ async fn listen_once(engine: &Engine, pg: &Config) -> Result<()> {
         Ok(())
     });
     client
-        .batch_execute(&format!("LISTEN {TICK_CHANNEL}"))
+        .batch_execute(&format!("LISTEN {TICK_CHANNEL}; LISTEN {CANCEL_CHANNEL}"))
         .await?;
-    while let Some(payload) = rx.recv().await {
-        if let Ok(tick) = payload.parse::<i64>() {
-            engine.publish_tick(tick);
+    while let Some((cancel, payload)) = rx.recv().await {
+        match payload.parse::<i64>() {
+            Ok(job_id) if cancel => engine.publish_cancel(job_id),
+            Ok(tick) => engine.publish_tick(tick),
+            Err(_) => {}
         }
     }
     drop(client);

@@ -60,7 +60,10 @@ async fn hot_path_leaves_no_dead_tuples() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     };
-    assert_eq!(ins, written, "statistics must account for every row written");
+    assert_eq!(
+        ins, written,
+        "statistics must account for every row written"
+    );
     assert_eq!(dead, 0, "dead tuples on log partitions");
     assert_eq!(upd_del, 0, "updates or deletes on log partitions");
 }

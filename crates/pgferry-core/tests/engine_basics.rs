@@ -151,7 +151,11 @@ async fn first_outcome_wins_and_late_one_is_stale() {
         .await
         .map(|r| (r.get(0), r.get(1)))
         .unwrap();
-    assert_eq!((ready, done), (2, 2), "one ready row and one outcome per attempt");
+    assert_eq!(
+        (ready, done),
+        (2, 2),
+        "one ready row and one outcome per attempt"
+    );
     // An outcome for an attempt that never existed is stale too.
     let mut fake = c2[0].completed(None);
     fake.attempt = 7;

@@ -128,7 +128,7 @@ async fn every_job_is_accounted_for() {
                         OutcomeKind::Completed => Recorded::Completed,
                         OutcomeKind::Retry { .. } => Recorded::Retry,
                         OutcomeKind::Dead => Recorded::Dead,
-                        OutcomeKind::Cancelled => unreachable!(),
+                        OutcomeKind::Cancelled | OutcomeKind::Snooze { .. } => unreachable!(),
                     };
                     l.entry((o.job_id, o.attempt)).or_default().push(rec);
                     if rec != Recorded::Retry {

@@ -173,8 +173,7 @@ async fn hot_statement_plans() {
         .query(
             &stmt,
             &[
-                &ids, &atts, &segs, &rids, &lanes, &rsegs, &codes, &errs, &delays, &results,
-                &durs,
+                &ids, &atts, &segs, &rids, &lanes, &rsegs, &codes, &errs, &delays, &results, &durs,
             ],
         )
         .await

@@ -9,6 +9,8 @@ use crate::error::Result;
 
 const RESCUE_LOCK: &str = include_str!("../sql/rescue_lock.sql");
 const RESCUE: &str = include_str!("../sql/rescue.sql");
+const RESCUE_LONG_LOCK: &str = include_str!("../sql/rescue_long_lock.sql");
+const LONG_LEASES_DROP: &str = include_str!("../sql/long_leases_drop.sql");
 const RESCUE_MARK: &str = include_str!("../sql/rescue_mark.sql");
 const READ_MARK: &str = "SELECT rescue_mark FROM pgferry.leader_state";
 /// Receipts examined per statement.
@@ -35,7 +37,9 @@ pub struct RescueReport {
 pub async fn rescue(client: &mut Client, settle: Duration) -> Result<RescueReport> {
     let tx = client.transaction().await?;
     let mark: i64 = tx.query_one(READ_MARK, &[]).await?.get(0);
-    let locked = tx.query_one(RESCUE_LOCK, &[&mark, &RECEIPTS_PER_PASS]).await?;
+    let locked = tx
+        .query_one(RESCUE_LOCK, &[&mark, &RECEIPTS_PER_PASS])
+        .await?;
     let ids: Vec<i64> = locked.get(0);
     let mut report = RescueReport::default();
     if !ids.is_empty() {
@@ -52,6 +56,24 @@ pub async fn rescue(client: &mut Client, settle: Duration) -> Result<RescueRepor
     let upto: i64 = locked.get::<_, Option<i64>>(2).unwrap_or(i64::MAX);
     let settle_ms = i64::try_from(settle.as_millis()).unwrap_or(i64::MAX);
     tx.execute(RESCUE_MARK, &[&upto, &settle_ms]).await?;
+    tx.commit().await?;
+
+    // Attempts whose heartbeats stopped: the mark has passed their receipts, so they are
+    // found through long_leases instead.
+    let tx = client.transaction().await?;
+    let locked = tx
+        .query_one(RESCUE_LONG_LOCK, &[&RECEIPTS_PER_PASS])
+        .await?;
+    let ids: Vec<i64> = locked.get(0);
+    if !ids.is_empty() {
+        let (lo, hi): (i64, i64) = (locked.get(1), locked.get(2));
+        let row = tx.query_one(RESCUE, &[&ids, &lo, &hi]).await?;
+        report.receipts += ids.len() as i64;
+        report.examined += row.get::<_, i64>(0);
+        report.retried += row.get::<_, i64>(1);
+        report.dead += row.get::<_, i64>(2);
+        tx.execute(LONG_LEASES_DROP, &[&ids]).await?;
+    }
     tx.commit().await?;
     Ok(report)
 }

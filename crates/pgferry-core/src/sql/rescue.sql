@@ -2,12 +2,14 @@
 -- the attempts of those receipts that have no outcome yet, retrying them (or dead-lettering
 -- on the last attempt). A worker finishing at the same moment either committed before the
 -- locks were granted (its outcome is seen here) or waits for them and is answered stale.
--- $1 locked receipt ids, $2 lowest, $3 highest (BRIN receipts_id range, then = ANY filter)
+-- $1 locked receipt ids, $2 lowest, $3 highest (BRIN receipts_id range, then = ANY filter).
+-- Used by both passes: receipts past their lease, and receipts of expired long leases.
 WITH exp AS (
     SELECT rc.receipt_id, u.job_id, u.attempt, u.segment
       FROM pgferry.receipts rc,
            unnest(rc.job_ids, rc.attempts, rc.job_segments) AS u(job_id, attempt, segment)
      WHERE rc.receipt_id BETWEEN $2 AND $3 AND rc.receipt_id = ANY ($1)
+       AND rc.lease_until < now()
 ),
 -- Index completions_receipt, one probe per receipt and partition.
 closed AS (
@@ -28,6 +30,10 @@ open AS (
            LIMIT 1) rd
      WHERE (e.receipt_id, e.job_id, e.attempt)
                NOT IN (SELECT c.receipt_id, c.job_id, c.attempt FROM closed c)
+       -- A heartbeat extended this attempt's lease (long_leases primary key): not yet.
+       AND NOT EXISTS (SELECT 1 FROM pgferry.long_leases ll
+                        WHERE ll.job_id = e.job_id AND ll.attempt = e.attempt
+                          AND ll.lease_until >= now())
 ),
 done AS (
     INSERT INTO pgferry.completions (segment, receipt_id, outcome, job_ids, attempts, errors)

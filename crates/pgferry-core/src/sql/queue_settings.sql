@@ -1,0 +1,14 @@
+-- Update a queue's settings; NULL keeps the current value. Cold path (operators).
+-- $1 name, $2 max_attempts, $3 lease_ms, $4 backoff_base_ms, $5 backoff_cap_ms,
+-- $6 retention_ms, $7 aging_ms, $8 paused
+UPDATE pgferry.queues
+   SET max_attempts    = coalesce($2, max_attempts),
+       lease_ms        = coalesce($3, lease_ms),
+       backoff_base_ms = coalesce($4, backoff_base_ms),
+       backoff_cap_ms  = coalesce($5, backoff_cap_ms),
+       retention_ms    = coalesce($6, retention_ms),
+       aging_ms        = coalesce($7, aging_ms),
+       paused          = coalesce($8, paused)
+ WHERE name = $1
+RETURNING name, paused, max_attempts, lease_ms, backoff_base_ms, backoff_cap_ms, retention_ms,
+          aging_ms
