@@ -115,7 +115,8 @@ class Worker:
         self._running: dict[Key, tuple[JobContext, asyncio.Task[None]]] = {}
         self._outbox: collections.deque[worker_pb2.WorkerRequest] = collections.deque()
         self._unacked: dict[Key, worker_pb2.WorkerRequest] = {}
-        self._credits = 0
+        self._credits = 0  # freed slots not yet granted to the server
+        self._server_credits = 0  # granted on this stream and not yet used by a Job
         self._hb_waiters: collections.deque[tuple[asyncio.Future[bool], Key]] = collections.deque()
         self._unstarted: list[common_pb2.AttemptRef] = []
         # Events are not bound to a loop until first awaited (3.10+), so they can be made here.
@@ -311,6 +312,7 @@ class Worker:
         self._drain_sent = False
         self._drained = False
         self._credits = 0 if self._draining else self.concurrency - len(self._running)
+        self._server_credits = 0
         writer = asyncio.create_task(self._write_loop(call))
         self._kick()
         self._ready.set()
@@ -357,8 +359,9 @@ class Worker:
                 release, self._unstarted = self._unstarted, []
                 self.stats["released"] += len(release)
                 self._outbox.append(worker_pb2.WorkerRequest(drain=worker_pb2.Drain(release=release)))
-            if self._credits > 0 and not self._draining:
+            if self._credits > 0 and not self._draining and self._credit_due():
                 n, self._credits = self._credits, 0
+                self._server_credits += n
                 self._outbox.append(worker_pb2.WorkerRequest(credit=worker_pb2.Credit(n=n)))
             while self._outbox:
                 msg = self._outbox.popleft()
@@ -366,6 +369,13 @@ class Worker:
                     r = msg.result.ref
                     self._unacked[(r.id, r.attempt)] = msg
                 await call.write(msg)
+
+    def _credit_due(self) -> bool:
+        """Grant freed slots in bunches: each message costs a write, so while the server
+        still holds plenty of unused credits, wait until an eighth of the slots are free.
+        Once its unused credits run low (or at concurrency 1) grant at once."""
+        threshold = max(1, self.concurrency // 8)
+        return self._credits >= threshold or self._server_credits < threshold
 
     def _kick(self) -> None:
         if self._wake is not None:
@@ -375,6 +385,7 @@ class Worker:
 
     def _on_job(self, job: worker_pb2.Job) -> None:
         self.stats["received"] += 1
+        self._server_credits -= 1
         if self._draining:
             self._unstarted.append(job.ref)
             self._kick()
