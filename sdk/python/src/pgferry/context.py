@@ -4,7 +4,6 @@ that the job was cancelled."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable, Coroutine
 from datetime import datetime, timezone
 from typing import Any
@@ -37,7 +36,7 @@ class JobContext:
         "worker_id",
         "ref",
         "_cancel_event",
-        "_thread_cancel",
+        "_cancelled",
         "_heartbeat",
         "_loop",
     )
@@ -71,7 +70,9 @@ class JobContext:
         self.lease_until_ms = lease_until_ms
         self.worker_id = worker_id
         self._cancel_event: asyncio.Event | None = None
-        self._thread_cancel = threading.Event()
+        # A plain flag (set on the loop thread, read from any thread): cheaper per job
+        # than a threading.Event, and a bool read is atomic under the GIL.
+        self._cancelled = False
         self._heartbeat = heartbeat
         self._loop = loop
 
@@ -94,24 +95,24 @@ class JobContext:
 
     @property
     def cancelled(self) -> bool:
-        return self._thread_cancel.is_set()
+        return self._cancelled
 
     @property
     def cancel_event(self) -> asyncio.Event:
         """An asyncio.Event set on cancellation (for `await ctx.cancel_event.wait()`)."""
         if self._cancel_event is None:
             self._cancel_event = asyncio.Event()
-            if self._thread_cancel.is_set():
+            if self._cancelled:
                 self._cancel_event.set()
         return self._cancel_event
 
     def raise_if_cancelled(self) -> None:
-        if self._thread_cancel.is_set():
+        if self._cancelled:
             raise JobCancelled(f"job {self.id} was cancelled")
 
     def _set_cancelled(self) -> None:
         # Runs on the event loop thread.
-        self._thread_cancel.set()
+        self._cancelled = True
         if self._cancel_event is not None:
             self._cancel_event.set()
 

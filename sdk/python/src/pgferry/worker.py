@@ -109,6 +109,7 @@ class Worker:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.stats: collections.Counter[str] = collections.Counter()
         self._ran = False
+        self._traced = _tracing.enabled()  # OpenTelemetry installed: a span per job
         self._reset_runtime()
 
     def _reset_runtime(self) -> None:
@@ -467,11 +468,13 @@ class Worker:
                 raise Fail(f"no handler registered for kind {ctx.kind!r}", kind="UnknownKind")
             ctx.args = loads(args_json)
             pos, kw = _call_args(ctx.args)
-            with _tracing.job_span(ctx.kind, ctx.queue, ctx.id, ctx.meta):
-                if handler.is_async:
-                    value = await handler.fn(ctx, *pos, **kw)
-                else:
-                    value = await self._run_sync(handler.fn, ctx, pos, kw)
+            if self._traced:
+                with _tracing.job_span(ctx.kind, ctx.queue, ctx.id, ctx.meta):
+                    value = await self._invoke(handler, ctx, pos, kw)
+            elif handler.is_async:
+                value = await handler.fn(ctx, *pos, **kw)
+            else:
+                value = await self._run_sync(handler.fn, ctx, pos, kw)
             if isinstance(value, (Snooze, Cancel, Fail)):
                 raise value
             result.ok.result = "" if value is None else dumps(value)
@@ -509,6 +512,13 @@ class Worker:
         if not self._draining:
             self._credits += 1
         self._kick()
+
+    async def _invoke(
+        self, handler: _Handler, ctx: JobContext, pos: tuple[Any, ...], kw: dict[str, Any]
+    ) -> Any:
+        if handler.is_async:
+            return await handler.fn(ctx, *pos, **kw)
+        return await self._run_sync(handler.fn, ctx, pos, kw)
 
     async def _run_sync(
         self, fn: Callable[..., Any], ctx: JobContext, pos: tuple[Any, ...], kw: dict[str, Any]
