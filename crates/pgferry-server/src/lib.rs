@@ -2,6 +2,7 @@
 //! it holds no state of its own — everything durable is in Postgres.
 
 pub mod auth;
+pub mod coalesce;
 pub mod proto;
 mod health;
 
