@@ -20,6 +20,29 @@ pub struct ServerArgs {
     /// Connections in the request pool.
     #[arg(long, default_value_t = 16)]
     pub pool_size: usize,
+    /// Sustained HTTP requests per second allowed per API key (429 above).
+    #[arg(long, default_value_t = 1000.0)]
+    pub rate_limit: f64,
+    /// HTTP requests per API key allowed in a burst above the sustained rate.
+    #[arg(long, default_value_t = 2000.0)]
+    pub rate_burst: f64,
+    /// Largest args + meta of one job over HTTP, in bytes (413 above).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_job_bytes: usize,
+    /// Longest HTTP claim long-poll, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    pub max_claim_wait_ms: u64,
+}
+
+impl ServerArgs {
+    fn server_config(&self) -> pgferry_server::ServerConfig {
+        let mut c = pgferry_server::ServerConfig::default();
+        c.http.rate_per_sec = self.rate_limit;
+        c.http.rate_burst = self.rate_burst;
+        c.http.max_job_bytes = self.max_job_bytes;
+        c.http.max_claim_wait = std::time::Duration::from_millis(self.max_claim_wait_ms);
+        c
+    }
 }
 
 pub async fn serve_url(url: &str, args: ServerArgs) -> anyhow::Result<()> {
@@ -62,9 +85,9 @@ pub async fn serve(
     let addr = listener.local_addr()?;
     // One machine-readable line; scripts and tests wait for it.
     println!("pgferry: listening http=http://{addr}");
-    let state = AppState {
-        engine: Arc::clone(&engine),
-    };
+    let state = AppState::new(Arc::clone(&engine), args.server_config())
+        .await
+        .context("preparing the API")?;
     pgferry_server::serve_http(listener, state, stop).await?;
     tracing::info!("HTTP stopped; stopping leader");
     let _ = stop_tx.send(true);

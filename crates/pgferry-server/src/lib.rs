@@ -3,12 +3,16 @@
 
 pub mod auth;
 pub mod coalesce;
-pub mod proto;
 mod health;
+pub mod http;
+pub mod metrics;
+pub mod proto;
 
 use std::future::Future;
 use std::sync::Arc;
 
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use pgferry_core::Engine;
 use tokio::net::TcpListener;
@@ -17,11 +21,60 @@ use tokio::net::TcpListener;
 #[derive(Clone)]
 pub struct AppState {
     pub engine: Arc<Engine>,
+    /// API keys -> principals (HTTP and gRPC).
+    pub auth: Arc<auth::Auth>,
+    pub metrics: Arc<metrics::Metrics>,
+    pub http: Arc<http::HttpState>,
 }
 
-/// All routes.
+/// Settings of the network front.
+#[derive(Debug, Clone, Default)]
+pub struct ServerConfig {
+    pub auth: auth::AuthConfig,
+    pub http: http::HttpConfig,
+}
+
+impl AppState {
+    /// Builds the state; loads (or creates) the secret shared by the servers of a database.
+    pub async fn new(engine: Arc<Engine>, config: ServerConfig) -> pgferry_core::Result<AppState> {
+        let client = engine.pool().get().await?;
+        let tokens = auth::token::TokenKey::load_or_create(&client).await?;
+        drop(client);
+        Ok(AppState {
+            auth: Arc::new(auth::Auth::new(engine.pool().clone(), config.auth)),
+            metrics: Arc::new(metrics::Metrics::default()),
+            http: Arc::new(http::HttpState::new(config.http, tokens)),
+            engine,
+        })
+    }
+}
+
+/// All routes. A handler that panics answers 500 with the JSON error shape (and the panic
+/// is logged) instead of dropping the connection.
 pub fn router(state: AppState) -> Router {
-    Router::new().merge(health::routes()).with_state(state)
+    Router::new()
+        .merge(health::routes())
+        .route("/metrics", axum::routing::get(metrics::handler))
+        .merge(http::router(&state.http.config))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            panic_response,
+        ))
+        .with_state(state)
+}
+
+fn panic_response(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let detail = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic");
+    tracing::error!(panic = detail, "request handler panicked");
+    http::error::ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "internal error (logged on the server)",
+    )
+    .into_response()
 }
 
 /// Serves HTTP on `listener` until `shutdown` resolves, then finishes in-flight requests.

@@ -53,6 +53,8 @@ pub struct KeyInfo {
 
 /// Who performed an admin action (audit log `actor`).
 pub const CLI_ACTOR: &str = "cli";
+/// Admin actions taken through the API (the key is recorded too).
+pub const API_ACTOR: &str = "api";
 
 fn valid_tenant_name(name: &str) -> bool {
     (1..=63).contains(&name.len())
@@ -202,4 +204,27 @@ pub async fn verify_key(client: &Client, key: &ApiKey) -> Result<Option<i64>, Ad
         let ok = !r.get::<_, bool>(5) && super::keys::hash_matches(&key.secret, r.get(3));
         ok.then(|| r.get(1))
     }))
+}
+
+/// Records an admin action taken with an API key.
+pub async fn audit_api<C: GenericClient>(
+    c: &C,
+    p: &super::Principal,
+    action: &str,
+    target: &str,
+    detail: serde_json::Value,
+) -> Result<(), tokio_postgres::Error> {
+    c.execute(
+        AUDIT_INSERT,
+        &[
+            &Some(p.tenant_id),
+            &Some(p.key_id),
+            &API_ACTOR,
+            &action,
+            &target,
+            &detail,
+        ],
+    )
+    .await
+    .map(|_| ())
 }

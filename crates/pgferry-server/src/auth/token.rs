@@ -2,13 +2,15 @@
 //!
 //! A claimed job's completion needs its segment and receipt (so it lands in the right
 //! partition without a lookup) and must be refused for another tenant's job. HTTP is
-//! stateless, so the claim hands out a token carrying (tenant, job, attempt, segment,
-//! receipt) signed with HMAC-SHA256 under a secret every server of the database shares
+//! stateless, so the claim hands out a token carrying the tenant and the attempt reference
+//! (job, attempt, segments, receipt, lane) signed with HMAC-SHA256 under a secret every server shares
 //! (`pgferry.server_secrets`). Completing with a token costs no lookup, a worker may
 //! complete on a different server than it claimed on, and a forged or foreign token is
 //! answered 404 like any id of another tenant.
 
+use pgferry_core::{ClaimedJob, Outcome, OutcomeKind};
 use rand::RngCore;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 const SECRET_ENSURE: &str = include_str!("sql/secret_ensure.sql");
@@ -16,16 +18,105 @@ const SECRET_GET: &str = include_str!("sql/secret_get.sql");
 const SECRET_NAME: &str = "attempt_token";
 /// Truncated tag: 128 bits is plenty against forgery and keeps tokens short.
 const TAG_BYTES: usize = 16;
-const BODY_BYTES: usize = 8 + 8 + 4 + 2 + 8;
 
-/// What a token proves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a token proves: everything the engine needs to record the attempt's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {
     pub tenant_id: i64,
     pub job_id: i64,
     pub attempt: i32,
+    pub max_attempts: i32,
     pub segment: i16,
     pub receipt_id: i64,
+    pub lane: i32,
+    pub receipt_segment: i16,
+    /// The user's queue name (metrics labels), at most 255 bytes.
+    pub queue: String,
+}
+
+impl Attempt {
+    pub fn from_claimed(tenant_id: i64, queue: &str, job: &ClaimedJob) -> Attempt {
+        Attempt {
+            tenant_id,
+            queue: queue.to_string(),
+            job_id: job.job_id,
+            attempt: job.attempt,
+            max_attempts: job.max_attempts,
+            segment: job.segment,
+            receipt_id: job.receipt_id,
+            lane: job.lane,
+            receipt_segment: job.receipt_segment,
+        }
+    }
+
+    /// The outcome of this attempt.
+    pub fn outcome(
+        &self,
+        kind: OutcomeKind,
+        error: Option<String>,
+        result: Option<Value>,
+    ) -> Outcome {
+        Outcome {
+            job_id: self.job_id,
+            attempt: self.attempt,
+            segment: self.segment,
+            receipt_id: self.receipt_id,
+            lane: self.lane,
+            receipt_segment: self.receipt_segment,
+            kind,
+            error,
+            result,
+            duration_ms: None,
+        }
+    }
+
+    fn encode(&self, buf: &mut Vec<u8>) {
+        buf.extend_from_slice(&self.tenant_id.to_be_bytes());
+        buf.extend_from_slice(&self.job_id.to_be_bytes());
+        buf.extend_from_slice(&self.attempt.to_be_bytes());
+        buf.extend_from_slice(&self.max_attempts.to_be_bytes());
+        buf.extend_from_slice(&self.segment.to_be_bytes());
+        buf.extend_from_slice(&self.receipt_id.to_be_bytes());
+        buf.extend_from_slice(&self.lane.to_be_bytes());
+        buf.extend_from_slice(&self.receipt_segment.to_be_bytes());
+        let q = &self.queue.as_bytes()[..self.queue.len().min(255)];
+        buf.push(q.len() as u8);
+        buf.extend_from_slice(q);
+    }
+
+    fn decode(body: &[u8]) -> Option<Attempt> {
+        let mut r = Reader(body);
+        let a = Attempt {
+            tenant_id: i64::from_be_bytes(r.take()?),
+            job_id: i64::from_be_bytes(r.take()?),
+            attempt: i32::from_be_bytes(r.take()?),
+            max_attempts: i32::from_be_bytes(r.take()?),
+            segment: i16::from_be_bytes(r.take()?),
+            receipt_id: i64::from_be_bytes(r.take()?),
+            lane: i32::from_be_bytes(r.take()?),
+            receipt_segment: i16::from_be_bytes(r.take()?),
+            queue: {
+                let [n] = r.take::<1>()?;
+                let q = r.0.get(..n as usize)?;
+                r.0 = &r.0[n as usize..];
+                String::from_utf8(q.to_vec()).ok()?
+            },
+        };
+        r.0.is_empty().then_some(a)
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        if self.0.len() < N {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(N);
+        self.0 = rest;
+        head.try_into().ok()
+    }
 }
 
 pub struct TokenKey {
@@ -51,12 +142,8 @@ impl TokenKey {
     }
 
     pub fn sign(&self, a: &Attempt) -> String {
-        let mut buf = Vec::with_capacity(BODY_BYTES + TAG_BYTES);
-        buf.extend_from_slice(&a.tenant_id.to_be_bytes());
-        buf.extend_from_slice(&a.job_id.to_be_bytes());
-        buf.extend_from_slice(&a.attempt.to_be_bytes());
-        buf.extend_from_slice(&a.segment.to_be_bytes());
-        buf.extend_from_slice(&a.receipt_id.to_be_bytes());
+        let mut buf = Vec::with_capacity(64);
+        a.encode(&mut buf);
         let tag = hmac_sha256(&self.secret, &buf);
         buf.extend_from_slice(&tag[..TAG_BYTES]);
         hex::encode(buf)
@@ -64,11 +151,15 @@ impl TokenKey {
 
     /// The attempt a token was signed for, or `None` when it is malformed or forged.
     pub fn verify(&self, token: &str) -> Option<Attempt> {
-        let raw = hex::decode(token).ok()?;
-        if raw.len() != BODY_BYTES + TAG_BYTES {
+        // Bound the work spent on garbage before decoding it.
+        if token.len() > 1024 {
             return None;
         }
-        let (body, tag) = raw.split_at(BODY_BYTES);
+        let raw = hex::decode(token).ok()?;
+        if raw.len() <= TAG_BYTES {
+            return None;
+        }
+        let (body, tag) = raw.split_at(raw.len() - TAG_BYTES);
         let want = hmac_sha256(&self.secret, body);
         let diff = want[..TAG_BYTES]
             .iter()
@@ -77,14 +168,7 @@ impl TokenKey {
         if diff != 0 {
             return None;
         }
-        let i64_at = |o: usize| i64::from_be_bytes(body[o..o + 8].try_into().expect("8 bytes"));
-        Some(Attempt {
-            tenant_id: i64_at(0),
-            job_id: i64_at(8),
-            attempt: i32::from_be_bytes(body[16..20].try_into().expect("4 bytes")),
-            segment: i16::from_be_bytes(body[20..22].try_into().expect("2 bytes")),
-            receipt_id: i64_at(22),
-        })
+        Attempt::decode(body)
     }
 }
 
@@ -129,11 +213,15 @@ mod tests {
             tenant_id: 3,
             job_id: 123_456,
             attempt: 2,
+            max_attempts: 25,
             segment: 5,
             receipt_id: 99,
+            lane: 17,
+            receipt_segment: 4,
+            queue: "emails".into(),
         };
         let t = key.sign(&a);
-        assert_eq!(key.verify(&t), Some(a));
+        assert_eq!(key.verify(&t), Some(a.clone()));
         // Flip one hex digit anywhere: refused.
         for i in 0..t.len() {
             let mut b = t.clone().into_bytes();

@@ -1,0 +1,131 @@
+//! Request extractors: the authenticated caller (Bearer key, then the key's rate limit) and
+//! JSON bodies whose errors name the offending field.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+use crate::auth::{AuthError, Principal};
+use crate::AppState;
+
+/// The caller, authenticated and within its rate limit.
+pub struct Authed(pub Principal);
+
+impl FromRequestParts<AppState> for Authed {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let header = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .ok_or(AuthError::Missing)?;
+        let value = header.to_str().map_err(|_| AuthError::Malformed)?;
+        let key = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .ok_or(AuthError::Malformed)?
+            .trim();
+        let principal = state.auth.authenticate(key).await?;
+        state.http.limiter.check(principal.key_id)?;
+        Ok(Authed(principal))
+    }
+}
+
+/// A JSON body. Malformed JSON, a wrong type or an unknown field is a 400 naming the field
+/// (`jobs[2].priority`); a body over the limit is a 413.
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(body_rejection)?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+fn body_rejection(r: BytesRejection) -> ApiError {
+    if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "request body is over the size limit",
+        )
+    } else {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_body", r.body_text())
+    }
+}
+
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let msg = inner.to_string();
+        // serde reports missing/unknown fields at the parent; name the field itself.
+        let named = ["missing field `", "unknown field `"]
+            .iter()
+            .find_map(|p| msg.strip_prefix(p))
+            .and_then(|rest| rest.split('`').next());
+        // The path ends at the unknown field itself but at the parent of a missing one;
+        // a syntax error has no path ("?").
+        let field = match (path.as_str(), named) {
+            ("." | "?", Some(f)) => f.to_string(),
+            (p, Some(f)) if p == f || p.ends_with(&format!(".{f}")) => p.to_string(),
+            (p, Some(f)) => format!("{p}.{f}"),
+            ("." | "?", None) => "body".to_string(),
+            (p, None) => p.to_string(),
+        };
+        let code = if inner.is_syntax() || inner.is_eof() {
+            "malformed_json"
+        } else {
+            "invalid_argument"
+        };
+        ApiError::new(StatusCode::BAD_REQUEST, code, msg).field(field)
+    })
+}
+
+/// Per-key token buckets: `rate` requests per second sustained, `burst` at once.
+pub struct RateLimiter {
+    rate: f64,
+    burst: f64,
+    buckets: Mutex<HashMap<i64, (f64, Instant)>>,
+}
+
+impl RateLimiter {
+    pub fn new(rate: f64, burst: f64) -> RateLimiter {
+        RateLimiter {
+            rate: rate.max(f64::MIN_POSITIVE),
+            burst: burst.max(1.0),
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Takes one token for `key_id`, or says how many whole seconds until one is available.
+    pub fn check(&self, key_id: i64) -> Result<(), ApiError> {
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().expect("rate buckets");
+        let (tokens, at) = buckets.entry(key_id).or_insert((self.burst, now));
+        let refilled =
+            (*tokens + now.duration_since(*at).as_secs_f64() * self.rate).min(self.burst);
+        *at = now;
+        if refilled >= 1.0 {
+            *tokens = refilled - 1.0;
+            Ok(())
+        } else {
+            *tokens = refilled;
+            let wait = ((1.0 - refilled) / self.rate).ceil();
+            Err(ApiError::too_many(wait.clamp(1.0, 86_400.0) as u64))
+        }
+    }
+}

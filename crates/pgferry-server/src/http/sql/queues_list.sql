@@ -1,0 +1,5 @@
+-- The queues of one tenant: engine names starting with its prefix ($1, e.g. 't7.').
+SELECT name, shards, max_attempts, lease_ms, paused
+FROM pgferry.queues
+WHERE left(name, length($1)) = $1
+ORDER BY name

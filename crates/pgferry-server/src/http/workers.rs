@@ -1,0 +1,251 @@
+//! HTTP workers, for languages without an SDK: claim (with long-poll), complete, heartbeat.
+//!
+//! A claim answers each job with a signed token (auth::token); completion takes the token
+//! back, so it needs no lookup and works on any server of the database.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use axum::extract::State;
+use axum::Json;
+use pgferry_core::OutcomeKind;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::{ApiError, ApiResult};
+use super::extract::{Authed, JsonBody};
+use crate::auth::token::Attempt;
+use crate::auth::Scope;
+use crate::metrics::{JobCounter, Latency};
+use crate::AppState;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimRequest {
+    queue: String,
+    /// Jobs wanted at most (default 1).
+    #[serde(default)]
+    max: Option<u32>,
+    /// Shown in job history; defaults to "http".
+    #[serde(default)]
+    worker: Option<String>,
+    /// Wait up to this long for a job when none is ready (long-poll; default 0).
+    #[serde(default)]
+    wait_ms: Option<u64>,
+}
+
+pub async fn claim(
+    State(state): State<AppState>,
+    Authed(p): Authed,
+    JsonBody(req): JsonBody<ClaimRequest>,
+) -> ApiResult<Json<Value>> {
+    p.require(Scope::Consume)?;
+    let cfg = &state.http.config;
+    let engine_queue = p.queue(&req.queue)?;
+    let max = req.max.unwrap_or(1) as usize;
+    if max == 0 || max > cfg.max_claim {
+        return Err(ApiError::bad_request(
+            "max",
+            format!("must be 1 to {}", cfg.max_claim),
+        ));
+    }
+    let wait = Duration::from_millis(req.wait_ms.unwrap_or(0));
+    if wait > cfg.max_claim_wait {
+        return Err(ApiError::bad_request(
+            "wait_ms",
+            format!("must be at most {}", cfg.max_claim_wait.as_millis()),
+        ));
+    }
+    let worker = req.worker.unwrap_or_else(|| "http".to_string());
+    if worker.is_empty() || worker.len() > 128 {
+        return Err(ApiError::bad_request("worker", "must be 1 to 128 bytes"));
+    }
+    let deadline = Instant::now() + wait;
+    let mut ticks = state.engine.subscribe_ticks();
+    let jobs = loop {
+        // Mark the current tick seen *before* claiming: a tick published while the claim
+        // runs then wakes the wait below instead of being missed.
+        ticks.borrow_and_update();
+        let started = Instant::now();
+        let jobs = state.engine.claim(&engine_queue, max, &worker).await?;
+        state.metrics.observe(Latency::Claim, started.elapsed());
+        let left = deadline.saturating_duration_since(Instant::now());
+        if !jobs.is_empty() || left.is_zero() {
+            break jobs;
+        }
+        match tokio::time::timeout(left, ticks.changed()).await {
+            Ok(Ok(())) => continue,
+            // Timed out, or the engine is shutting down: answer empty.
+            _ => break Vec::new(),
+        }
+    };
+    state.metrics.add(
+        JobCounter::Claimed,
+        &p.tenant,
+        &req.queue,
+        jobs.len() as u64,
+    );
+    let out: Vec<Value> = jobs
+        .iter()
+        .map(|j| {
+            let token = state
+                .http
+                .tokens
+                .sign(&Attempt::from_claimed(p.tenant_id, &req.queue, j));
+            json!({
+                "id": j.job_id,
+                "attempt": j.attempt,
+                "max_attempts": j.max_attempts,
+                "kind": j.kind,
+                "args": j.args,
+                "meta": j.meta.clone().unwrap_or_else(|| json!({})),
+                "enqueued_at_unix_ms": j.enqueued_at
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+                "token": token,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "jobs": out })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailureSpec {
+    message: String,
+    /// false: dead-letter now. true (default): retry while attempts remain.
+    #[serde(default)]
+    retryable: Option<bool>,
+    /// Delay before the retry; default exponential (1 s doubling, capped at 1 h).
+    #[serde(default)]
+    retry_delay_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResultSpec {
+    token: String,
+    /// Present: the attempt failed. Absent: it succeeded.
+    #[serde(default)]
+    error: Option<FailureSpec>,
+    /// Value to keep for a successful job.
+    #[serde(default)]
+    result: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteRequest {
+    results: Vec<ResultSpec>,
+}
+
+const MAX_RETRY_DELAY_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// Default retry delay after attempt `n` failed.
+fn default_delay(attempt: i32) -> Duration {
+    let exp = attempt.clamp(1, 13) as u32 - 1;
+    Duration::from_secs(1u64 << exp).min(Duration::from_secs(3600))
+}
+
+pub async fn complete(
+    State(state): State<AppState>,
+    Authed(p): Authed,
+    JsonBody(req): JsonBody<CompleteRequest>,
+) -> ApiResult<Json<Value>> {
+    p.require(Scope::Consume)?;
+    let max = state.http.config.max_batch;
+    if req.results.is_empty() || req.results.len() > max {
+        return Err(ApiError::bad_request(
+            "results",
+            format!("must hold 1 to {max} results"),
+        ));
+    }
+    // Check every token before writing anything: never a partial batch.
+    let mut outcomes = Vec::with_capacity(req.results.len());
+    let mut failed: BTreeMap<String, u64> = BTreeMap::new();
+    let mut succeeded: BTreeMap<String, u64> = BTreeMap::new();
+    for (i, r) in req.results.into_iter().enumerate() {
+        let a = state
+            .http
+            .tokens
+            .verify(&r.token)
+            .filter(|a| a.tenant_id == p.tenant_id)
+            .ok_or_else(|| ApiError::not_found("attempt").field(format!("results[{i}].token")))?;
+        let outcome = match r.error {
+            None => {
+                *succeeded.entry(a.queue.clone()).or_default() += 1;
+                a.outcome(OutcomeKind::Completed, None, r.result)
+            }
+            Some(f) => {
+                if f.message.len() > 64 * 1024 {
+                    return Err(ApiError::bad_request(
+                        format!("results[{i}].error.message"),
+                        "must be at most 65536 bytes",
+                    ));
+                }
+                if f.retry_delay_ms.is_some_and(|d| d > MAX_RETRY_DELAY_MS) {
+                    return Err(ApiError::bad_request(
+                        format!("results[{i}].error.retry_delay_ms"),
+                        "must be at most 604800000 (7 days)",
+                    ));
+                }
+                *failed.entry(a.queue.clone()).or_default() += 1;
+                let kind = if f.retryable.unwrap_or(true) && a.attempt < a.max_attempts {
+                    OutcomeKind::Retry {
+                        delay: f
+                            .retry_delay_ms
+                            .map_or_else(|| default_delay(a.attempt), Duration::from_millis),
+                    }
+                } else {
+                    OutcomeKind::Dead
+                };
+                a.outcome(kind, Some(f.message), None)
+            }
+        };
+        outcomes.push(outcome);
+    }
+    let done = super::write_complete(&state, &outcomes).await?;
+    for (q, n) in succeeded {
+        state.metrics.add(JobCounter::Completed, &p.tenant, &q, n);
+    }
+    for (q, n) in failed {
+        state.metrics.add(JobCounter::Failed, &p.tenant, &q, n);
+    }
+    let out: Vec<Value> = done
+        .iter()
+        .map(|c| json!({ "id": c.job_id, "attempt": c.attempt, "stale": c.stale }))
+        .collect();
+    Ok(Json(json!({ "results": out })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatRequest {
+    tokens: Vec<String>,
+}
+
+/// Waits on the engine's heartbeat operation; tokens are still checked so the answer for a
+/// foreign token is the same 404 it will be.
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    Authed(p): Authed,
+    JsonBody(req): JsonBody<HeartbeatRequest>,
+) -> ApiResult<Json<Value>> {
+    p.require(Scope::Consume)?;
+    let max = state.http.config.max_batch;
+    if req.tokens.is_empty() || req.tokens.len() > max {
+        return Err(ApiError::bad_request(
+            "tokens",
+            format!("must hold 1 to {max} tokens"),
+        ));
+    }
+    for (i, t) in req.tokens.iter().enumerate() {
+        state
+            .http
+            .tokens
+            .verify(t)
+            .filter(|a| a.tenant_id == p.tenant_id)
+            .ok_or_else(|| ApiError::not_found("attempt").field(format!("tokens[{i}]")))?;
+    }
+    Err(ApiError::not_implemented("heartbeat (engine heartbeat)"))
+}

@@ -1,0 +1,294 @@
+//! Prometheus metrics, rendered in the text exposition format at `/metrics`.
+//!
+//! A small hand-rolled registry: a few counters keyed by (tenant, queue), three histograms
+//! and gauges read at scrape time. Updates take one short mutex; pgferry's request rates
+//! make that negligible next to a database round trip, and it keeps the dependency list short.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+
+use crate::AppState;
+
+/// Per-queue job counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum JobCounter {
+    Enqueued,
+    Claimed,
+    Completed,
+    /// Failed attempts (retried or dead-lettered).
+    Failed,
+    /// Lease expired and the rescuer retried or dead-lettered the job.
+    Rescued,
+}
+
+impl JobCounter {
+    const ALL: [JobCounter; 5] = [
+        JobCounter::Enqueued,
+        JobCounter::Claimed,
+        JobCounter::Completed,
+        JobCounter::Failed,
+        JobCounter::Rescued,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            JobCounter::Enqueued => "pgferry_jobs_enqueued_total",
+            JobCounter::Claimed => "pgferry_jobs_claimed_total",
+            JobCounter::Completed => "pgferry_jobs_completed_total",
+            JobCounter::Failed => "pgferry_jobs_failed_total",
+            JobCounter::Rescued => "pgferry_jobs_rescued_total",
+        }
+    }
+
+    fn help(self) -> &'static str {
+        match self {
+            JobCounter::Enqueued => "Jobs enqueued (committed) through this server.",
+            JobCounter::Claimed => "Jobs handed to workers by this server.",
+            JobCounter::Completed => "Attempts that ended in success, reported to this server.",
+            JobCounter::Failed => {
+                "Attempts that failed (retried or dead-lettered), reported to this server."
+            }
+            JobCounter::Rescued => {
+                "Attempts whose lease expired, rescued by this server as leader."
+            }
+        }
+    }
+}
+
+/// Latency histograms.
+#[derive(Debug, Clone, Copy)]
+pub enum Latency {
+    /// One claim statement.
+    Claim,
+    /// One enqueue statement up to COMMIT.
+    EnqueueCommit,
+    /// One completion statement up to COMMIT.
+    CompleteCommit,
+}
+
+/// Upper bounds in seconds: 0.1 ms … 10 s.
+const BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0,
+];
+/// Batch sizes of the group-commit coalescer.
+const BATCH_BUCKETS: [f64; 11] = [
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0,
+];
+
+#[derive(Debug, Clone)]
+struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    fn observe(&mut self, v: f64) {
+        if let Some(i) = self.bounds.iter().position(|b| v <= *b) {
+            self.counts[i] += 1;
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cum = 0;
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            cum += c;
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cum}");
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
+        let braces = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(out, "{name}_sum{braces} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{braces} {}", self.count);
+    }
+}
+
+struct Inner {
+    jobs: BTreeMap<(JobCounter, String, String), u64>,
+    claim: Histogram,
+    enqueue_commit: Histogram,
+    complete_commit: Histogram,
+    /// Coalescer batch sizes by kind of write (`enqueue`, `complete`).
+    batches: BTreeMap<String, Histogram>,
+}
+
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            inner: Mutex::new(Inner {
+                jobs: BTreeMap::new(),
+                claim: Histogram::new(&BUCKETS),
+                enqueue_commit: Histogram::new(&BUCKETS),
+                complete_commit: Histogram::new(&BUCKETS),
+                batches: BTreeMap::new(),
+            }),
+        }
+    }
+}
+
+impl Metrics {
+    /// Adds `n` to a per-queue counter. `queue` is the user's queue name (no tenant prefix).
+    pub fn add(&self, counter: JobCounter, tenant: &str, queue: &str, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let mut inner = self.inner.lock().expect("metrics");
+        *inner
+            .jobs
+            .entry((counter, tenant.to_string(), queue.to_string()))
+            .or_default() += n;
+    }
+
+    pub fn observe(&self, which: Latency, took: Duration) {
+        let mut inner = self.inner.lock().expect("metrics");
+        let h = match which {
+            Latency::Claim => &mut inner.claim,
+            Latency::EnqueueCommit => &mut inner.enqueue_commit,
+            Latency::CompleteCommit => &mut inner.complete_commit,
+        };
+        h.observe(took.as_secs_f64());
+    }
+
+    /// For the group-commit coalescer: rows in one flushed statement.
+    pub fn observe_batch(&self, kind: &str, rows: usize) {
+        let mut inner = self.inner.lock().expect("metrics");
+        inner
+            .batches
+            .entry(kind.to_string())
+            .or_insert_with(|| Histogram::new(&BATCH_BUCKETS))
+            .observe(rows as f64);
+    }
+
+    /// The current value of a counter (tests, dashboards).
+    pub fn get(&self, counter: JobCounter, tenant: &str, queue: &str) -> u64 {
+        let inner = self.inner.lock().expect("metrics");
+        inner
+            .jobs
+            .get(&(counter, tenant.to_string(), queue.to_string()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn render(&self, pool: &deadpool_postgres::Status) -> String {
+        let inner = self.inner.lock().expect("metrics");
+        let mut out = String::new();
+        for c in JobCounter::ALL {
+            let _ = writeln!(out, "# HELP {} {}", c.name(), c.help());
+            let _ = writeln!(out, "# TYPE {} counter", c.name());
+            for ((_, tenant, queue), n) in inner.jobs.iter().filter(|((k, ..), _)| *k == c) {
+                let _ = writeln!(
+                    out,
+                    "{}{{tenant=\"{}\",queue=\"{}\"}} {n}",
+                    c.name(),
+                    escape(tenant),
+                    escape(queue)
+                );
+            }
+        }
+        for (name, help, h) in [
+            (
+                "pgferry_claim_seconds",
+                "Duration of one claim statement.",
+                &inner.claim,
+            ),
+            (
+                "pgferry_enqueue_commit_seconds",
+                "Duration of one enqueue statement including COMMIT.",
+                &inner.enqueue_commit,
+            ),
+            (
+                "pgferry_complete_commit_seconds",
+                "Duration of one completion statement including COMMIT.",
+                &inner.complete_commit,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} histogram");
+            h.render(&mut out, name, "");
+        }
+        let name = "pgferry_coalescer_batch_rows";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Rows per flushed group-commit statement."
+        );
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (kind, h) in &inner.batches {
+            h.render(&mut out, name, &format!("kind=\"{}\"", escape(kind)));
+        }
+        for (name, help, v) in [
+            (
+                "pgferry_pool_connections",
+                "Connections open in the request pool.",
+                pool.size,
+            ),
+            (
+                "pgferry_pool_available",
+                "Idle connections in the request pool.",
+                pool.available,
+            ),
+            (
+                "pgferry_pool_max",
+                "Maximum size of the request pool.",
+                pool.max_size,
+            ),
+            (
+                "pgferry_pool_waiting",
+                "Requests waiting for a pooled connection.",
+                pool.waiting,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            let _ = writeln!(out, "{name} {v}");
+        }
+        out
+    }
+}
+
+/// Label values: backslash, quote and newline escaped (names are validated anyway).
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+pub async fn handler(State(state): State<AppState>) -> impl IntoResponse {
+    let status = state.engine.pool().status();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(&status),
+    )
+}
