@@ -25,6 +25,8 @@ pub struct AppState {
     pub auth: Arc<auth::Auth>,
     pub metrics: Arc<metrics::Metrics>,
     pub http: Arc<http::HttpState>,
+    /// Group commit for enqueues and completions from every stream and HTTP request.
+    pub coalescers: Arc<coalesce::Coalescers>,
 }
 
 /// Settings of the network front.
@@ -32,6 +34,7 @@ pub struct AppState {
 pub struct ServerConfig {
     pub auth: auth::AuthConfig,
     pub http: http::HttpConfig,
+    pub coalesce: coalesce::CoalesceConfig,
 }
 
 impl AppState {
@@ -44,6 +47,7 @@ impl AppState {
             auth: Arc::new(auth::Auth::new(engine.pool().clone(), config.auth)),
             metrics: Arc::new(metrics::Metrics::default()),
             http: Arc::new(http::HttpState::new(config.http, tokens)),
+            coalescers: coalesce::Coalescers::new(engine.clone(), config.coalesce),
             engine,
         })
     }

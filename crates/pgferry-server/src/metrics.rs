@@ -13,6 +13,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 
+use crate::coalesce::{BatchSnapshot, BATCH_BUCKETS};
 use crate::AppState;
 
 /// Per-queue job counters.
@@ -76,10 +77,6 @@ pub enum Latency {
 const BUCKETS: [f64; 14] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0,
 ];
-/// Batch sizes of the group-commit coalescer.
-const BATCH_BUCKETS: [f64; 11] = [
-    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0,
-];
 
 #[derive(Debug, Clone)]
 struct Histogram {
@@ -134,8 +131,6 @@ struct Inner {
     claim: Histogram,
     enqueue_commit: Histogram,
     complete_commit: Histogram,
-    /// Coalescer batch sizes by kind of write (`enqueue`, `complete`).
-    batches: BTreeMap<String, Histogram>,
 }
 
 pub struct Metrics {
@@ -150,7 +145,6 @@ impl Default for Metrics {
                 claim: Histogram::new(&BUCKETS),
                 enqueue_commit: Histogram::new(&BUCKETS),
                 complete_commit: Histogram::new(&BUCKETS),
-                batches: BTreeMap::new(),
             }),
         }
     }
@@ -179,16 +173,6 @@ impl Metrics {
         h.observe(took.as_secs_f64());
     }
 
-    /// For the group-commit coalescer: rows in one flushed statement.
-    pub fn observe_batch(&self, kind: &str, rows: usize) {
-        let mut inner = self.inner.lock().expect("metrics");
-        inner
-            .batches
-            .entry(kind.to_string())
-            .or_insert_with(|| Histogram::new(&BATCH_BUCKETS))
-            .observe(rows as f64);
-    }
-
     /// The current value of a counter (tests, dashboards).
     pub fn get(&self, counter: JobCounter, tenant: &str, queue: &str) -> u64 {
         let inner = self.inner.lock().expect("metrics");
@@ -199,7 +183,12 @@ impl Metrics {
             .unwrap_or(0)
     }
 
-    pub fn render(&self, pool: &deadpool_postgres::Status) -> String {
+    /// The exposition text. `coalescers`: (kind of write, its batch statistics).
+    pub fn render(
+        &self,
+        pool: &deadpool_postgres::Status,
+        coalescers: &[(&str, BatchSnapshot)],
+    ) -> String {
         let inner = self.inner.lock().expect("metrics");
         let mut out = String::new();
         for c in JobCounter::ALL {
@@ -236,15 +225,7 @@ impl Metrics {
             let _ = writeln!(out, "# TYPE {name} histogram");
             h.render(&mut out, name, "");
         }
-        let name = "pgferry_coalescer_batch_rows";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Rows per flushed group-commit statement."
-        );
-        let _ = writeln!(out, "# TYPE {name} histogram");
-        for (kind, h) in &inner.batches {
-            h.render(&mut out, name, &format!("kind=\"{}\"", escape(kind)));
-        }
+        render_coalescers(&mut out, coalescers);
         for (name, help, v) in [
             (
                 "pgferry_pool_connections",
@@ -275,6 +256,49 @@ impl Metrics {
     }
 }
 
+fn render_coalescers(out: &mut String, coalescers: &[(&str, BatchSnapshot)]) {
+    let name = "pgferry_coalescer_batch_rows";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Rows per flushed group-commit statement."
+    );
+    let _ = writeln!(out, "# TYPE {name} histogram");
+    for (kind, snap) in coalescers {
+        let kind = escape(kind);
+        let bounds = BATCH_BUCKETS.iter().map(|b| b.to_string());
+        for (le, n) in bounds.chain(["+Inf".to_string()]).zip(&snap.cumulative) {
+            let _ = writeln!(out, "{name}_bucket{{kind=\"{kind}\",le=\"{le}\"}} {n}");
+        }
+        let _ = writeln!(out, "{name}_sum{{kind=\"{kind}\"}} {}", snap.rows);
+        let _ = writeln!(out, "{name}_count{{kind=\"{kind}\"}} {}", snap.flushes);
+    }
+    type Get = fn(&BatchSnapshot) -> u64;
+    let counters: [(&str, &str, Get); 3] = [
+        (
+            "pgferry_coalescer_statements_total",
+            "Engine statements run by the coalescer (flushes plus per-caller re-runs).",
+            |s| s.statements,
+        ),
+        (
+            "pgferry_coalescer_requests_total",
+            "Requests submitted to the coalescer.",
+            |s| s.callers,
+        ),
+        (
+            "pgferry_coalescer_failed_flushes_total",
+            "Flushes whose merged statement failed.",
+            |s| s.failed_flushes,
+        ),
+    ];
+    for (name, help, get) in counters {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} counter");
+        for (kind, snap) in coalescers {
+            let _ = writeln!(out, "{name}{{kind=\"{}\"}} {}", escape(kind), get(snap));
+        }
+    }
+}
+
 /// Label values: backslash, quote and newline escaped (names are validated anyway).
 fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -284,11 +308,15 @@ fn escape(v: &str) -> String {
 
 pub async fn handler(State(state): State<AppState>) -> impl IntoResponse {
     let status = state.engine.pool().status();
+    let coalescers = [
+        ("enqueue", state.coalescers.enqueue.stats().snapshot()),
+        ("complete", state.coalescers.complete.stats().snapshot()),
+    ];
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(&status),
+        state.metrics.render(&status, &coalescers),
     )
 }

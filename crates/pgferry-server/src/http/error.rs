@@ -114,10 +114,25 @@ impl From<AuthError> for ApiError {
     }
 }
 
+impl From<crate::coalesce::SubmitError> for ApiError {
+    fn from(e: crate::coalesce::SubmitError) -> ApiError {
+        match e.engine() {
+            Some(engine) => ApiError::from_engine(engine),
+            None => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.code(), e.to_string()),
+        }
+    }
+}
+
 impl From<pgferry_core::Error> for ApiError {
     fn from(e: pgferry_core::Error) -> ApiError {
+        ApiError::from_engine(&e)
+    }
+}
+
+impl ApiError {
+    pub fn from_engine(e: &pgferry_core::Error) -> ApiError {
         use pgferry_core::Error as E;
-        let field = match &e {
+        let field = match e {
             E::InvalidName { field, .. } | E::InvalidArgument { field, .. } => {
                 Some(field.to_string())
             }

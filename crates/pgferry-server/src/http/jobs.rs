@@ -90,7 +90,7 @@ pub async fn enqueue_one(
     p.require(Scope::Produce)?;
     let queue = spec.queue.clone();
     let job = to_new_job(&state, &p, spec)?;
-    let ids = super::write_enqueue(&state, std::slice::from_ref(&job)).await?;
+    let ids = super::write_enqueue(&state, vec![job]).await?;
     count_enqueued(&state, &p, &[&queue]);
     let id = ids
         .first()
@@ -129,7 +129,7 @@ pub async fn enqueue_batch(
     for (i, spec) in batch.jobs.into_iter().enumerate() {
         jobs.push(to_new_job(&state, &p, spec).map_err(|e| e.within(&format!("jobs[{i}]")))?);
     }
-    let ids = super::write_enqueue(&state, &jobs).await?;
+    let ids = super::write_enqueue(&state, jobs).await?;
     let names: Vec<&str> = queues.iter().map(String::as_str).collect();
     count_enqueued(&state, &p, &names);
     Ok((StatusCode::CREATED, Json(json!({ "job_ids": ids }))))

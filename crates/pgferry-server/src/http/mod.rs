@@ -126,13 +126,13 @@ pub fn router(config: &HttpConfig) -> Router<AppState> {
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
 }
 
-// The two writes of the API. The gRPC helper's group-commit coalescer replaces the direct
-// engine calls here once it lands; until then each request is its own statement.
+// The two writes of the API go through the server's group-commit coalescers (shared with
+// the gRPC streams): concurrent requests become one statement per flush.
 
 /// Enqueues a validated batch (engine queue names already namespaced); all or nothing.
-pub(crate) async fn write_enqueue(state: &AppState, jobs: &[NewJob]) -> ApiResult<Vec<i64>> {
+pub(crate) async fn write_enqueue(state: &AppState, jobs: Vec<NewJob>) -> ApiResult<Vec<i64>> {
     let started = Instant::now();
-    let ids = state.engine.enqueue(jobs).await?;
+    let ids = state.coalescers.enqueue(jobs).await?;
     state
         .metrics
         .observe(Latency::EnqueueCommit, started.elapsed());
@@ -142,10 +142,10 @@ pub(crate) async fn write_enqueue(state: &AppState, jobs: &[NewJob]) -> ApiResul
 /// Records outcomes; answers in input order.
 pub(crate) async fn write_complete(
     state: &AppState,
-    outcomes: &[Outcome],
+    outcomes: Vec<Outcome>,
 ) -> ApiResult<Vec<Completed>> {
     let started = Instant::now();
-    let done = state.engine.complete(outcomes).await?;
+    let done = state.coalescers.complete(outcomes).await?;
     state
         .metrics
         .observe(Latency::CompleteCommit, started.elapsed());

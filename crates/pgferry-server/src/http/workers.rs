@@ -204,7 +204,7 @@ pub async fn complete(
         };
         outcomes.push(outcome);
     }
-    let done = super::write_complete(&state, &outcomes).await?;
+    let done = super::write_complete(&state, outcomes).await?;
     for (q, n) in succeeded {
         state.metrics.add(JobCounter::Completed, &p.tenant, &q, n);
     }
