@@ -162,8 +162,8 @@ pub async fn complete(
     }
     // Check every token before writing anything: never a partial batch.
     let mut outcomes = Vec::with_capacity(req.results.len());
-    let mut failed: BTreeMap<String, u64> = BTreeMap::new();
-    let mut succeeded: BTreeMap<String, u64> = BTreeMap::new();
+    // (queue, failed?) per outcome, for the metrics of the outcomes that win.
+    let mut labels: Vec<(String, bool)> = Vec::with_capacity(req.results.len());
     for (i, r) in req.results.into_iter().enumerate() {
         let a = state
             .http
@@ -173,7 +173,7 @@ pub async fn complete(
             .ok_or_else(|| ApiError::not_found("attempt").field(format!("results[{i}].token")))?;
         let outcome = match r.error {
             None => {
-                *succeeded.entry(a.queue.clone()).or_default() += 1;
+                labels.push((a.queue.clone(), false));
                 a.outcome(OutcomeKind::Completed, None, r.result)
             }
             Some(f) => {
@@ -189,7 +189,7 @@ pub async fn complete(
                         "must be at most 604800000 (7 days)",
                     ));
                 }
-                *failed.entry(a.queue.clone()).or_default() += 1;
+                labels.push((a.queue.clone(), true));
                 let kind = if f.retryable.unwrap_or(true) && a.attempt < a.max_attempts {
                     OutcomeKind::Retry {
                         delay: f
@@ -205,11 +205,19 @@ pub async fn complete(
         outcomes.push(outcome);
     }
     let done = super::write_complete(&state, outcomes).await?;
-    for (q, n) in succeeded {
-        state.metrics.add(JobCounter::Completed, &p.tenant, &q, n);
+    let mut counts: BTreeMap<(&str, bool), u64> = BTreeMap::new();
+    for (c, (q, failed)) in done.iter().zip(&labels) {
+        if !c.stale {
+            *counts.entry((q.as_str(), *failed)).or_default() += 1;
+        }
     }
-    for (q, n) in failed {
-        state.metrics.add(JobCounter::Failed, &p.tenant, &q, n);
+    for ((q, failed), n) in counts {
+        let counter = if failed {
+            JobCounter::Failed
+        } else {
+            JobCounter::Completed
+        };
+        state.metrics.add(counter, &p.tenant, q, n);
     }
     let out: Vec<Value> = done
         .iter()
