@@ -77,3 +77,33 @@ async def wait_state(client: pgferry.Client, job_id: int, states: set[str], time
         await asyncio.sleep(0.1)
         info = await client.get_job(job_id)
     return info
+
+
+async def poll_until(pred: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    """Poll a predicate (e.g. over worker stats) until it holds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not pred():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def http_patch_queue(http_url: str, api_key: str, queue: str, settings: dict[str, int]) -> dict[str, Any]:
+    """Queue settings through the server's HTTP API (PATCH /v1/queues/{name}). Tests use it
+    for setup, so that what they prove does not also depend on the gRPC Admin service."""
+    import json
+    import urllib.request
+
+    def call() -> dict[str, Any]:
+        req = urllib.request.Request(
+            f"{http_url}/v1/queues/{queue}",
+            data=json.dumps(settings).encode(),
+            method="PATCH",
+            headers={"authorization": f"Bearer {api_key}", "content-type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            body: dict[str, Any] = json.loads(resp.read())
+            return body
+
+    return await asyncio.to_thread(call)

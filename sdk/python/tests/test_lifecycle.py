@@ -12,7 +12,7 @@ import sys
 import time
 
 import pgferry
-from helpers import WAIT, Recorder, running
+from helpers import WAIT, Recorder, http_patch_queue, running
 from server import Server
 
 HERE = pathlib.Path(__file__).parent
@@ -34,7 +34,7 @@ def test_drain_on_sigterm_loses_nothing(server: Server, queue: str, tmp_path: pa
         async with pgferry.Client(server.grpc_url, server.api_key) as client:
             # A lease far longer than the test: a job the drain failed to hand back would
             # wait for it and the test would time out instead of passing by rescue.
-            await client.update_queue(queue, lease_ms=600_000)
+            await http_patch_queue(server.http_url, server.api_key, queue, {"lease_ms": 600_000})
             jobs = await client.enqueue_many([pgferry.JobRequest("work", {"n": i}, queue=queue) for i in range(150)])
             ids = {j.id for j in jobs}
 
@@ -66,7 +66,7 @@ def test_drain_on_sigterm_loses_nothing(server: Server, queue: str, tmp_path: pa
 
             @app.job("work")
             async def work(ctx: pgferry.JobContext, n: int) -> None:
-                await rec.add("ran", ctx)
+                await rec.add("ran", ctx, ctx.attempt)
 
             async with running(app):
                 rest = ids - set(ends)
