@@ -61,10 +61,11 @@ def _call_args(args: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
 
 
 def _failure_text(e: BaseException) -> str:
+    # The exception class travels separately (Failure.kind; the server puts it in front),
+    # so the message is the exception text followed by the traceback.
     text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    head = f"{type(e).__name__}: {e}"
-    body = f"{head}\n{text}" if text else head
-    return body[:_MAX_ERROR_CHARS]
+    head = str(e) or repr(e)
+    return f"{head}\n\n{text}"[:_MAX_ERROR_CHARS]
 
 
 class Worker:
@@ -118,7 +119,9 @@ class Worker:
         self._unacked: dict[Key, worker_pb2.WorkerRequest] = {}
         self._credits = 0  # freed slots not yet granted to the server
         self._server_credits = 0  # granted on this stream and not yet used by a Job
-        self._hb_waiters: collections.deque[tuple[asyncio.Future[bool], Key]] = collections.deque()
+        self._hb_pending: dict[Key, list[asyncio.Future[bool]]] = {}
+        self._hb_inflight: dict[Key, list[asyncio.Future[bool]]] = {}
+        self._hb_refs: dict[Key, common_pb2.AttemptRef] = {}
         self._unstarted: list[common_pb2.AttemptRef] = []
         # Events are not bound to a loop until first awaited (3.10+), so they can be made here.
         self._wake = asyncio.Event()
@@ -428,34 +431,53 @@ class Worker:
         if self.hard_cancel:
             task.cancel()
 
+    # Heartbeats: at most one Heartbeat message in flight per stream, carrying every ref
+    # whose handler asked since the last one. The server answers each message with one
+    # HeartbeatAck but may answer two messages out of order; with one in flight an ack
+    # always belongs to the batch that was sent.
+
     def _on_heartbeat_ack(self, ack: worker_pb2.HeartbeatAck) -> None:
-        if not self._hb_waiters:
-            return
-        fut, key = self._hb_waiters.popleft()
-        lost = any((r.id, r.attempt) == key for r in ack.lost)
-        entry = self._running.get(key)
-        if entry is not None:
-            if lost:
+        lost = {(r.id, r.attempt) for r in ack.lost}
+        for key in lost:
+            entry = self._running.get(key)
+            if entry is not None:
                 entry[0]._set_cancelled()
-            elif ack.lease_until_unix_ms:
+        batch, self._hb_inflight = self._hb_inflight, {}
+        for key, futs in batch.items():
+            entry = self._running.get(key)
+            if entry is not None and key not in lost and ack.lease_until_unix_ms:
                 entry[0].lease_until_ms = ack.lease_until_unix_ms
-        if not fut.done():
-            fut.set_result(not lost)
+            for fut in futs:
+                if not fut.done():
+                    fut.set_result(key not in lost)
+        self._flush_heartbeats()
 
     async def _heartbeat(self, ctx: JobContext) -> bool:
         if self._call is None:
             raise Unavailable("worker is not connected")
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._hb_waiters.append((fut, (ctx.id, ctx.attempt)))
-        self._outbox.append(worker_pb2.WorkerRequest(heartbeat=worker_pb2.Heartbeat(refs=[ctx.ref])))
-        self._kick()
+        key = (ctx.id, ctx.attempt)
+        self._hb_pending.setdefault(key, []).append(fut)
+        self._hb_refs[key] = ctx.ref
+        self._flush_heartbeats()
         return await fut
 
+    def _flush_heartbeats(self) -> None:
+        if self._hb_inflight or not self._hb_pending:
+            return
+        self._hb_inflight, self._hb_pending = self._hb_pending, {}
+        refs = [self._hb_refs.pop(k) for k in self._hb_inflight]
+        self._outbox.append(worker_pb2.WorkerRequest(heartbeat=worker_pb2.Heartbeat(refs=refs)))
+        self._kick()
+
     def _fail_heartbeats(self) -> None:
-        waiters, self._hb_waiters = self._hb_waiters, collections.deque()
-        for fut, _ in waiters:
-            if not fut.done():
-                fut.set_exception(Unavailable("worker stream lost before the heartbeat ack"))
+        batches = [self._hb_inflight, self._hb_pending]
+        self._hb_inflight, self._hb_pending, self._hb_refs = {}, {}, {}
+        for batch in batches:
+            for futs in batch.values():
+                for fut in futs:
+                    if not fut.done():
+                        fut.set_exception(Unavailable("worker stream lost before the heartbeat ack"))
 
     # -- execution ---------------------------------------------------------------------
 
