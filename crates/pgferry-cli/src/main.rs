@@ -130,3 +130,7 @@ fn require_url(database_url: Option<String>) -> String {
 /// Default HTTP address of `serve` and `dev`.
 pub const DEFAULT_HTTP: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8787);
+
+/// Default gRPC address of `serve` and `dev`.
+pub const DEFAULT_GRPC: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7272);

@@ -14,6 +14,12 @@ pub struct ServerArgs {
     /// HTTP listen address (port 0 picks a free port; the chosen one is printed).
     #[arg(long, default_value_t = crate::DEFAULT_HTTP)]
     pub http_addr: SocketAddr,
+    /// gRPC listen address (port 0 picks a free port; the chosen one is printed).
+    #[arg(long, default_value_t = crate::DEFAULT_GRPC)]
+    pub grpc_addr: SocketAddr,
+    /// HTTP/2 keepalive ping interval of gRPC connections, in milliseconds.
+    #[arg(long, default_value_t = 20_000)]
+    pub grpc_keepalive_ms: u64,
     /// Do not apply migrations on start.
     #[arg(long)]
     pub no_migrate: bool,
@@ -42,6 +48,13 @@ impl ServerArgs {
         c.http.max_job_bytes = self.max_job_bytes;
         c.http.max_claim_wait = std::time::Duration::from_millis(self.max_claim_wait_ms);
         c
+    }
+
+    fn grpc_config(&self) -> pgferry_server::grpc::GrpcConfig {
+        pgferry_server::grpc::GrpcConfig {
+            keepalive: std::time::Duration::from_millis(self.grpc_keepalive_ms.max(1)),
+            ..Default::default()
+        }
     }
 }
 
@@ -88,8 +101,35 @@ pub async fn serve(
     let state = AppState::new(Arc::clone(&engine), args.server_config())
         .await
         .context("preparing the API")?;
-    pgferry_server::serve_http(listener, state, stop).await?;
-    tracing::info!("HTTP stopped; stopping leader");
+    let grpc_listener = tokio::net::TcpListener::bind(args.grpc_addr)
+        .await
+        .with_context(|| format!("binding gRPC on {}", args.grpc_addr))?;
+    let grpc_addr = grpc_listener.local_addr()?;
+    let grpc_state = pgferry_server::grpc::GrpcState::from_app(&state, args.grpc_config())
+        .await
+        .context("preparing the gRPC API")?;
+    println!("pgferry: listening grpc=http://{grpc_addr}");
+    // One stop signal, two listeners.
+    let (front_tx, front_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        stop.await;
+        let _ = front_tx.send(true);
+    });
+    let until = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let grpc = tokio::spawn(pgferry_server::grpc::serve_grpc(
+        grpc_listener,
+        grpc_state,
+        until(front_rx.clone()),
+    ));
+    pgferry_server::serve_http(listener, state, until(front_rx)).await?;
+    match grpc.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "gRPC server failed"),
+        Err(e) => tracing::error!(error = %e, "gRPC server task failed"),
+    }
+    tracing::info!("HTTP and gRPC stopped; stopping leader");
     let _ = stop_tx.send(true);
     let _ = leader_task.await;
     tick_feed.abort();

@@ -1,0 +1,223 @@
+//! The gRPC front: the Producer and Worker streams of proto/pgferry/v1 (docs/protocol.md).
+//!
+//! Both streams authenticate once, with the `hello` that must open them, and then carry
+//! many requests. Writes go through the server's group-commit coalescers (one statement per
+//! flush across every stream and HTTP request); an ack is sent only after COMMIT. Workers
+//! are fed by one dispatcher per queue ([`dispatch`]) that claims ahead of demand and hands
+//! jobs out strictly within the credits each stream granted.
+
+mod convert;
+pub mod dispatch;
+mod producer;
+mod worker;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pgferry_core::Engine;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tonic::Status;
+
+use crate::auth::token::TokenKey;
+use crate::auth::{Auth, AuthError, Principal, Scope};
+use crate::coalesce::Coalescers;
+use crate::proto::v1 as pb;
+
+/// Limits and timings of the gRPC front.
+#[derive(Debug, Clone)]
+pub struct GrpcConfig {
+    /// Largest EnqueueBatch (told to producers in HelloAck).
+    pub max_batch: usize,
+    /// Jobs a dispatcher claims beyond the credits it currently sees, so that a credit
+    /// arriving with a result is answered from memory, not after a claim round trip.
+    pub prefetch: usize,
+    /// Largest single claim.
+    pub max_claim: usize,
+    /// Longest a dispatcher with unmet demand waits for a tick before claiming again anyway
+    /// (a backstop: ticks normally wake it within milliseconds of an enqueue).
+    pub idle_poll: Duration,
+    /// HTTP/2 keepalive pings on idle connections (and their timeout).
+    pub keepalive: Duration,
+    /// Lease assumed for a queue whose settings cannot be read (the engine's default).
+    pub default_lease: Duration,
+    /// Requests (enqueues or results) one stream may have waiting for COMMIT at once;
+    /// beyond it the server stops reading that stream (HTTP/2 flow control pushes back).
+    pub max_inflight_per_stream: usize,
+    /// Credits one stream may hold unused (bounds what a dispatcher claims for it).
+    pub max_credits: u64,
+    /// Largest decoded message.
+    pub max_message_bytes: usize,
+}
+
+impl Default for GrpcConfig {
+    fn default() -> Self {
+        GrpcConfig {
+            max_batch: 1000,
+            prefetch: 64,
+            max_claim: 500,
+            idle_poll: Duration::from_secs(1),
+            keepalive: Duration::from_secs(20),
+            default_lease: Duration::from_secs(60),
+            max_inflight_per_stream: 1024,
+            max_credits: 10_000,
+            max_message_bytes: 32 << 20,
+        }
+    }
+}
+
+/// Everything the gRPC services share.
+pub struct GrpcState {
+    pub engine: Arc<Engine>,
+    pub auth: Arc<Auth>,
+    pub coalescers: Arc<Coalescers>,
+    pub tokens: Arc<TokenKey>,
+    pub config: GrpcConfig,
+    pub dispatchers: dispatch::Registry,
+    /// Becomes true when the server stops: streams end with UNAVAILABLE, dispatchers hand
+    /// back what they hold.
+    stopping: watch::Receiver<bool>,
+    stop: watch::Sender<bool>,
+}
+
+impl GrpcState {
+    pub fn new(
+        engine: Arc<Engine>,
+        auth: Arc<Auth>,
+        coalescers: Arc<Coalescers>,
+        tokens: Arc<TokenKey>,
+        config: GrpcConfig,
+    ) -> Arc<GrpcState> {
+        let (stop, stopping) = watch::channel(false);
+        Arc::new(GrpcState {
+            dispatchers: dispatch::Registry::new(
+                engine.clone(),
+                coalescers.clone(),
+                tokens.clone(),
+                config.clone(),
+                stopping.clone(),
+            ),
+            engine,
+            auth,
+            coalescers,
+            tokens,
+            config,
+            stopping,
+            stop,
+        })
+    }
+
+    /// The gRPC front over the same engine, keys and coalescers as the HTTP API (group
+    /// commit spans both). Loads the shared token secret (the same key HTTP signs with).
+    pub async fn from_app(
+        app: &crate::AppState,
+        config: GrpcConfig,
+    ) -> pgferry_core::Result<Arc<GrpcState>> {
+        let client = app.engine.pool().get().await?;
+        let tokens = TokenKey::load_or_create(&client).await?;
+        drop(client);
+        Ok(GrpcState::new(
+            app.engine.clone(),
+            app.auth.clone(),
+            app.coalescers.clone(),
+            Arc::new(tokens),
+            config,
+        ))
+    }
+
+    /// Authenticates a hello: the key must exist, be live and hold `scope`.
+    pub(crate) async fn hello(&self, api_key: &str, scope: Scope) -> Result<Principal, Status> {
+        let p = self.auth.authenticate(api_key).await.map_err(auth_status)?;
+        p.require(scope).map_err(auth_status)?;
+        Ok(p)
+    }
+
+    fn stopping(&self) -> watch::Receiver<bool> {
+        self.stopping.clone()
+    }
+}
+
+fn auth_status(e: AuthError) -> Status {
+    match e {
+        AuthError::Missing | AuthError::Malformed | AuthError::Invalid => {
+            Status::unauthenticated(e.to_string())
+        }
+        AuthError::Forbidden { .. } => Status::permission_denied(e.to_string()),
+        AuthError::Unavailable(_) => Status::unavailable(e.to_string()),
+    }
+}
+
+/// A typed error for an ack.
+pub(crate) fn pb_error(
+    code: &str,
+    message: impl Into<String>,
+    field: impl Into<String>,
+) -> pb::Error {
+    pb::Error {
+        code: code.to_string(),
+        message: message.into(),
+        field: field.into(),
+    }
+}
+
+/// An engine error as a typed ack error; `prefix` locates the input (`jobs[3]`, `job`).
+pub(crate) fn engine_error(e: &pgferry_core::Error, prefix: &str) -> pb::Error {
+    use pgferry_core::Error as E;
+    let join = |f: &str| {
+        if prefix.is_empty() {
+            f.to_string()
+        } else {
+            format!("{prefix}.{f}")
+        }
+    };
+    let field = match e {
+        E::InvalidName { field, .. } | E::InvalidArgument { field, .. } => join(field),
+        E::PayloadTooLarge { .. } => join("args"),
+        E::BatchTooLarge { .. } => "jobs".to_string(),
+        _ => String::new(),
+    };
+    if !e.is_invalid_input() {
+        tracing::error!(error = %e, "gRPC request failed");
+    }
+    pb_error(e.code(), e.to_string(), field)
+}
+
+/// Serves the Producer and Worker services on `listener` until `shutdown` resolves; then
+/// ends every open stream (UNAVAILABLE, so clients reconnect elsewhere), hands back the
+/// jobs dispatchers claimed but did not deliver, and returns.
+pub async fn serve_grpc(
+    listener: TcpListener,
+    state: Arc<GrpcState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let max = state.config.max_message_bytes;
+    let producer = pb::producer_server::ProducerServer::new(producer::ProducerService {
+        state: state.clone(),
+    })
+    .max_decoding_message_size(max);
+    let worker = pb::worker_server::WorkerServer::new(worker::WorkerService {
+        state: state.clone(),
+    })
+    .max_decoding_message_size(max);
+    let stop = state.stop.clone();
+    let signal = async move {
+        shutdown.await;
+        // Streams watch this and end, which lets the graceful shutdown below finish.
+        let _ = stop.send(true);
+    };
+    let result = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(state.config.keepalive))
+        .http2_keepalive_timeout(Some(state.config.keepalive))
+        .tcp_nodelay(true)
+        .add_service(producer)
+        .add_service(worker)
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            signal,
+        )
+        .await;
+    let _ = state.stop.send(true);
+    state.dispatchers.close_all().await;
+    result
+}

@@ -1,0 +1,171 @@
+//! The Producer stream: hello, then Enqueue/EnqueueBatch requests acknowledged after COMMIT
+//! (group commit across every client). Each request is all or nothing; acks may overtake
+//! each other and carry the request's `seq`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_util::Stream;
+use tokio::sync::{mpsc, Semaphore};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::convert::new_job;
+use super::{engine_error, pb_error, GrpcState};
+use crate::auth::{Principal, Scope};
+use crate::coalesce::SubmitError;
+use crate::proto::v1 as pb;
+use pb::producer_request::Msg;
+use pb::producer_response::Msg as Out;
+
+pub(crate) struct ProducerService {
+    pub state: Arc<GrpcState>,
+}
+
+type Tx = mpsc::UnboundedSender<Result<pb::ProducerResponse, Status>>;
+
+#[tonic::async_trait]
+impl pb::producer_server::Producer for ProducerService {
+    type StreamStream = Pin<Box<dyn Stream<Item = Result<pb::ProducerResponse, Status>> + Send>>;
+
+    async fn stream(
+        &self,
+        request: Request<Streaming<pb::ProducerRequest>>,
+    ) -> Result<Response<Self::StreamStream>, Status> {
+        let inbound = request.into_inner();
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(self.state.clone(), inbound, tx));
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+    }
+}
+
+async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::ProducerRequest>, tx: Tx) {
+    let mut stopping = state.stopping();
+    let principal = match inbound.next().await {
+        Some(Ok(pb::ProducerRequest {
+            msg: Some(Msg::Hello(h)),
+        })) => match state.hello(&h.api_key, Scope::Produce).await {
+            Ok(p) => p,
+            Err(s) => {
+                let _ = tx.send(Err(s));
+                return;
+            }
+        },
+        Some(Ok(_)) => {
+            let _ = tx.send(Err(Status::unauthenticated(
+                "the first message of a stream must be hello",
+            )));
+            return;
+        }
+        Some(Err(_)) | None => return,
+    };
+    let ack = pb::HelloAck {
+        tenant: principal.tenant.clone(),
+        server_version: env!("CARGO_PKG_VERSION").to_string(),
+        max_batch: state.config.max_batch as u32,
+        max_payload_bytes: state.engine.config().max_payload_bytes as u32,
+    };
+    if tx.send(Ok(out(Out::HelloAck(ack)))).is_err() {
+        return;
+    }
+    let principal = Arc::new(principal);
+    let inflight = Arc::new(Semaphore::new(state.config.max_inflight_per_stream.max(1)));
+    loop {
+        let msg = tokio::select! {
+            m = inbound.next() => m,
+            _ = stopping.wait_for(|s| *s) => {
+                let _ = tx.send(Err(Status::unavailable("server is shutting down")));
+                return;
+            }
+        };
+        let (seq, specs, single) = match msg {
+            Some(Ok(pb::ProducerRequest { msg: Some(m) })) => match m {
+                Msg::Enqueue(e) => match e.job {
+                    Some(job) => (e.seq, vec![job], true),
+                    None => {
+                        let err = pb_error("invalid_argument", "enqueue without a job", "job");
+                        let _ = tx.send(Ok(out(Out::Ack(nack(e.seq, err)))));
+                        continue;
+                    }
+                },
+                Msg::Batch(b) => (b.seq, b.jobs, false),
+                Msg::Hello(_) => {
+                    let _ = tx.send(Err(Status::failed_precondition("hello sent twice")));
+                    return;
+                }
+            },
+            Some(Ok(pb::ProducerRequest { msg: None })) => {
+                let _ = tx.send(Err(Status::invalid_argument("empty request")));
+                return;
+            }
+            // The client closed its side or the connection broke: acks still in flight are
+            // sent by their tasks as long as the receiver lives.
+            Some(Err(_)) | None => return,
+        };
+        let Ok(permit) = inflight.clone().acquire_owned().await else {
+            return;
+        };
+        let (state, tx, principal) = (state.clone(), tx.clone(), principal.clone());
+        tokio::spawn(async move {
+            let ack = enqueue(&state, &principal, seq, specs, single).await;
+            let _ = tx.send(Ok(out(Out::Ack(ack))));
+            drop(permit);
+        });
+    }
+}
+
+/// Validates every job (naming the first bad field), then commits them all in one go.
+async fn enqueue(
+    state: &GrpcState,
+    p: &Principal,
+    seq: u64,
+    specs: Vec<pb::JobSpec>,
+    single: bool,
+) -> pb::EnqueueAck {
+    if specs.len() > state.config.max_batch {
+        let msg = format!(
+            "batch of {} jobs is over the limit of {}",
+            specs.len(),
+            state.config.max_batch
+        );
+        return nack(seq, pb_error("batch_too_large", msg, "jobs"));
+    }
+    let max_payload = state.engine.config().max_payload_bytes;
+    let mut jobs = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.into_iter().enumerate() {
+        let prefix = if single {
+            "job".to_string()
+        } else {
+            format!("jobs[{i}]")
+        };
+        match new_job(p, spec, &prefix, i, max_payload) {
+            Ok(j) => jobs.push(j),
+            Err(e) => return nack(seq, e),
+        }
+    }
+    let n = jobs.len();
+    match state.coalescers.enqueue(jobs).await {
+        Ok(ids) => pb::EnqueueAck {
+            seq,
+            job_ids: ids,
+            duplicates: vec![false; n],
+            error: None,
+        },
+        Err(SubmitError::Engine(e)) => nack(seq, engine_error(&e, "")),
+        Err(e @ SubmitError::ShuttingDown) => nack(seq, pb_error(e.code(), e.to_string(), "")),
+    }
+}
+
+fn nack(seq: u64, error: pb::Error) -> pb::EnqueueAck {
+    pb::EnqueueAck {
+        seq,
+        job_ids: Vec::new(),
+        duplicates: Vec::new(),
+        error: Some(error),
+    }
+}
+
+fn out(msg: Out) -> pb::ProducerResponse {
+    pb::ProducerResponse { msg: Some(msg) }
+}

@@ -1,0 +1,466 @@
+//! The Worker stream: hello, credits, jobs, results (acked after COMMIT, coalesced across
+//! streams), heartbeats, server-pushed cancels, drain.
+
+use std::collections::{HashMap, HashSet};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::Stream;
+use pgferry_core::{AttemptRef, Backoff, Outcome, OutcomeKind};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::convert::{parse_json, unix_ms};
+use super::dispatch::{Held, StreamShared, Subscription, Tx};
+use super::{engine_error, pb_error, GrpcState};
+use crate::auth::token::Attempt;
+use crate::auth::{Principal, Scope};
+use crate::proto::v1 as pb;
+use pb::worker_request::Msg;
+use pb::worker_response::Msg as Out;
+
+pub(crate) struct WorkerService {
+    pub state: Arc<GrpcState>,
+}
+
+#[tonic::async_trait]
+impl pb::worker_server::Worker for WorkerService {
+    type StreamStream = Pin<Box<dyn Stream<Item = Result<pb::WorkerResponse, Status>> + Send>>;
+
+    async fn stream(
+        &self,
+        request: Request<Streaming<pb::WorkerRequest>>,
+    ) -> Result<Response<Self::StreamStream>, Status> {
+        let inbound = request.into_inner();
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(self.state.clone(), inbound, tx));
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+    }
+}
+
+// The stream's item type is fixed by tonic: Result<_, Status>.
+#[allow(clippy::result_large_err)]
+fn out(msg: Out) -> Result<pb::WorkerResponse, Status> {
+    Ok(pb::WorkerResponse { msg: Some(msg) })
+}
+
+/// One open worker stream.
+struct Session {
+    state: Arc<GrpcState>,
+    principal: Principal,
+    worker_id: String,
+    shared: Arc<StreamShared>,
+    default_lease: Duration,
+}
+
+async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, tx: Tx) {
+    let hello = match inbound.next().await {
+        Some(Ok(pb::WorkerRequest {
+            msg: Some(Msg::Hello(h)),
+        })) => h,
+        Some(Ok(_)) => {
+            let _ = tx.send(Err(Status::unauthenticated(
+                "the first message of a stream must be hello",
+            )));
+            return;
+        }
+        Some(Err(_)) | None => return,
+    };
+    let principal = match state.hello(&hello.api_key, Scope::Consume).await {
+        Ok(p) => p,
+        Err(s) => {
+            let _ = tx.send(Err(s));
+            return;
+        }
+    };
+    if hello.queues.is_empty() {
+        let _ = tx.send(Err(Status::invalid_argument(
+            "queues: name at least one queue",
+        )));
+        return;
+    }
+    let mut queues = Vec::new();
+    for (i, q) in hello.queues.iter().enumerate() {
+        match principal.queue(q) {
+            Ok(engine_q) => queues.push((engine_q, q.clone())),
+            Err(e) => {
+                let _ = tx.send(Err(Status::invalid_argument(format!("queues[{i}]: {e}"))));
+                return;
+            }
+        }
+    }
+    queues.sort();
+    queues.dedup();
+    let mut default_lease = state.config.default_lease;
+    for (engine_q, _) in &queues {
+        default_lease = default_lease.min(state.dispatchers.lease_of(engine_q).await);
+    }
+    let shared = Arc::new(StreamShared {
+        tenant_id: principal.tenant_id,
+        credits: AtomicU64::new(0),
+        draining: AtomicBool::new(false),
+        kinds: hello.kinds.iter().cloned().collect::<HashSet<_>>(),
+        tx: tx.clone(),
+        held: Mutex::new(HashMap::new()),
+    });
+    let ack = pb::WorkerHelloAck {
+        tenant: principal.tenant.clone(),
+        server_version: env!("CARGO_PKG_VERSION").to_string(),
+        default_lease_ms: default_lease.as_millis() as u64,
+    };
+    if tx.send(out(Out::HelloAck(ack))).is_err() {
+        return;
+    }
+    let worker_id = if hello.worker_id.is_empty() {
+        "grpc-worker".to_string()
+    } else {
+        hello.worker_id.chars().take(200).collect()
+    };
+    let session = Arc::new(Session {
+        state: state.clone(),
+        principal,
+        worker_id,
+        shared: shared.clone(),
+        default_lease,
+    });
+    let subs: Vec<Subscription> = queues
+        .iter()
+        .map(|(engine_q, user_q)| {
+            state
+                .dispatchers
+                .subscribe(engine_q, user_q, shared.clone())
+        })
+        .collect();
+    let mut cancels = state.engine.subscribe_cancels();
+    let mut stopping = state.stopping();
+    let inflight = Arc::new(Semaphore::new(state.config.max_inflight_per_stream.max(1)));
+    let mut drained = false;
+    loop {
+        let msg = tokio::select! {
+            m = inbound.next() => m,
+            c = cancels.recv() => {
+                if let Ok(job_id) = c {
+                    session.push_cancel(job_id);
+                }
+                continue;
+            }
+            _ = stopping.wait_for(|s| *s) => {
+                let _ = tx.send(Err(Status::unavailable("server is shutting down")));
+                break;
+            }
+        };
+        let m = match msg {
+            Some(Ok(pb::WorkerRequest { msg: Some(m) })) => m,
+            Some(Ok(pb::WorkerRequest { msg: None })) => {
+                let _ = tx.send(Err(Status::invalid_argument("empty request")));
+                break;
+            }
+            Some(Err(_)) | None => break,
+        };
+        match m {
+            Msg::Hello(_) => {
+                let _ = tx.send(Err(Status::failed_precondition("hello sent twice")));
+                break;
+            }
+            Msg::Credit(c) => {
+                let max = state.config.max_credits;
+                let _ = shared
+                    .credits
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                        Some(cur.saturating_add(u64::from(c.n)).min(max))
+                    });
+                subs.iter().for_each(Subscription::wake);
+            }
+            Msg::Drain(d) => {
+                if !drained {
+                    drained = true;
+                    shared.draining.store(true, Ordering::Release);
+                    subs.iter().for_each(Subscription::wake);
+                }
+                let session = session.clone();
+                let Ok(permit) = inflight.clone().acquire_owned().await else {
+                    break;
+                };
+                tokio::spawn(async move {
+                    session.release(d.release).await;
+                    let _ = session.shared.tx.send(out(Out::Drained(pb::Drained {})));
+                    drop(permit);
+                });
+            }
+            Msg::Result(r) => {
+                let Ok(permit) = inflight.clone().acquire_owned().await else {
+                    break;
+                };
+                let session = session.clone();
+                tokio::spawn(async move {
+                    let ack = session.result(r).await;
+                    let _ = session.shared.tx.send(out(Out::ResultAck(ack)));
+                    drop(permit);
+                });
+            }
+            Msg::Heartbeat(h) => {
+                let Ok(permit) = inflight.clone().acquire_owned().await else {
+                    break;
+                };
+                let session = session.clone();
+                tokio::spawn(async move {
+                    let ack = session.heartbeat(h.refs).await;
+                    let _ = session.shared.tx.send(out(Out::HeartbeatAck(ack)));
+                    drop(permit);
+                });
+            }
+        }
+    }
+    // Unsubscribe: dispatchers stop sending here. Jobs this worker held stay leased to it:
+    // it may still finish them and report on a new stream (tokens are not tied to a
+    // stream); if it does not, the rescuer retries them when their lease lapses.
+    drop(subs);
+}
+
+impl Session {
+    /// The attempt a client's ref names, if it is a genuine token of this tenant.
+    fn verify(&self, r: &pb::AttemptRef) -> Option<Attempt> {
+        let a = self.state.tokens.verify(&r.token)?;
+        (a.tenant_id == self.principal.tenant_id && a.job_id == r.id && a.attempt == r.attempt)
+            .then_some(a)
+    }
+
+    fn held(&self, job_id: i64) -> Option<Held> {
+        self.shared.held.lock().expect("held").get(&job_id).cloned()
+    }
+
+    fn push_cancel(&self, job_id: i64) {
+        if let Some(h) = self.held(job_id) {
+            let r = pb::AttemptRef {
+                id: job_id,
+                attempt: h.attempt.attempt,
+                token: h.token,
+            };
+            let _ = self
+                .shared
+                .tx
+                .send(out(Out::Cancel(pb::Cancel { r#ref: Some(r) })));
+        }
+    }
+
+    async fn result(&self, r: pb::JobResult) -> pb::ResultAck {
+        let Some(aref) = r.r#ref.clone() else {
+            return result_error(
+                None,
+                pb_error("invalid_argument", "result without ref", "ref"),
+            );
+        };
+        let Some(attempt) = self.verify(&aref) else {
+            let e = pb_error(
+                "not_found",
+                "unknown attempt (bad or foreign token)",
+                "ref.token",
+            );
+            return result_error(Some(aref), e);
+        };
+        let held = self
+            .held(aref.id)
+            .filter(|h| h.attempt.attempt == aref.attempt);
+        let backoff = held.as_ref().map_or_else(Backoff::default, |h| h.backoff);
+        let outcome = match outcome_of(&attempt, backoff, r) {
+            Ok(o) => o,
+            Err(e) => return result_error(Some(aref), e),
+        };
+        let res = self.state.coalescers.complete(vec![outcome]).await;
+        match res {
+            Ok(done) => {
+                let stale = done.first().is_none_or(|d| d.stale);
+                self.forget(aref.id, aref.attempt);
+                pb::ResultAck {
+                    r#ref: Some(aref),
+                    stale,
+                    error: None,
+                }
+            }
+            Err(e) => {
+                let err = match e.engine() {
+                    Some(ee) => engine_error(ee, ""),
+                    None => pb_error(e.code(), e.to_string(), ""),
+                };
+                result_error(Some(aref), err)
+            }
+        }
+    }
+
+    fn forget(&self, job_id: i64, attempt: i32) {
+        let mut held = self.shared.held.lock().expect("held");
+        if held
+            .get(&job_id)
+            .is_some_and(|h| h.attempt.attempt == attempt)
+        {
+            held.remove(&job_id);
+        }
+    }
+
+    async fn heartbeat(&self, refs: Vec<pb::AttemptRef>) -> pb::HeartbeatAck {
+        let mut lost = Vec::new();
+        let mut by_lease: HashMap<Duration, Vec<(pb::AttemptRef, AttemptRef)>> = HashMap::new();
+        for r in refs {
+            match self.verify(&r) {
+                Some(a) => {
+                    let lease = self.held(r.id).map_or(self.default_lease, |h| h.lease);
+                    by_lease.entry(lease).or_default().push((r, engine_ref(&a)));
+                }
+                None => lost.push(r),
+            }
+        }
+        let mut until: Option<i64> = None;
+        for (lease, group) in by_lease {
+            let engine_refs: Vec<AttemptRef> = group.iter().map(|(_, a)| *a).collect();
+            match self
+                .state
+                .engine
+                .heartbeat(&engine_refs, lease, &self.worker_id)
+                .await
+            {
+                Ok(beats) => {
+                    for ((r, _), beat) in group.into_iter().zip(beats) {
+                        if !beat.held {
+                            self.forget(r.id, r.attempt);
+                            lost.push(r);
+                            continue;
+                        }
+                        if beat.cancelled {
+                            let _ = self.shared.tx.send(out(Out::Cancel(pb::Cancel {
+                                r#ref: Some(r.clone()),
+                            })));
+                        }
+                        let ms = unix_ms(beat.lease_until);
+                        until = Some(until.map_or(ms, |u| u.min(ms)));
+                    }
+                }
+                Err(e) => {
+                    // Not extended: report nothing as lost (the worker keeps going and
+                    // retries its heartbeat); the lease it has is unchanged.
+                    tracing::warn!(error = %e, "heartbeat failed");
+                }
+            }
+        }
+        pb::HeartbeatAck {
+            lease_until_unix_ms: until.unwrap_or(0),
+            lost,
+        }
+    }
+
+    /// Hands back jobs the worker received but did not start: back into the log at once,
+    /// attempt not used up (a zero-delay snooze).
+    async fn release(&self, refs: Vec<pb::AttemptRef>) {
+        let mut outcomes = Vec::new();
+        for r in refs {
+            if let Some(a) = self.verify(&r) {
+                self.forget(r.id, r.attempt);
+                outcomes.push(a.outcome(
+                    OutcomeKind::Snooze {
+                        delay: Duration::ZERO,
+                    },
+                    None,
+                    None,
+                ));
+            }
+        }
+        if outcomes.is_empty() {
+            return;
+        }
+        if let Err(e) = self.state.coalescers.complete(outcomes).await {
+            tracing::warn!(error = %e, "drain release failed; jobs return when their lease lapses");
+        }
+    }
+}
+
+fn engine_ref(a: &Attempt) -> AttemptRef {
+    AttemptRef {
+        job_id: a.job_id,
+        attempt: a.attempt,
+        segment: a.segment,
+        receipt_id: a.receipt_id,
+        lane: a.lane,
+        receipt_segment: a.receipt_segment,
+    }
+}
+
+fn result_error(r: Option<pb::AttemptRef>, e: pb::Error) -> pb::ResultAck {
+    pb::ResultAck {
+        r#ref: r,
+        stale: false,
+        error: Some(e),
+    }
+}
+
+/// The engine outcome of a worker's result.
+fn outcome_of(a: &Attempt, backoff: Backoff, r: pb::JobResult) -> Result<Outcome, pb::Error> {
+    use pb::job_result::Outcome as O;
+    let mut o = match r.outcome {
+        Some(O::Ok(ok)) => {
+            let result = if ok.result.trim().is_empty() {
+                None
+            } else {
+                Some(parse_json(&ok.result).map_err(|e| {
+                    pb_error(
+                        "invalid_argument",
+                        format!("result is not JSON: {e}"),
+                        "ok.result",
+                    )
+                })?)
+            };
+            a.outcome(OutcomeKind::Completed, None, result)
+        }
+        Some(O::Error(f)) => {
+            let kind = if f.retryable && a.attempt < a.max_attempts {
+                let delay = f
+                    .retry_delay_ms
+                    .map_or_else(|| backoff.delay(a.attempt), Duration::from_millis);
+                OutcomeKind::Retry { delay }
+            } else {
+                OutcomeKind::Dead
+            };
+            // The engine keeps one error text per attempt; the class goes in front of it.
+            let text = if f.kind.is_empty() {
+                f.message
+            } else {
+                format!("{}: {}", f.kind, f.message)
+            };
+            a.outcome(kind, Some(clean(text)), None)
+        }
+        Some(O::Snooze(s)) => a.outcome(
+            OutcomeKind::Snooze {
+                delay: Duration::from_millis(s.delay_ms),
+            },
+            None,
+            None,
+        ),
+        Some(O::Cancelled(c)) => a.outcome(OutcomeKind::Cancelled, Some(clean(c.message)), None),
+        None => {
+            return Err(pb_error(
+                "invalid_argument",
+                "result needs one of ok, error, snooze, cancelled",
+                "outcome",
+            ))
+        }
+    };
+    o.duration_ms = Some(i32::try_from(r.duration_ms).unwrap_or(i32::MAX));
+    Ok(o)
+}
+
+/// Error texts as Postgres can store them: no NUL, bounded length.
+fn clean(mut s: String) -> String {
+    if s.contains('\0') {
+        s = s.replace('\0', "\u{FFFD}");
+    }
+    if s.len() > 8192 {
+        let mut end = 8192;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
