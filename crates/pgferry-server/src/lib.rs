@@ -3,7 +3,6 @@
 
 pub mod auth;
 pub mod coalesce;
-pub mod grpc;
 mod health;
 pub mod http;
 pub mod metrics;
@@ -12,8 +11,6 @@ pub mod proto;
 use std::future::Future;
 use std::sync::Arc;
 
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::Router;
 use pgferry_core::Engine;
 use tokio::net::TcpListener;
@@ -61,25 +58,8 @@ pub fn router(state: AppState) -> Router {
         .merge(health::routes())
         .route("/metrics", axum::routing::get(metrics::handler))
         .merge(http::router(&state.http.config))
-        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
-            panic_response,
-        ))
+        .layer(http::error::panic_guard())
         .with_state(state)
-}
-
-fn panic_response(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
-    let detail = err
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| err.downcast_ref::<&str>().copied())
-        .unwrap_or("unknown panic");
-    tracing::error!(panic = detail, "request handler panicked");
-    http::error::ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "internal",
-        "internal error (logged on the server)",
-    )
-    .into_response()
 }
 
 /// Serves HTTP on `listener` until `shutdown` resolves, then finishes in-flight requests.

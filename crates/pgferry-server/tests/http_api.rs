@@ -383,3 +383,26 @@ async fn queue_settings_are_audited_and_validated() {
         ("api", "reports", true)
     );
 }
+
+/// The server's panic guard (the layer `router()` installs) answers a panicking handler
+/// with a 500 in the JSON error shape, and the server keeps serving.
+#[tokio::test]
+async fn a_panicking_handler_answers_500_json() {
+    async fn boom() -> &'static str {
+        panic!("handler bug")
+    }
+    let app = axum::Router::new()
+        .route("/boom", axum::routing::get(boom))
+        .route("/fine", axum::routing::get(|| async { "ok" }))
+        .layer(pgferry_server::http::error::panic_guard());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let resp = http.get(format!("{base}/boom")).send().await.unwrap();
+    assert_eq!(resp.status(), 500);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(error_of(&body).0, "internal");
+    let resp = http.get(format!("{base}/fine")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+}

@@ -156,3 +156,25 @@ impl ApiError {
         err
     }
 }
+
+/// The layer that turns a handler panic into a logged 500 with the JSON error shape
+/// instead of a dropped connection.
+pub fn panic_guard(
+) -> tower_http::catch_panic::CatchPanicLayer<fn(Box<dyn std::any::Any + Send>) -> Response> {
+    tower_http::catch_panic::CatchPanicLayer::custom(panic_response as fn(_) -> Response)
+}
+
+fn panic_response(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let detail = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic");
+    tracing::error!(panic = detail, "request handler panicked");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "internal error (logged on the server)",
+    )
+    .into_response()
+}
