@@ -1,0 +1,126 @@
+//! An in-process pgferry server (engine, leader, gRPC on loopback) over a testkit database.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pgferry_core::{migrate, Engine, EngineConfig, Leader, LeaderConfig, QueueOptions};
+use pgferry_server::auth::{admin, Scopes};
+use pgferry_server::grpc::{GrpcConfig, GrpcState};
+use pgferry_server::{AppState, ServerConfig};
+use pgferry_testkit::TestDb;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Fast timings for tests: ticks every few ms even when idle, rescue every 200 ms.
+pub fn leader_config() -> LeaderConfig {
+    LeaderConfig {
+        idle_tick_interval: Duration::from_millis(20),
+        rescue_interval: Duration::from_millis(200),
+        claim_settle: Duration::from_millis(500),
+        ..LeaderConfig::default()
+    }
+}
+
+pub struct Server {
+    pub url: String,
+    pub addr: SocketAddr,
+    pub engine: Arc<Engine>,
+    pub grpc: Arc<GrpcState>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Starts on `addr` (port 0: any free port).
+    pub async fn start(db: &TestDb, addr: SocketAddr, config: GrpcConfig) -> Server {
+        let mut client = db.connect().await;
+        migrate::up(&mut client).await.expect("migrate");
+        let engine = Engine::new(db.pool(16), EngineConfig::default());
+        let (stop, stop_rx) = watch::channel(false);
+        let leader = Leader::new(engine.clone(), db.config.clone(), leader_config());
+        let mut tasks = vec![tokio::spawn(leader.run(stop_rx.clone()))];
+        let app = AppState::new(engine.clone(), ServerConfig::default())
+            .await
+            .expect("app state");
+        let grpc = GrpcState::from_app(&app, config).await.expect("grpc state");
+        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let mut rx = stop_rx;
+        let g = grpc.clone();
+        tasks.push(tokio::spawn(async move {
+            pgferry_server::grpc::serve_grpc(listener, g, async move {
+                let _ = rx.wait_for(|s| *s).await;
+            })
+            .await
+            .expect("serve grpc");
+        }));
+        Server {
+            url: format!("http://{addr}"),
+            addr,
+            engine,
+            grpc,
+            stop,
+            tasks,
+        }
+    }
+
+    /// Graceful stop: streams end with UNAVAILABLE, dispatchers hand back their buffers,
+    /// the leader releases its lock.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            t.await.expect("server task");
+        }
+        self.engine.pool().close();
+    }
+}
+
+pub fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// A tenant with an all-scopes key; returns (tenant id, key).
+pub async fn tenant_key(db: &TestDb, name: &str) -> (i64, String) {
+    let mut client = db.connect().await;
+    migrate::up(&mut client).await.expect("migrate");
+    let id = admin::create_tenant(&mut client, name)
+        .await
+        .expect("tenant");
+    let (_, key) = admin::create_key(&mut client, name, Scopes::all(), None)
+        .await
+        .expect("key");
+    (id, key.expose())
+}
+
+/// Sets the lease of a tenant's queue (short leases make rescue observable in tests).
+pub async fn queue_lease(engine: &Engine, tenant_id: i64, queue: &str, lease: Duration) {
+    let name = pgferry_server::auth::engine_queue(tenant_id, queue).unwrap();
+    engine
+        .upsert_queue(
+            &name,
+            &QueueOptions {
+                lease,
+                ..QueueOptions::default()
+            },
+        )
+        .await
+        .expect("queue");
+}
+
+/// Completed outcomes per job id among `ids`.
+pub async fn completed_counts(db: &TestDb, ids: &[i64]) -> std::collections::HashMap<i64, i64> {
+    let client = db.connect().await;
+    client
+        .query(
+            "SELECT u.id, count(*) FROM pgferry.completions c, unnest(c.job_ids) u(id) \
+             WHERE c.outcome = 1 AND u.id = ANY($1) GROUP BY u.id",
+            &[&ids],
+        )
+        .await
+        .expect("ledger")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
