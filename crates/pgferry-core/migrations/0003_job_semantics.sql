@@ -110,3 +110,6 @@ BEGIN
      ORDER BY o.ord;
 END
 $fn$;
+
+-- DLQ listing newest first with keyset pagination.
+CREATE INDEX dead_died ON pgferry.dead (died_at DESC, job_id DESC);

@@ -229,6 +229,12 @@ impl ClaimedJob {
         self.outcome(OutcomeKind::Snooze { delay }, None, None)
     }
 
+    /// Hands an unstarted job back (graceful shutdown of a worker that prefetched it): it is
+    /// claimable again at once and the attempt does not count.
+    pub fn release(&self) -> Outcome {
+        self.snooze(Duration::ZERO)
+    }
+
     /// The handler stopped because the job was cancelled.
     pub fn cancelled(&self, reason: impl Into<String>) -> Outcome {
         self.outcome(OutcomeKind::Cancelled, Some(reason.into()), None)

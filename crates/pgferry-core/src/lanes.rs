@@ -41,6 +41,8 @@ pub struct QueueLanes {
     next_shard: AtomicUsize,
     /// Lane -> tick at which a claim last found it empty.
     dry_at: Mutex<HashMap<i32, i64>>,
+    /// Per priority: when a claim last visited its lanes (claim-time aging).
+    visited: Mutex<[Instant; 4]>,
 }
 
 impl QueueLanes {
@@ -53,13 +55,28 @@ impl QueueLanes {
         Some(shards[self.next_shard.fetch_add(1, Ordering::Relaxed) % shards.len()])
     }
 
-    /// Lanes worth visiting at `tick`, in claim order: priority 0 first; within a priority,
-    /// shards rotated by a per-call offset so concurrent claimers spread out.
+    /// Lanes worth visiting at `tick`, in claim order: priority 0 first — except that a
+    /// priority whose lanes no claim has visited for `aging` goes first (oldest wait first),
+    /// so a flood of urgent jobs delays a lower priority by at most about `aging` per batch
+    /// at its head. Within a priority, shards are rotated by a per-call offset so concurrent
+    /// claimers spread out.
     pub fn claim_order(&self, tick: i64) -> Vec<i32> {
         let offset = self.next_shard.fetch_add(1, Ordering::Relaxed);
         let dry = self.dry_at.lock().expect("dry lanes");
+        let visited = *self.visited.lock().expect("visited");
+        let mut prios: Vec<usize> = (0..4).collect();
+        let now = Instant::now();
+        let aged = |p: usize| now.duration_since(visited[p]) >= self.aging;
+        // Stable sort: aged priorities first, the longest-waiting of them first.
+        prios.sort_by_key(|&p| {
+            if aged(p) && !self.by_priority[p].is_empty() {
+                (0, Some(visited[p]))
+            } else {
+                (1, None)
+            }
+        });
         let mut order = Vec::new();
-        for shards in &self.by_priority {
+        for shards in prios.iter().map(|&p| &self.by_priority[p]) {
             let n = shards.len();
             order.extend(
                 (0..n)
@@ -76,7 +93,12 @@ impl QueueLanes {
     pub fn record_claim(&self, asked: &[i32], got: &HashMap<i32, usize>, max: usize, tick: i64) {
         let total: usize = got.values().sum();
         let mut dry = self.dry_at.lock().expect("dry lanes");
+        let mut visited = self.visited.lock().expect("visited");
+        let now = Instant::now();
         for lane in asked {
+            if let Some(p) = (0..4).find(|&p| self.by_priority[p].contains(lane)) {
+                visited[p] = now;
+            }
             let n = got.get(lane).copied().unwrap_or(0);
             if total >= max && n > 0 {
                 // This lane filled the batch; it may hold more. Later lanes were not visited.
@@ -165,8 +187,12 @@ impl LaneCache {
         };
         let aging = Duration::from_millis(first.get::<_, i32>(8) as u64);
         let dry = cached
+            .as_ref()
             .map(|q| q.dry_at.lock().expect("dry lanes").clone())
             .unwrap_or_default();
+        let visited = cached
+            .map(|q| *q.visited.lock().expect("visited"))
+            .unwrap_or([Instant::now(); 4]);
         let lanes = Arc::new(QueueLanes {
             by_priority,
             max_attempts,
@@ -177,6 +203,7 @@ impl LaneCache {
             loaded: Instant::now(),
             next_shard: AtomicUsize::new(0),
             dry_at: Mutex::new(dry),
+            visited: Mutex::new(visited),
         });
         self.queues
             .write()

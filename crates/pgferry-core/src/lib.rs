@@ -4,6 +4,7 @@
 
 pub mod control;
 pub mod db;
+pub mod dlq;
 pub mod engine;
 pub mod error;
 pub mod job;
@@ -15,6 +16,7 @@ pub mod migrate;
 pub mod queues;
 
 pub use control::{AttemptRef, Beat};
+pub use dlq::{DeadFilter, DeadJob, DeadPage};
 pub use engine::{Engine, EngineConfig, QueueOptions};
 pub use error::{Error, Result};
 pub use job::{Backoff, ClaimedJob, Completed, NewJob, Outcome, OutcomeKind};
