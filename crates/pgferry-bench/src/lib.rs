@@ -4,6 +4,7 @@
 //! cluster, reported in one JSON shape.
 
 mod cycle;
+mod grpc_cycle;
 mod measure;
 mod reference_log;
 mod reference_skiplocked;
@@ -26,6 +27,8 @@ pub struct BenchOpts {
     pub warmup: Duration,
     pub producers: usize,
     pub workers: usize,
+    /// gRPC cycle only: execution slots over all worker streams (`workers` streams).
+    pub worker_slots: usize,
     pub payload_bytes: usize,
     pub enqueue_batch: usize,
     pub claim_batch: usize,
@@ -53,6 +56,7 @@ impl Default for BenchOpts {
             warmup: Duration::from_secs(2),
             producers: 4,
             workers: 8,
+            worker_slots: 128,
             payload_bytes: 64,
             enqueue_batch: 100,
             claim_batch: 200,
@@ -69,6 +73,8 @@ impl Default for BenchOpts {
 pub enum Variant {
     /// pgferry's engine: ready log, ticks, receipts, completions.
     Cycle,
+    /// The same cycle through a server: gRPC producer and worker streams, group commit.
+    CycleGrpc,
     /// Classic lease-based queue: UPDATE … FOR UPDATE SKIP LOCKED, DELETE on completion.
     Skiplocked,
     /// Minimal append-only log: COPY in, read by cursor, no per-job acknowledgement.
@@ -95,6 +101,7 @@ pub async fn run(
     };
     let report = match variant {
         Variant::Cycle => cycle::run(&config, opts).await?,
+        Variant::CycleGrpc => grpc_cycle::run(&config, opts).await?,
         Variant::Skiplocked => reference_skiplocked::run(&config, opts).await?,
         Variant::Log => reference_log::run(&config, opts).await?,
     };
@@ -121,13 +128,34 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
     }))
 }
 
+/// The cycle through the gRPC server and in process, one after the other on the same
+/// cluster, with the ratio of completed jobs per second (gRPC / in-process).
+pub async fn grpc_vs_inprocess(
+    base: &Config,
+    opts: &BenchOpts,
+) -> anyhow::Result<serde_json::Value> {
+    let inprocess = run(Variant::Cycle, base, "bench_cycle", opts).await?;
+    let grpc = run(Variant::CycleGrpc, base, "bench_cycle_grpc", opts).await?;
+    let ratio = if inprocess.jobs_per_s > 0.0 {
+        grpc.jobs_per_s / inprocess.jobs_per_s
+    } else {
+        f64::NAN
+    };
+    Ok(serde_json::json!({
+        "options": opts,
+        "grpc": grpc,
+        "inprocess": inprocess,
+        "ratios": { "grpc_vs_inprocess_jobs_per_s": ratio },
+    }))
+}
+
 /// Drops and recreates `dbname`; returns a config pointing at it.
 async fn fresh_database(base: &Config, dbname: &str) -> anyhow::Result<Config> {
     let mut admin = base.clone();
     admin.dbname("postgres");
     let (client, conn) = admin.connect(NoTls).await?;
     tokio::spawn(conn);
-    // The name is one of our three constants, never user input.
+    // The name is one of our constants, never user input.
     // Two calls: a multi-statement string would run as one implicit transaction, which
     // DROP/CREATE DATABASE refuse.
     client

@@ -40,9 +40,25 @@ pub struct BenchArgs {
     /// pgferry: ticker pause (ms) after a tick while the log grows.
     #[arg(long, default_value_t = 2)]
     pub tick_ms: u64,
+    /// cycle: run in process (the engine directly) or through a server over gRPC.
+    #[arg(long, value_enum, default_value_t = Via::Inprocess)]
+    pub via: Via,
+    /// cycle --via grpc: execution slots over all worker streams (`--workers` streams).
+    #[arg(long, default_value_t = 128)]
+    pub worker_slots: usize,
+    /// cycle --via grpc: also run the in-process cycle on the same cluster and report the
+    /// ratio of completed jobs per second.
+    #[arg(long)]
+    pub compare_inprocess: bool,
     /// Use this database instead of a private cluster.
     #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
     pub database_url: Option<String>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Inprocess,
+    Grpc,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy)]
@@ -73,6 +89,7 @@ impl BenchArgs {
             warmup: Duration::from_secs(self.warmup),
             producers: self.producers,
             workers: self.workers,
+            worker_slots: self.worker_slots,
             payload_bytes: self.payload_bytes,
             enqueue_batch: self.enqueue_batch,
             claim_batch: self.claim_batch,
@@ -112,6 +129,12 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     };
     let opts = args.opts();
     let out = match cmd {
+        BenchCmd::Cycle(_) if args.via == Via::Grpc && args.compare_inprocess => {
+            pgferry_bench::grpc_vs_inprocess(&base, &opts).await?
+        }
+        BenchCmd::Cycle(_) if args.via == Via::Grpc => serde_json::to_value(
+            pgferry_bench::run(Variant::CycleGrpc, &base, "bench_cycle_grpc", &opts).await?,
+        )?,
         BenchCmd::Cycle(_) => serde_json::to_value(
             pgferry_bench::run(Variant::Cycle, &base, "bench_cycle", &opts).await?,
         )?,

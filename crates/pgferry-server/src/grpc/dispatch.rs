@@ -421,7 +421,7 @@ async fn hand_back(inner: &Inner, d: &Dispatcher, jobs: Vec<Buffered>) {
     if jobs.is_empty() {
         return;
     }
-    let outcomes: Vec<Outcome> = jobs.iter().map(|b| b.job.snooze(Duration::ZERO)).collect();
+    let outcomes: Vec<Outcome> = jobs.iter().map(|b| b.job.release()).collect();
     let n = outcomes.len();
     match inner.coalescers.complete(outcomes).await {
         Ok(_) => tracing::debug!(queue = %d.queue, jobs = n, "handed back undelivered jobs"),

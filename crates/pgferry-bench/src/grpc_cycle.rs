@@ -1,0 +1,149 @@
+//! The full cycle through the server: a pgferry server runs in this process (engine,
+//! leader, gRPC on loopback), producers enqueue over Producer streams and workers take jobs
+//! over Worker streams with the Rust client. A job counts only when its completion
+//! committed: its ResultAck arrived and was not stale.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pgferry_client::{JobSpec, Outcome, Producer, Worker, WorkerOptions};
+use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig, QueueOptions};
+use pgferry_server::auth::{admin, Scopes};
+use pgferry_server::grpc::{GrpcConfig, GrpcState};
+use pgferry_server::{AppState, ServerConfig};
+use tokio_postgres::Config;
+
+use crate::measure::{self, Counters, Report};
+use crate::BenchOpts;
+
+/// Connections of the server's pool (what `pgferry serve` uses by default).
+const SERVER_POOL: usize = 16;
+
+pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
+    let mut c = measure::connect(config, "migrate").await?;
+    migrate::up(&mut c).await?;
+    let tenant_id = admin::create_tenant(&mut c, "bench").await?;
+    let (_, key) = admin::create_key(&mut c, "bench", Scopes::all(), Some("bench")).await?;
+    let key = key.expose();
+
+    let engine = Engine::new(
+        db::pool(config, "api", SERVER_POOL),
+        EngineConfig::default(),
+    );
+    engine
+        .upsert_queue(
+            &pgferry_server::auth::engine_queue(tenant_id, "bench")?,
+            &QueueOptions {
+                shards: opts.shards,
+                max_attempts: 25,
+                lease: Duration::from_secs(300),
+            },
+        )
+        .await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let leader = tokio::spawn(
+        Leader::new(
+            engine.clone(),
+            config.clone(),
+            LeaderConfig {
+                tick_interval: opts.tick_interval,
+                ..LeaderConfig::default()
+            },
+        )
+        .run(stop_rx.clone()),
+    );
+    let app = AppState::new(engine.clone(), ServerConfig::default()).await?;
+    let grpc = GrpcState::from_app(&app, GrpcConfig::default()).await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let mut server_stop = stop_rx.clone();
+    let server = tokio::spawn(pgferry_server::grpc::serve_grpc(
+        listener,
+        grpc,
+        async move {
+            let _ = server_stop.wait_for(|s| *s).await;
+        },
+    ));
+
+    let counters = Arc::new(Counters::default());
+    let payload = crate::payload(opts.payload_bytes);
+    let mut tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>> = Vec::new();
+    for _ in 0..opts.producers {
+        let producer = Producer::connect(&url, &key).await?;
+        let (counters, payload) = (counters.clone(), payload.clone());
+        let (batch, max_depth) = (opts.enqueue_batch, opts.max_depth as u64);
+        tasks.push(tokio::spawn(async move {
+            let jobs: Vec<JobSpec> = (0..batch)
+                .map(|_| JobSpec::new("bench", "noop", &payload))
+                .collect();
+            while counters.running() {
+                if counters.depth() > max_depth {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
+                let ids = producer.enqueue_batch(jobs.clone()).await?;
+                counters.add_enqueued(ids.len() as u64);
+            }
+            Ok(())
+        }));
+    }
+    // `workers` streams sharing `worker_slots` execution slots.
+    let streams = opts.workers.max(1);
+    for w in 0..streams {
+        let slots = opts.worker_slots / streams + usize::from(w < opts.worker_slots % streams);
+        let (ack_tx, mut acks) = tokio::sync::mpsc::unbounded_channel();
+        let mut wopts = WorkerOptions::new(&url, &key, &["bench"], slots.max(1));
+        wopts.worker_id = format!("bench-{w}");
+        wopts.acks = Some(ack_tx);
+        let seen = counters.clone();
+        let worker = Worker::new(wopts, move |job: pgferry_client::JobCtx| {
+            // Enqueue → delivery, the counterpart of the in-process enqueue → claim.
+            seen.record_latencies(std::iter::once(job.enqueued_at));
+            async { Outcome::Ok(None) }
+        });
+        let done = counters.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                match tokio::time::timeout(Duration::from_millis(100), acks.recv()).await {
+                    Ok(Some(a)) if !a.stale => done.add_finished(1),
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(_) if !done.running() => break,
+                    Err(_) => {}
+                }
+            }
+            Ok(())
+        }));
+        let stop = counters.clone();
+        tasks.push(tokio::spawn(async move {
+            worker
+                .run(
+                    async move {
+                        while stop.running() {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    },
+                    Duration::from_secs(10),
+                )
+                .await?;
+            Ok(())
+        }));
+    }
+    let report = measure::window(
+        "cycle_grpc",
+        config,
+        &counters,
+        opts,
+        measure::Tables {
+            schema: "pgferry",
+            pattern: "^(ready|receipts|completions|results|ticks)_[0-9]+$",
+        },
+        tasks,
+    )
+    .await;
+    let _ = stop_tx.send(true);
+    let _ = server.await;
+    let _ = leader.await;
+    engine.pool().close();
+    report
+}
