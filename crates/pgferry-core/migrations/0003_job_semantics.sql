@@ -113,3 +113,16 @@ $fn$;
 
 -- DLQ listing newest first with keyset pagination.
 CREATE INDEX dead_died ON pgferry.dead (died_at DESC, job_id DESC);
+
+-- Unique jobs: a key per queue held by one job. Released lazily: an enqueue that meets a
+-- held key checks whether the holder still holds it (pending, scheduled or running; or
+-- completed less than `period` ago) and takes the key over if not. Nothing on the hot path
+-- (claim, complete) touches this table.
+CREATE TABLE pgferry.unique_keys (
+    queue      text NOT NULL,
+    key        text NOT NULL,
+    job_id     bigint NOT NULL,
+    period_ms  bigint,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, key)
+);

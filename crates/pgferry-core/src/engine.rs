@@ -119,6 +119,10 @@ impl Engine {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
+        if jobs.iter().any(|j| j.unique_key.is_some()) {
+            let done = self.enqueue_many(jobs).await?;
+            return Ok(done.into_iter().map(|e| e.id).collect());
+        }
         let client = self.pool.get().await?;
         let batch = self.enqueue_batch(&**client, jobs).await?;
         let rows = if batch.any_future {
@@ -143,6 +147,14 @@ impl Engine {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
+        if jobs.iter().any(|j| j.unique_key.is_some()) {
+            // Taking over a key from a finished holder takes more statements than one
+            // round trip inside the caller's transaction allows.
+            return Err(Error::InvalidArgument {
+                field: "unique_key",
+                reason: "not supported by transactional enqueue; use enqueue".into(),
+            });
+        }
         let batch = self.enqueue_batch(client, jobs).await?;
         let types = [
             Type::INT4_ARRAY,
@@ -165,7 +177,7 @@ impl Engine {
     }
 
     /// Validates a batch and resolves lanes; builds the column arrays of the INSERT.
-    async fn enqueue_batch<'a, C: GenericClient>(
+    pub(crate) async fn enqueue_batch<'a, C: GenericClient>(
         &self,
         client: &C,
         jobs: &'a [NewJob],
@@ -188,6 +200,9 @@ impl Engine {
             max_attempts: Vec::with_capacity(n),
             run_ats: Vec::with_capacity(n),
             any_future: false,
+            queues: Vec::with_capacity(n),
+            keys: Vec::with_capacity(n),
+            periods: Vec::with_capacity(n),
         };
         let now = SystemTime::now();
         let mut last: Option<(&str, u8, Arc<QueueLanes>)> = None;
@@ -214,6 +229,12 @@ impl Engine {
                 .push(job.max_attempts.unwrap_or(queue.max_attempts));
             b.any_future |= job.run_at.is_some_and(|t| t > now);
             b.run_ats.push(job.run_at);
+            b.queues.push(job.queue.as_str());
+            b.keys.push(job.unique_key.as_deref());
+            b.periods.push(
+                job.unique_period
+                    .map(|p| i64::try_from(p.as_millis()).unwrap_or(i64::MAX)),
+            );
         }
         Ok(b)
     }
@@ -383,7 +404,7 @@ fn row_to_claimed(r: &tokio_postgres::Row, backoff: crate::job::Backoff) -> Clai
 }
 
 /// Column arrays of one enqueue statement.
-struct EnqueueBatch<'a> {
+pub(crate) struct EnqueueBatch<'a> {
     lanes: Vec<i32>,
     kinds: Vec<&'a str>,
     args: Vec<&'a Value>,
@@ -392,9 +413,26 @@ struct EnqueueBatch<'a> {
     run_ats: Vec<Option<SystemTime>>,
     /// Some job runs later: the statement that also writes `scheduled` is needed.
     any_future: bool,
+    queues: Vec<&'a str>,
+    keys: Vec<Option<&'a str>>,
+    periods: Vec<Option<i64>>,
 }
 
 impl EnqueueBatch<'_> {
+    pub(crate) fn params_unique(&self) -> [&(dyn ToSql + Sync); 9] {
+        [
+            &self.lanes,
+            &self.kinds,
+            &self.args,
+            &self.metas,
+            &self.max_attempts,
+            &self.run_ats,
+            &self.queues,
+            &self.keys,
+            &self.periods,
+        ]
+    }
+
     fn params_scheduled(&self) -> [&(dyn ToSql + Sync); 6] {
         [
             &self.lanes,

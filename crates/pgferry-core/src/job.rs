@@ -56,6 +56,11 @@ pub struct NewJob {
     /// Not before this instant: the job waits in `scheduled` and the leader's promoter moves
     /// it into the log when due. None or a past instant: claimable at once.
     pub run_at: Option<SystemTime>,
+    /// At most one job per (queue, key) at a time: while the holder is pending, scheduled or
+    /// running (or completed less than `unique_period` ago), another enqueue with the key
+    /// returns the holder's id as a duplicate.
+    pub unique_key: Option<String>,
+    pub unique_period: Option<Duration>,
 }
 
 impl NewJob {
@@ -68,7 +73,21 @@ impl NewJob {
             priority: 0,
             max_attempts: None,
             run_at: None,
+            unique_key: None,
+            unique_period: None,
         }
+    }
+
+    /// Deduplicates on `key` within the queue (see [`NewJob::unique_key`]).
+    pub fn unique(mut self, key: impl Into<String>) -> Self {
+        self.unique_key = Some(key.into());
+        self
+    }
+
+    /// A completed job keeps holding its unique key for `period`.
+    pub fn unique_period(mut self, period: Duration) -> Self {
+        self.unique_period = Some(period);
+        self
     }
 
     /// Runs no earlier than `at`.
@@ -114,6 +133,14 @@ impl NewJob {
                 return Err(Error::InvalidArgument {
                     field: "max_attempts",
                     reason: format!("{n} is not in 1..={MAX_ATTEMPTS_LIMIT}"),
+                });
+            }
+        }
+        if let Some(k) = &self.unique_key {
+            if k.is_empty() || k.len() > 256 {
+                return Err(Error::InvalidArgument {
+                    field: "unique_key",
+                    reason: format!("must be 1 to 256 bytes, not {}", k.len()),
                 });
             }
         }

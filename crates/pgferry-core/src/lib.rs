@@ -14,6 +14,7 @@ pub mod listen;
 pub mod lookup;
 pub mod migrate;
 pub mod queues;
+pub mod unique;
 
 pub use control::{AttemptRef, Beat};
 pub use dlq::{DeadFilter, DeadJob, DeadPage};
@@ -23,3 +24,4 @@ pub use job::{Backoff, ClaimedJob, Completed, NewJob, Outcome, OutcomeKind};
 pub use leader::{Leader, LeaderConfig};
 pub use lookup::{AttemptInfo, CancelResult, JobInfo, JobState};
 pub use queues::{QueueInfo, QueueSettings};
+pub use unique::Enqueued;
