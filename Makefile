@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: dev test setup build lint test-rust test-python bench
+.PHONY: dev test setup build lint test-rust test-python test-fuzz bench
 
 setup:
 	@scripts/setup.sh
@@ -36,7 +36,14 @@ test-python: setup
 	cd sdk/python && .venv/bin/mypy
 	cd sdk/python && .venv/bin/python -m pytest -q -p no:cacheprovider --timeout 600
 
-test: lint test-rust test-python
+# Schema-driven fuzzing of the HTTP API from /v1/openapi.json with schemathesis (own venv
+# .venv-fuzz; bounded examples per operation, well under two minutes): no 5xx, answers
+# conform to the document.
+test-fuzz: setup
+	$(CARGO) build -p pgferry-cli
+	scripts/fuzz-http.sh
+
+test: lint test-rust test-python test-fuzz
 
 # The engine benchmark against the skiplocked and append-only references (release build).
 bench: setup

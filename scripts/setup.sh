@@ -22,7 +22,8 @@ have_pg_server() {
 have_pg_server || need+=(postgresql)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 command -v python3 >/dev/null 2>&1 || need+=(python3 python3-venv)
-# Debian splits venv/ensurepip out of python3: the Python SDK tests need them.
+# Debian splits venv/ensurepip out of python3: the Python SDK tests and `make test-fuzz`
+# need them.
 command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1 && need+=(python3-venv)
 
 if [ ${#need[@]} -gt 0 ]; then

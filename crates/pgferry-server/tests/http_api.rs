@@ -222,6 +222,34 @@ async fn every_error_status_has_the_json_shape() {
         .await;
     assert_eq!((s, error_of(&b).1), (400, Some("wait_ms".into())), "{b}");
 
+    // A struct written as an array (serde would take it) and a job that is not an object.
+    let (s, b, _) = srv
+        .call("PATCH", "/v1/queues/a", k, Some(json!([null, null])))
+        .await;
+    assert_eq!((s, error_of(&b).1), (400, Some("body".into())), "{b}");
+    let (s, b, _) = srv
+        .call(
+            "POST",
+            "/v1/jobs/batch",
+            k,
+            Some(json!({"jobs": [job("a"), ["a", "k"]]})),
+        )
+        .await;
+    assert_eq!((s, error_of(&b).1), (400, Some("jobs[1]".into())), "{b}");
+    let (s, b, _) = srv
+        .call(
+            "POST",
+            "/v1/workers/complete",
+            k,
+            Some(json!({"results": [{"token": "00", "error": ["m"]}]})),
+        )
+        .await;
+    assert_eq!(
+        (s, error_of(&b).1),
+        (400, Some("results[0].error".into())),
+        "{b}"
+    );
+
     // 401: missing, malformed, unknown key.
     for auth in [None, Some("Basic abc"), Some("Bearer nope"), Some("Bearer pgf_000000000000_0000000000000000000000000000000000000000000000000000000000000000")] {
         let mut req = srv.raw("GET", "/v1/queues");

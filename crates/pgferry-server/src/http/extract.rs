@@ -43,7 +43,14 @@ impl FromRequestParts<AppState> for Authed {
 /// (`jobs[2].priority`); a body over the limit is a 413.
 pub struct JsonBody<T>(pub T);
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+/// Where a request type has JSON objects. serde accepts a struct written as an array
+/// (`[null, null]`), which the API must refuse; these paths are checked first. A path is
+/// dot-separated; `name[]` means every element of the array `name`; "" is the body.
+pub trait Objects {
+    const OBJECTS: &'static [&'static str] = &[""];
+}
+
+impl<T: DeserializeOwned + Objects, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
@@ -66,33 +73,92 @@ fn body_rejection(r: BytesRejection) -> ApiError {
     }
 }
 
-pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let msg = inner.to_string();
-        // serde reports missing/unknown fields at the parent; name the field itself.
-        let named = ["missing field `", "unknown field `"]
-            .iter()
-            .find_map(|p| msg.strip_prefix(p))
-            .and_then(|rest| rest.split('`').next());
-        // The path ends at the unknown field itself but at the parent of a missing one;
-        // a syntax error has no path ("?").
-        let field = match (path.as_str(), named) {
-            ("." | "?", Some(f)) => f.to_string(),
-            (p, Some(f)) if p == f || p.ends_with(&format!(".{f}")) => p.to_string(),
-            (p, Some(f)) => format!("{p}.{f}"),
-            ("." | "?", None) => "body".to_string(),
-            (p, None) => p.to_string(),
+pub fn parse_json<T: DeserializeOwned + Objects>(bytes: &[u8]) -> Result<T, ApiError> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
+        // Syntax errors: name the field being parsed when serde knows it.
+        let de = &mut serde_json::Deserializer::from_slice(bytes);
+        match serde_path_to_error::deserialize::<_, serde_json::Value>(de) {
+            Err(pe) => serde_error(pe),
+            Ok(_) => ApiError::new(StatusCode::BAD_REQUEST, "malformed_json", e.to_string())
+                .field("body"),
+        }
+    })?;
+    for spec in T::OBJECTS {
+        check_objects(&value, spec)?;
+    }
+    serde_path_to_error::deserialize(value).map_err(serde_error)
+}
+
+/// Fails unless every value at `spec` (see [`Objects`]) is an object (absent or null ones
+/// are left to the type).
+fn check_objects(root: &serde_json::Value, spec: &str) -> Result<(), ApiError> {
+    let mut found: Vec<(String, &serde_json::Value)> = vec![(String::new(), root)];
+    for part in spec.split('.').filter(|p| !p.is_empty()) {
+        let (name, each) = match part.strip_suffix("[]") {
+            Some(n) => (n, true),
+            None => (part, false),
         };
-        let code = if inner.is_syntax() || inner.is_eof() {
-            "malformed_json"
-        } else {
-            "invalid_argument"
-        };
-        ApiError::new(StatusCode::BAD_REQUEST, code, msg).field(field)
-    })
+        let mut next = Vec::new();
+        for (path, v) in found {
+            let Some(child) = v.get(name).filter(|c| !c.is_null()) else {
+                continue;
+            };
+            let path = if path.is_empty() {
+                name.to_string()
+            } else {
+                format!("{path}.{name}")
+            };
+            match (each, child.as_array()) {
+                (true, Some(items)) => next.extend(
+                    items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, it)| (format!("{path}[{i}]"), it)),
+                ),
+                // Not an array where one is expected: the type reports it.
+                (true, None) => {}
+                (false, _) => next.push((path, child)),
+            }
+        }
+        found = next;
+    }
+    match found.into_iter().find(|(_, v)| !v.is_object()) {
+        None => Ok(()),
+        Some((path, _)) => Err(ApiError::bad_request(
+            if path.is_empty() {
+                "body".to_string()
+            } else {
+                path
+            },
+            "must be a JSON object",
+        )),
+    }
+}
+
+fn serde_error(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    let msg = inner.to_string();
+    // serde reports missing/unknown fields at the parent; name the field itself.
+    let named = ["missing field `", "unknown field `"]
+        .iter()
+        .find_map(|p| msg.strip_prefix(p))
+        .and_then(|rest| rest.split('`').next());
+    // The path ends at the unknown field itself but at the parent of a missing one;
+    // a syntax error has no path ("?").
+    let field = match (path.as_str(), named) {
+        ("." | "?", Some(f)) => f.to_string(),
+        (p, Some(f)) if p == f || p.ends_with(&format!(".{f}")) => p.to_string(),
+        (p, Some(f)) => format!("{p}.{f}"),
+        ("." | "?", None) => "body".to_string(),
+        (p, None) => p.to_string(),
+    };
+    let code = if inner.is_syntax() || inner.is_eof() {
+        "malformed_json"
+    } else {
+        "invalid_argument"
+    };
+    ApiError::new(StatusCode::BAD_REQUEST, code, msg).field(field)
 }
 
 /// Per-key token buckets: `rate` requests per second sustained, `burst` at once.

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{Authed, JsonBody};
+use super::extract::{Authed, JsonBody, Objects};
 use crate::auth::{Principal, Scope};
 use crate::metrics::JobCounter;
 use crate::AppState;
@@ -35,6 +35,11 @@ pub struct JobSpec {
 #[serde(deny_unknown_fields)]
 pub struct Batch {
     jobs: Vec<JobSpec>,
+}
+
+impl Objects for JobSpec {}
+impl Objects for Batch {
+    const OBJECTS: &'static [&'static str] = &["", "jobs[]"];
 }
 
 /// Validates one job and maps its queue into the caller's namespace. Errors name fields

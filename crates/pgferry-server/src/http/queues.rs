@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{Authed, JsonBody};
+use super::extract::{Authed, JsonBody, Objects};
 use crate::auth::namespace::{tenant_prefix, user_queue};
 use crate::auth::{admin, Principal, Scope};
 use crate::AppState;
@@ -86,6 +86,8 @@ pub struct Settings {
     #[serde(default)]
     lease_ms: Option<u32>,
 }
+
+impl Objects for Settings {}
 
 /// Creates the queue or changes its settings.
 pub async fn update(

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{Authed, JsonBody};
+use super::extract::{Authed, JsonBody, Objects};
 use crate::auth::token::Attempt;
 use crate::auth::Scope;
 use crate::metrics::{JobCounter, Latency};
@@ -33,6 +33,12 @@ pub struct ClaimRequest {
     #[serde(default)]
     wait_ms: Option<u64>,
 }
+
+impl Objects for ClaimRequest {}
+impl Objects for CompleteRequest {
+    const OBJECTS: &'static [&'static str] = &["", "results[]", "results[].error"];
+}
+impl Objects for HeartbeatRequest {}
 
 pub async fn claim(
     State(state): State<AppState>,
