@@ -200,6 +200,39 @@ async fn hot_statement_plans() {
     assert!(common::rows_read(comp, "ready") <= 20, "{comp}");
     assert!(common::rows_read(comp, "receipts") <= 1, "{comp}");
 
+    // heartbeat: the receipt probe and closed-attempt lookup of complete(), one upsert into
+    // long_leases per held attempt; nothing read from the ready log.
+    let held = s.engine.claim("q", 50, "w").await.unwrap();
+    let hb_sql = include_str!("../src/sql/heartbeat.sql");
+    let hb = client.prepare(hb_sql).await.unwrap();
+    let col = |f: fn(&pgferry_core::ClaimedJob) -> i64| held.iter().map(f).collect::<Vec<i64>>();
+    let (hids, hrids) = (col(|j| j.job_id), col(|j| j.receipt_id));
+    let hatts: Vec<i32> = held.iter().map(|j| j.attempt).collect();
+    let hsegs: Vec<i16> = held.iter().map(|j| j.segment).collect();
+    let hlanes: Vec<i32> = held.iter().map(|j| j.lane).collect();
+    let hrsegs: Vec<i16> = held.iter().map(|j| j.receipt_segment).collect();
+    common::drain(&mut notices);
+    let beats = client
+        .query(
+            &hb,
+            &[
+                &hids, &hatts, &hsegs, &hrids, &hlanes, &hrsegs, &60_000i32, &"w",
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(beats.len(), held.len());
+    let plans = common::drain(&mut notices);
+    let hb_plan = common::plans_with(&plans, "INSERT INTO pgferry.long_leases");
+    assert_eq!(hb_plan.len(), 1, "{plans:#?}");
+    assert!(
+        hb_plan[0].contains("Index Scan using receipts_"),
+        "{}",
+        hb_plan[0]
+    );
+    assert_no_seq_scan_on_log(hb_plan[0]);
+    assert_eq!(common::rows_read(hb_plan[0], "ready"), 0, "{}", hb_plan[0]);
+
     // Leader statements: promote, rescue, rotate checks. The rescue mark trails the head of
     // the receipts by the lease window in steady state; start it there, not at 0.
     admin

@@ -6,6 +6,10 @@ mod common;
 use pgferry_core::NewJob;
 use serde_json::json;
 
+/// pg_stat_statements is cluster-wide and a reset clears every database's counts: the tests
+/// of this file take turns.
+static COUNTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn batch(n: usize) -> Vec<NewJob> {
     (0..n)
         .map(|i| NewJob::new("q", "k", json!({ "i": i })))
@@ -14,6 +18,7 @@ fn batch(n: usize) -> Vec<NewJob> {
 
 #[tokio::test]
 async fn one_statement_per_operation() {
+    let _turn = COUNTING.lock().await;
     let s = common::setup().await;
     let admin = s.db.connect().await;
     // Warm the lane cache and prepared statements: steady state is what is counted.
@@ -55,4 +60,77 @@ async fn one_statement_per_operation() {
             common::statements(&admin).await
         );
     }
+}
+
+/// Issue 4's operations on the hot side: a batch with scheduled jobs, heartbeats of a batch,
+/// and the promoter moving a batch of due jobs are one statement each.
+#[tokio::test]
+async fn one_statement_for_scheduled_enqueue_heartbeat_and_promotion() {
+    use pgferry_core::leader::promoter;
+    use pgferry_core::AttemptRef;
+    use std::time::{Duration, SystemTime};
+
+    let _turn = COUNTING.lock().await;
+    let s = common::setup().await;
+    let admin = s.db.connect().await;
+    s.engine.enqueue(&batch(1)).await.unwrap();
+    // Half now, half "due" in the past (promoted at once), one far in the future.
+    let past = SystemTime::now() - Duration::from_secs(1);
+    let mut jobs = batch(1000);
+    for (i, j) in jobs.iter_mut().enumerate() {
+        if i % 2 == 0 {
+            j.run_at = Some(past);
+        }
+    }
+    jobs[1].run_at = Some(SystemTime::now() + Duration::from_secs(3600));
+    // Warm: the statement is prepared once per connection.
+    s.engine.enqueue(&jobs[..2]).await.unwrap();
+    common::reset_statements(&admin).await;
+    assert_eq!(s.engine.enqueue(&jobs).await.unwrap().len(), 1000);
+    assert_eq!(
+        common::total_calls(&admin).await,
+        1,
+        "{:?}",
+        common::statements(&admin).await
+    );
+
+    // Promotion of many due jobs: one statement per batch.
+    let client = s.db.connect().await;
+    client
+        .execute(
+            "UPDATE pgferry.scheduled SET run_at = now() - interval '1 second'",
+            &[],
+        )
+        .await
+        .unwrap();
+    common::reset_statements(&admin).await;
+    let moved = promoter::promote(&client, 1000).await.unwrap();
+    assert_eq!(moved, 2, "the two far-future jobs made due");
+    assert_eq!(
+        common::total_calls(&admin).await,
+        1,
+        "{:?}",
+        common::statements(&admin).await
+    );
+
+    s.tick().await;
+    let claimed = s.engine.claim("q", 500, "w").await.unwrap();
+    let refs: Vec<AttemptRef> = claimed.iter().map(AttemptRef::from).collect();
+    s.engine
+        .heartbeat(&refs[..1], Duration::from_secs(60), "w")
+        .await
+        .unwrap();
+    common::reset_statements(&admin).await;
+    let beats = s
+        .engine
+        .heartbeat(&refs, Duration::from_secs(60), "w")
+        .await
+        .unwrap();
+    assert!(beats.iter().all(|b| b.held));
+    assert_eq!(
+        common::total_calls(&admin).await,
+        1,
+        "{:?}",
+        common::statements(&admin).await
+    );
 }
