@@ -420,3 +420,98 @@ async fn server_restart_mid_run_ledger_balances() {
     run.await.unwrap().unwrap();
     server.stop().await;
 }
+
+/// A job running three times longer than its queue's lease is kept by the worker's
+/// heartbeats: one attempt, completed, never rescued.
+#[tokio::test]
+async fn heartbeats_keep_a_long_job() {
+    let db = pgferry_testkit::test_db().await;
+    let (tenant, key) = tenant_key(&db, "acme").await;
+    let server = Server::start(&db, loopback(), GrpcConfig::default()).await;
+    queue_lease(&server.engine, tenant, "long", Duration::from_secs(1)).await;
+    let producer = Producer::connect(&server.url, &key).await.unwrap();
+    let id = producer
+        .enqueue(JobSpec::new("long", "k", &json!(null)))
+        .await
+        .unwrap();
+    let (ack_tx, mut acks) = mpsc::unbounded_channel();
+    let mut opts = WorkerOptions::new(&server.url, &key, &["long"], 1);
+    opts.acks = Some(ack_tx);
+    let worker = Worker::new(opts, |job: pgferry_client::JobCtx| async move {
+        // Three leases long; a lost lease would cancel the context.
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(3)) => Outcome::Ok(None),
+            _ = job.cancelled() => Outcome::Cancelled("lease lost".into()),
+        }
+    });
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let run = tokio::spawn(worker.run(
+        async move {
+            let _ = stop_rx.await;
+        },
+        Duration::from_secs(10),
+    ));
+    let got = recv_acks(&mut acks, 1).await;
+    assert_eq!(got[0].id, id);
+    assert_eq!(got[0].attempt, 1, "never rescued and retried");
+    assert!(!got[0].stale, "the worker's outcome won");
+    let info = server.engine.get_job(id).await.unwrap();
+    assert_eq!(info.state.as_str(), "completed");
+    assert_eq!(info.attempts.len(), 1, "{:?}", info.attempts);
+    let _ = stop_tx.send(());
+    run.await.unwrap().unwrap();
+    server.stop().await;
+}
+
+/// Cancelling a running job reaches the worker holding it; the worker's `cancelled`
+/// outcome is recorded.
+#[tokio::test]
+async fn cancel_reaches_a_running_worker() {
+    let db = pgferry_testkit::test_db().await;
+    let (_, key) = tenant_key(&db, "acme").await;
+    let server = Server::start(&db, loopback(), GrpcConfig::default()).await;
+    let producer = Producer::connect(&server.url, &key).await.unwrap();
+    let id = producer
+        .enqueue(JobSpec::new("c", "k", &json!(null)))
+        .await
+        .unwrap();
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let (ack_tx, mut acks) = mpsc::unbounded_channel();
+    let mut opts = WorkerOptions::new(&server.url, &key, &["c"], 1);
+    opts.acks = Some(ack_tx);
+    let worker = Worker::new(opts, move |job: pgferry_client::JobCtx| {
+        let started = started_tx.clone();
+        async move {
+            let _ = started.send(job.id);
+            tokio::select! {
+                _ = job.cancelled() => Outcome::Cancelled("stopped on request".into()),
+                _ = tokio::time::sleep(PATIENCE) => Outcome::Ok(None),
+            }
+        }
+    });
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let run = tokio::spawn(worker.run(
+        async move {
+            let _ = stop_rx.await;
+        },
+        Duration::from_secs(10),
+    ));
+    let running = tokio::time::timeout(PATIENCE, started.recv())
+        .await
+        .expect("job started")
+        .unwrap();
+    assert_eq!(running, id);
+    server
+        .engine
+        .cancel(id, Some("test"))
+        .await
+        .expect("cancel");
+    let got = recv_acks(&mut acks, 1).await;
+    assert_eq!(got[0].id, id);
+    assert!(!got[0].stale);
+    let info = server.engine.get_job(id).await.unwrap();
+    assert_eq!(info.state.as_str(), "cancelled");
+    let _ = stop_tx.send(());
+    run.await.unwrap().unwrap();
+    server.stop().await;
+}

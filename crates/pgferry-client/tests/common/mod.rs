@@ -30,6 +30,7 @@ pub struct Server {
     pub grpc: Arc<GrpcState>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    listener_task: JoinHandle<()>,
 }
 
 impl Server {
@@ -41,6 +42,11 @@ impl Server {
         let (stop, stop_rx) = watch::channel(false);
         let leader = Leader::new(engine.clone(), db.config.clone(), leader_config());
         let mut tasks = vec![tokio::spawn(leader.run(stop_rx.clone()))];
+        // Cancellations (NOTIFY pgferry_cancel) reach this server's streams through it.
+        let listener_task = tokio::spawn(pgferry_core::listen::run_tick_listener(
+            engine.clone(),
+            db.config.clone(),
+        ));
         let app = AppState::new(engine.clone(), ServerConfig::default())
             .await
             .expect("app state");
@@ -63,6 +69,7 @@ impl Server {
             grpc,
             stop,
             tasks,
+            listener_task,
         }
     }
 
@@ -70,6 +77,7 @@ impl Server {
     /// the leader releases its lock.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
+        self.listener_task.abort();
         for t in self.tasks {
             t.await.expect("server task");
         }
