@@ -303,3 +303,33 @@ async fn expired_lease_is_rescued_and_late_completion_is_stale() {
         "mark {mark} did not pass closed receipts"
     );
 }
+
+/// A queue's retention keeps closed segments (all queues share segments: the longest wins).
+#[tokio::test]
+async fn queue_retention_keeps_closed_segments() {
+    use pgferry_core::QueueSettings;
+    let s = common::setup().await;
+    s.run_through("kept", 3).await;
+    let keep = QueueSettings {
+        retention: Some(Duration::from_secs(3600)),
+        ..Default::default()
+    };
+    s.engine.update_queue("kept", &keep).await.unwrap();
+    let mut rot = s.db.connect().await;
+    assert!(rotator::advance(&rot, Duration::ZERO).await.unwrap());
+    let freed = rotator::free_oldest(&mut rot, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(freed, FreeResult::RetentionPending(0));
+    let none = QueueSettings {
+        retention: Some(Duration::ZERO),
+        ..Default::default()
+    };
+    s.engine.update_queue("kept", &none).await.unwrap();
+    assert_eq!(
+        rotator::free_oldest(&mut rot, Duration::ZERO)
+            .await
+            .unwrap(),
+        FreeResult::Freed(0)
+    );
+}
