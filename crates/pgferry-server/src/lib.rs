@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod coalesce;
+pub mod grpc;
 mod health;
 pub mod http;
 pub mod metrics;
