@@ -8,21 +8,27 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
-from server import Server  # noqa: E402
+from server import Server, data_dir  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server() -> Iterator[Server]:
     """One shared server for tests that do not restart it. Tests isolate themselves by
     using their own queue names."""
-    s = Server(tmp_path_factory.mktemp("pgferry-shared"))
-    s.start()
-    yield s
-    s.stop()
+    s = Server(data_dir("shared"))
+    try:
+        s.start()
+        yield s
+    finally:
+        s.cleanup()
 
 
 @pytest.fixture
 def queue(request: pytest.FixtureRequest) -> str:
     """A queue name unique to the test."""
-    name = request.node.name.replace("[", "_").replace("]", "").replace("-", "_")
-    return ("q_" + name)[:60]
+    import hashlib
+
+    name = request.node.name.removeprefix("test_").replace("[", "_").replace("]", "").replace("-", "_")
+    # Queue names are at most 48 characters (the server namespaces them by tenant).
+    digest = hashlib.sha1(name.encode()).hexdigest()[:6]
+    return f"{name[:40]}_{digest}"

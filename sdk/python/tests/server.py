@@ -25,6 +25,17 @@ _HTTP = re.compile(r"pgferry: listening http=(\S+)")
 _KEY = re.compile(r"pgferry: dev api key=(\S+)")
 
 
+def data_dir(prefix: str) -> pathlib.Path:
+    """A fresh directory the embedded Postgres can enter. As root, pgferry runs Postgres as
+    the `postgres` user, which cannot enter pytest's 0700 tmp_path; so a world-traversable
+    directory under the system temp dir (removed by Server.cleanup)."""
+    import tempfile
+
+    d = pathlib.Path(tempfile.mkdtemp(prefix=f"pgferry-{prefix}-"))
+    d.chmod(0o755)
+    return d
+
+
 def binary() -> pathlib.Path:
     env = os.environ.get("PGFERRY_BIN")
     path = pathlib.Path(env) if env else REPO / "target" / "debug" / "pgferry"
@@ -123,6 +134,12 @@ class Server:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(10)
             raise RuntimeError(f"pgferry dev ignored SIGTERM for {timeout}s (log: {self.log_path})")
+
+    def cleanup(self) -> None:
+        import shutil
+
+        self.stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def restart(self) -> None:
         self.stop()

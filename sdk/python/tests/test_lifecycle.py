@@ -13,7 +13,7 @@ import time
 
 import pgferry
 from helpers import WAIT, Recorder, http_patch_queue, running
-from server import Server
+from server import Server, data_dir
 
 HERE = pathlib.Path(__file__).parent
 
@@ -79,13 +79,13 @@ def test_drain_on_sigterm_loses_nothing(server: Server, queue: str, tmp_path: pa
     asyncio.run(main())
 
 
-def test_server_restart_mid_run_ledger_balances(tmp_path: pathlib.Path) -> None:
-    srv = Server(tmp_path / "restart")
-    srv.start()
+def test_server_restart_mid_run_ledger_balances() -> None:
+    srv = Server(data_dir("restart"))
     try:
+        srv.start()
         asyncio.run(_restart_scenario(srv))
     finally:
-        srv.stop()
+        srv.cleanup()
 
 
 async def _restart_scenario(srv: Server) -> None:

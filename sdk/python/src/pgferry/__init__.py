@@ -23,6 +23,7 @@ from pgferry.errors import (
     ProtocolError,
     RateLimited,
     Unavailable,
+    Unimplemented,
 )
 from pgferry.outcomes import Cancel, Fail, Snooze
 from pgferry.sync import SyncClient
@@ -53,5 +54,6 @@ __all__ = [
     "Snooze",
     "SyncClient",
     "Unavailable",
+    "Unimplemented",
     "Worker",
 ]

@@ -79,6 +79,12 @@ class Unavailable(PgferryError):
     default_code = "unavailable"
 
 
+class Unimplemented(PgferryError):
+    """The server does not offer this call or option (yet)."""
+
+    default_code = "not_implemented"
+
+
 class ProtocolError(PgferryError):
     """The server answered something this SDK does not understand."""
 
@@ -101,6 +107,8 @@ _BY_CODE: Final[dict[str, type[PgferryError]]] = {
     "rate_limited": RateLimited,
     "too_many_requests": RateLimited,
     "unavailable": Unavailable,
+    "not_implemented": Unimplemented,
+    "unimplemented": Unimplemented,
 }
 
 _BY_STATUS: Final[dict[grpc.StatusCode, type[PgferryError]]] = {
@@ -116,6 +124,7 @@ _BY_STATUS: Final[dict[grpc.StatusCode, type[PgferryError]]] = {
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
     grpc.StatusCode.CANCELLED: Unavailable,
+    grpc.StatusCode.UNIMPLEMENTED: Unimplemented,
 }
 
 

@@ -28,7 +28,16 @@ import grpc.aio
 from pgferry import _conn, _tracing
 from pgferry._types import dumps, loads
 from pgferry.context import JobCancelled, JobContext
-from pgferry.errors import AuthError, PgferryError, ProtocolError, Unavailable, from_rpc_error
+from pgferry.errors import (
+    AuthError,
+    Conflict,
+    InvalidArgument,
+    NotFound,
+    PgferryError,
+    ProtocolError,
+    Unavailable,
+    from_rpc_error,
+)
 from pgferry.outcomes import Cancel, Fail, Snooze
 from pgferry.v1 import common_pb2, worker_pb2
 
@@ -38,6 +47,8 @@ _WORKER_STREAM = "/pgferry.v1.Worker/Stream"
 _MAX_ERROR_CHARS = 8000
 
 F = TypeVar("F", bound=Callable[..., Any])
+# Errors that end `run` instead of a reconnect: another try would get the same answer.
+_FATAL = (AuthError, InvalidArgument, NotFound, Conflict)
 Key = tuple[int, int]
 
 
@@ -229,8 +240,8 @@ class Worker:
             err: BaseException | None = None
             try:
                 await session
-            except AuthError:
-                raise
+            except _FATAL:
+                raise  # retrying cannot help: a bad key, scope or hello
             except (PgferryError, OSError) as e:
                 err = e
             finally:
