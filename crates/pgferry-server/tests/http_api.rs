@@ -327,20 +327,51 @@ async fn every_error_status_has_the_json_shape() {
         .await;
     assert_eq!((s, error_of(&b).0.as_str()), (413, "payload_too_large"));
 
-    // 501: routes whose engine operation is pending say so.
+    // 404 for unknown job ids; 409 for operations the job's state forbids.
     for (m, path) in [
-        ("GET", "/v1/jobs/1"),
-        ("GET", "/v1/jobs"),
-        ("POST", "/v1/jobs/1/cancel"),
-        ("GET", "/v1/dead"),
+        ("GET", "/v1/jobs/987654321"),
+        ("POST", "/v1/jobs/987654321/cancel"),
+        ("POST", "/v1/jobs/987654321/retry"),
     ] {
         let (s, b, _) = srv.call(m, path, k, None).await;
         assert_eq!(
             (s, error_of(&b).0.as_str()),
-            (501, "not_implemented"),
+            (404, "not_found"),
             "{m} {path}"
         );
     }
+    let (_, e, _) = srv.call("POST", "/v1/jobs", k, Some(job("c"))).await;
+    let id = e["job_id"].as_i64().unwrap();
+    let (s, b, _) = srv
+        .call("POST", &format!("/v1/jobs/{id}/retry"), k, None)
+        .await;
+    assert_eq!(
+        (s, error_of(&b).0.as_str()),
+        (409, "conflict"),
+        "retry of a pending job"
+    );
+    let claimed = srv.claim_n(&key, "c", 1).await;
+    let (s, _, _) = srv
+        .call(
+            "POST",
+            "/v1/workers/complete",
+            k,
+            Some(json!({"results": [{"token": claimed[0]["token"]}]})),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let (s, b, _) = srv
+        .call("POST", &format!("/v1/jobs/{id}/cancel"), k, None)
+        .await;
+    assert_eq!(
+        (s, error_of(&b).0.as_str()),
+        (409, "conflict"),
+        "cancel of a completed job"
+    );
+
+    // 501: listing jobs waits on an engine operation and says so.
+    let (s, b, _) = srv.call("GET", "/v1/jobs", k, None).await;
+    assert_eq!((s, error_of(&b).0.as_str()), (501, "not_implemented"));
 
     // None of the refused enqueues wrote anything: the queue holds only what follows.
     let (s, b, _) = srv.call("POST", "/v1/jobs", k, Some(job("a"))).await;
@@ -372,18 +403,36 @@ async fn queue_settings_are_audited_and_validated() {
         )
         .await;
     assert_eq!(s, 200, "{b}");
-    assert_eq!(
-        b["settings"],
-        json!({"shards": 1, "max_attempts": 3, "lease_ms": 5000})
-    );
+    let subset = |b: &Value| {
+        json!([
+            b["settings"]["shards"],
+            b["settings"]["max_attempts"],
+            b["settings"]["lease_ms"]
+        ])
+    };
+    assert_eq!(subset(&b), json!([1, 3, 5000]), "{b}");
     // Absent settings keep their values.
     let (s, b, _) = srv
         .call("PATCH", "/v1/queues/reports", a, Some(json!({"shards": 2})))
         .await;
     assert_eq!(s, 200, "{b}");
+    assert_eq!(subset(&b), json!([2, 3, 5000]), "{b}");
+    let (s, b, _) = srv
+        .call(
+            "PATCH",
+            "/v1/queues/reports",
+            a,
+            Some(json!({"backoff_base_ms": 10, "aging_ms": 500})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(subset(&b), json!([2, 3, 5000]), "{b}");
     assert_eq!(
-        b["settings"],
-        json!({"shards": 2, "max_attempts": 3, "lease_ms": 5000})
+        (
+            b["settings"]["backoff_base_ms"].as_i64(),
+            b["settings"]["aging_ms"].as_i64()
+        ),
+        (Some(10), Some(500))
     );
     let (s, b, _) = srv
         .call(
@@ -403,7 +452,7 @@ async fn queue_settings_are_audited_and_validated() {
         .query("SELECT actor, action, target, key_id IS NOT NULL FROM pgferry.audit_log WHERE action = 'queue.update' ORDER BY audit_id", &[])
         .await
         .unwrap();
-    assert_eq!(rows.len(), 2);
+    assert_eq!(rows.len(), 3);
     let (actor, target, with_key): (String, String, bool) =
         (rows[0].get(0), rows[0].get(2), rows[0].get(3));
     assert_eq!(

@@ -8,7 +8,9 @@
 //! complete on a different server than it claimed on, and a forged or foreign token is
 //! answered 404 like any id of another tenant.
 
-use pgferry_core::{ClaimedJob, Outcome, OutcomeKind};
+use std::time::Duration;
+
+use pgferry_core::{AttemptRef, Backoff, ClaimedJob, Outcome, OutcomeKind};
 use rand::RngCore;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -30,6 +32,9 @@ pub struct Attempt {
     pub receipt_id: i64,
     pub lane: i32,
     pub receipt_segment: i16,
+    /// The queue's retry policy at claim time (milliseconds; default retry delay).
+    pub backoff_base_ms: u32,
+    pub backoff_cap_ms: u32,
     /// The user's queue name (metrics labels), at most 255 bytes.
     pub queue: String,
 }
@@ -46,6 +51,28 @@ impl Attempt {
             receipt_id: job.receipt_id,
             lane: job.lane,
             receipt_segment: job.receipt_segment,
+            backoff_base_ms: u32::try_from(job.backoff.base.as_millis()).unwrap_or(u32::MAX),
+            backoff_cap_ms: u32::try_from(job.backoff.cap.as_millis()).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// The queue's backoff when the job was claimed.
+    pub fn backoff(&self) -> Backoff {
+        Backoff {
+            base: Duration::from_millis(self.backoff_base_ms.into()),
+            cap: Duration::from_millis(self.backoff_cap_ms.into()),
+        }
+    }
+
+    /// The engine's reference to this attempt (heartbeats).
+    pub fn attempt_ref(&self) -> AttemptRef {
+        AttemptRef {
+            job_id: self.job_id,
+            attempt: self.attempt,
+            segment: self.segment,
+            receipt_id: self.receipt_id,
+            lane: self.lane,
+            receipt_segment: self.receipt_segment,
         }
     }
 
@@ -79,6 +106,8 @@ impl Attempt {
         buf.extend_from_slice(&self.receipt_id.to_be_bytes());
         buf.extend_from_slice(&self.lane.to_be_bytes());
         buf.extend_from_slice(&self.receipt_segment.to_be_bytes());
+        buf.extend_from_slice(&self.backoff_base_ms.to_be_bytes());
+        buf.extend_from_slice(&self.backoff_cap_ms.to_be_bytes());
         let q = &self.queue.as_bytes()[..self.queue.len().min(255)];
         buf.push(q.len() as u8);
         buf.extend_from_slice(q);
@@ -95,6 +124,8 @@ impl Attempt {
             receipt_id: i64::from_be_bytes(r.take()?),
             lane: i32::from_be_bytes(r.take()?),
             receipt_segment: i16::from_be_bytes(r.take()?),
+            backoff_base_ms: u32::from_be_bytes(r.take()?),
+            backoff_cap_ms: u32::from_be_bytes(r.take()?),
             queue: {
                 let [n] = r.take::<1>()?;
                 let q = r.0.get(..n as usize)?;
@@ -218,6 +249,8 @@ mod tests {
             receipt_id: 99,
             lane: 17,
             receipt_segment: 4,
+            backoff_base_ms: 1000,
+            backoff_cap_ms: 3_600_000,
             queue: "emails".into(),
         };
         let t = key.sign(&a);

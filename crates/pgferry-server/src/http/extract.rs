@@ -195,3 +195,34 @@ impl RateLimiter {
         }
     }
 }
+
+/// True when a string anywhere in `v` (keys included) holds U+0000, which Postgres text
+/// and jsonb cannot store: such input is refused with a 400 before it reaches the database.
+pub fn has_nul(v: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(a) => a.iter().any(has_nul),
+        Value::Object(m) => m.iter().any(|(k, x)| k.contains('\0') || has_nul(x)),
+        _ => false,
+    }
+}
+
+/// 400 naming `field` when `s` holds U+0000.
+pub fn no_nul(field: impl Into<String>, s: &str) -> Result<(), ApiError> {
+    if s.contains('\0') {
+        return Err(ApiError::bad_request(field, "may not contain U+0000"));
+    }
+    Ok(())
+}
+
+/// 400 naming `field` when a string in `v` holds U+0000.
+pub fn no_nul_json(field: impl Into<String>, v: &serde_json::Value) -> Result<(), ApiError> {
+    if has_nul(v) {
+        return Err(ApiError::bad_request(
+            field,
+            "strings may not contain U+0000",
+        ));
+    }
+    Ok(())
+}

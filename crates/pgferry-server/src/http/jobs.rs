@@ -1,17 +1,18 @@
 //! Jobs: enqueue (single and batch), lookups, cancel/retry, and the dead-letter queue.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use pgferry_core::NewJob;
+use pgferry_core::{DeadFilter, JobInfo, JobState, NewJob};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{Authed, JsonBody, Objects};
-use crate::auth::{Principal, Scope};
+use super::extract::{no_nul, no_nul_json, Authed, JsonBody, Objects};
+use crate::auth::{user_queue, Principal, Scope};
 use crate::metrics::JobCounter;
 use crate::AppState;
 
@@ -29,7 +30,19 @@ pub struct JobSpec {
     priority: Option<u8>,
     #[serde(default)]
     max_attempts: Option<i32>,
+    /// Not before this instant (Unix ms). Exclusive with `delay_ms`.
+    #[serde(default)]
+    run_at_unix_ms: Option<i64>,
+    /// Not before now + this. Exclusive with `run_at_unix_ms`.
+    #[serde(default)]
+    delay_ms: Option<u64>,
+    /// While a job with this key holds it, enqueueing another answers the holder's id.
+    #[serde(default)]
+    unique_key: Option<String>,
 }
+
+/// Longest delay / furthest run_at accepted (about ten years): beyond it is a client bug.
+const MAX_DELAY_MS: u64 = 10 * 366 * 24 * 3600 * 1000;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,6 +59,16 @@ impl Objects for Batch {
 /// relative to the job (`queue`, `args`); batch callers prefix `jobs[i]`.
 fn to_new_job(state: &AppState, p: &Principal, spec: JobSpec) -> ApiResult<NewJob> {
     let engine_queue = p.queue(&spec.queue)?;
+    no_nul_json("args", &spec.args)?;
+    if let Some(m) = &spec.meta {
+        for (k, v) in m {
+            no_nul("meta", k)?;
+            no_nul("meta", v)?;
+        }
+    }
+    if let Some(k) = &spec.unique_key {
+        no_nul("unique_key", k)?;
+    }
     let meta = spec
         .meta
         .map(|m| serde_json::to_value(m).unwrap_or(Value::Null));
@@ -69,8 +92,60 @@ fn to_new_job(state: &AppState, p: &Principal, spec: JobSpec) -> ApiResult<NewJo
     if let Some(n) = spec.max_attempts {
         job = job.max_attempts(n);
     }
+    match (spec.run_at_unix_ms, spec.delay_ms) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "delay_ms",
+                "give run_at_unix_ms or delay_ms, not both",
+            ))
+        }
+        (Some(at), None) => {
+            let at = u64::try_from(at)
+                .ok()
+                .filter(|at| *at <= now_ms().saturating_add(MAX_DELAY_MS))
+                .ok_or_else(|| {
+                    ApiError::bad_request("run_at_unix_ms", "must be 0 to ten years from now")
+                })?;
+            job = job.run_at(UNIX_EPOCH + Duration::from_millis(at));
+        }
+        (None, Some(d)) => {
+            if d > MAX_DELAY_MS {
+                return Err(ApiError::bad_request(
+                    "delay_ms",
+                    "must be at most ten years",
+                ));
+            }
+            job = job.delay(Duration::from_millis(d));
+        }
+        (None, None) => {}
+    }
+    if let Some(k) = spec.unique_key {
+        job = job.unique(k);
+    }
     job.validate(0, limit)?;
     Ok(job)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+pub(super) fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Enqueues; returns (id, duplicate) per job. Jobs with unique keys go straight to the
+/// engine (the answer says which were duplicates); the rest through group commit.
+async fn enqueue(state: &AppState, jobs: Vec<NewJob>) -> ApiResult<Vec<(i64, bool)>> {
+    if jobs.iter().any(|j| j.unique_key.is_some()) {
+        let done = state.engine.enqueue_many(&jobs).await?;
+        return Ok(done.into_iter().map(|e| (e.id, e.duplicate)).collect());
+    }
+    let ids = super::write_enqueue(state, jobs).await?;
+    Ok(ids.into_iter().map(|id| (id, false)).collect())
 }
 
 fn json_len(v: &Value) -> usize {
@@ -95,13 +170,23 @@ pub async fn enqueue_one(
     p.require(Scope::Produce)?;
     let queue = spec.queue.clone();
     let job = to_new_job(&state, &p, spec)?;
-    let ids = super::write_enqueue(&state, vec![job]).await?;
-    count_enqueued(&state, &p, &[&queue]);
-    let id = ids
+    let done = enqueue(&state, vec![job]).await?;
+    let (id, duplicate) = done
         .first()
         .copied()
         .ok_or_else(|| ApiError::internal("enqueue returned no id"))?;
-    Ok((StatusCode::CREATED, Json(json!({ "job_id": id }))))
+    if !duplicate {
+        count_enqueued(&state, &p, &[&queue]);
+    }
+    let status = if duplicate {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((
+        status,
+        Json(json!({ "job_id": id, "duplicate": duplicate })),
+    ))
 }
 
 pub async fn enqueue_batch(
@@ -134,10 +219,20 @@ pub async fn enqueue_batch(
     for (i, spec) in batch.jobs.into_iter().enumerate() {
         jobs.push(to_new_job(&state, &p, spec).map_err(|e| e.within(&format!("jobs[{i}]")))?);
     }
-    let ids = super::write_enqueue(&state, jobs).await?;
-    let names: Vec<&str> = queues.iter().map(String::as_str).collect();
+    let done = enqueue(&state, jobs).await?;
+    let names: Vec<&str> = queues
+        .iter()
+        .zip(&done)
+        .filter(|(_, (_, dup))| !dup)
+        .map(|(q, _)| q.as_str())
+        .collect();
     count_enqueued(&state, &p, &names);
-    Ok((StatusCode::CREATED, Json(json!({ "job_ids": ids }))))
+    let ids: Vec<i64> = done.iter().map(|(id, _)| *id).collect();
+    let dups: Vec<bool> = done.iter().map(|(_, d)| *d).collect();
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "job_ids": ids, "duplicates": dups })),
+    ))
 }
 
 /// Parses a job id path segment.
@@ -148,46 +243,106 @@ pub(super) fn job_id(raw: &str) -> ApiResult<i64> {
         .ok_or_else(|| ApiError::bad_request("id", "job id must be a positive integer"))
 }
 
-// Lookups, cancel, retry and the DLQ wait on engine operations (get_job, list_jobs, cancel,
-// retry, dead-letter listing/retry/purge). They authenticate, check scope and input, then
-// answer 501 rather than pretend.
-
-pub async fn get(Authed(p): Authed, Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    p.require(Scope::Read)?;
-    job_id(&id)?;
-    Err(ApiError::not_implemented(
-        "GET /v1/jobs/{id} (engine get_job)",
-    ))
+/// The job `id` if it belongs to the caller's tenant; another tenant's job is "not found",
+/// exactly like an id that does not exist.
+pub(super) async fn own_job(state: &AppState, p: &Principal, id: i64) -> ApiResult<JobInfo> {
+    match state.engine.get_job(id).await {
+        Ok(job) if user_queue(p.tenant_id, &job.queue).is_some() => Ok(job),
+        Ok(_) => Err(ApiError::not_found("job")),
+        Err(pgferry_core::Error::NotFound { .. }) => Err(ApiError::not_found("job")),
+        Err(e) => Err(e.into()),
+    }
 }
 
+pub(super) fn job_json(p: &Principal, j: &JobInfo) -> Value {
+    let attempts: Vec<Value> = j
+        .attempts
+        .iter()
+        .map(|a| {
+            json!({
+                "attempt": a.attempt,
+                "outcome": a.outcome,
+                "error": a.error,
+                "duration_ms": a.duration_ms,
+                "finished_at_unix_ms": a.finished_at.map(unix_ms),
+            })
+        })
+        .collect();
+    json!({
+        "id": j.id,
+        "queue": user_queue(p.tenant_id, &j.queue).unwrap_or_default(),
+        "kind": j.kind,
+        "state": j.state.as_str(),
+        "args": j.args,
+        "meta": j.meta.clone().unwrap_or_else(|| json!({})),
+        "priority": j.priority,
+        "max_attempts": j.max_attempts,
+        "enqueued_at_unix_ms": j.enqueued_at.map(unix_ms),
+        "run_at_unix_ms": j.run_at.map(unix_ms),
+        "cancel_requested": j.cancel_requested,
+        "attempts": attempts,
+    })
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    Authed(p): Authed,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    p.require(Scope::Read)?;
+    let job = own_job(&state, &p, job_id(&id)?).await?;
+    Ok(Json(job_json(&p, &job)))
+}
+
+/// Listing jobs waits on an engine `list_jobs` (cursor pagination over the log and the
+/// mutable tables); until then it answers 501 rather than pretend.
 pub async fn list(Authed(p): Authed) -> ApiResult<Json<Value>> {
     p.require(Scope::Read)?;
     Err(ApiError::not_implemented("GET /v1/jobs (engine list_jobs)"))
 }
 
-pub async fn cancel(Authed(p): Authed, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn cancel(
+    State(state): State<AppState>,
+    Authed(p): Authed,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
     p.require(Scope::Produce)?;
-    job_id(&id)?;
-    Err(ApiError::not_implemented("job cancel (engine cancel)"))
+    let id = job_id(&id)?;
+    own_job(&state, &p, id).await?;
+    state.engine.cancel(id, Some("api")).await?;
+    let job = own_job(&state, &p, id).await?;
+    Ok(Json(job_json(&p, &job)))
 }
 
-pub async fn retry(Authed(p): Authed, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+/// Runs a dead-lettered job again (same id, history kept). Other states are a conflict:
+/// pending, scheduled and running jobs will run anyway; completed and cancelled ones are
+/// final.
+pub async fn retry(
+    State(state): State<AppState>,
+    Authed(p): Authed,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
     p.require(Scope::Produce)?;
-    job_id(&id)?;
-    Err(ApiError::not_implemented("job retry (engine retry)"))
+    let id = job_id(&id)?;
+    let job = own_job(&state, &p, id).await?;
+    if job.state != JobState::Dead {
+        return Err(conflict(format!(
+            "job {id} is {}; only dead-lettered jobs can be retried",
+            job.state.as_str()
+        )));
+    }
+    let filter = DeadFilter {
+        queues: Some(vec![job.queue.clone()]),
+        ids: Some(vec![id]),
+        ..DeadFilter::default()
+    };
+    if state.engine.retry_dead(&filter, 1).await? == 0 {
+        return Err(conflict(format!("job {id} is no longer dead-lettered")));
+    }
+    let job = own_job(&state, &p, id).await?;
+    Ok(Json(job_json(&p, &job)))
 }
 
-pub async fn dead_list(Authed(p): Authed) -> ApiResult<Json<Value>> {
-    p.require(Scope::Read)?;
-    Err(ApiError::not_implemented("DLQ listing (engine list_dead)"))
-}
-
-pub async fn dead_retry(Authed(p): Authed) -> ApiResult<Json<Value>> {
-    p.require(Scope::Admin)?;
-    Err(ApiError::not_implemented("DLQ retry (engine retry_dead)"))
-}
-
-pub async fn dead_purge(Authed(p): Authed) -> ApiResult<Json<Value>> {
-    p.require(Scope::Admin)?;
-    Err(ApiError::not_implemented("DLQ purge (engine purge_dead)"))
+fn conflict(message: String) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, "conflict", message)
 }

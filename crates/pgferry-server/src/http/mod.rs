@@ -5,6 +5,7 @@
 //! can neither see nor touch another tenant's queues and jobs (404, as for unknown ids).
 //! The router is built from [`routes`], the same table the OpenAPI test checks against.
 
+mod dead;
 pub mod error;
 pub mod extract;
 mod jobs;
@@ -98,9 +99,9 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             "/v1/queues/{name}/resume",
             post(queues::resume),
         ),
-        (Method::GET, "/v1/dead", get(jobs::dead_list)),
-        (Method::POST, "/v1/dead/retry", post(jobs::dead_retry)),
-        (Method::POST, "/v1/dead/purge", post(jobs::dead_purge)),
+        (Method::GET, "/v1/dead", get(dead::list)),
+        (Method::POST, "/v1/dead/retry", post(dead::retry)),
+        (Method::POST, "/v1/dead/purge", post(dead::purge)),
         (Method::POST, "/v1/workers/claim", post(workers::claim)),
         (
             Method::POST,

@@ -1,10 +1,14 @@
 //! Queues of the caller's tenant: list, get, settings, pause/resume.
+//!
+//! Reads come from `pgferry.queues` directly (filtered by the tenant's prefix); writes go
+//! through the engine (`upsert_queue` for shards and creation, `update_queue` for the rest,
+//! `pause_queue`/`resume_queue`). Job counts per queue wait on an engine operation.
 
 use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::Json;
-use pgferry_core::QueueOptions;
+use pgferry_core::{QueueOptions, QueueSettings};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -28,37 +32,52 @@ fn queue_json(p: &Principal, row: &tokio_postgres::Row) -> Option<Value> {
             "shards": row.get::<_, i16>(1),
             "max_attempts": row.get::<_, i32>(2),
             "lease_ms": row.get::<_, i32>(3),
+            "backoff_base_ms": row.get::<_, i32>(5),
+            "backoff_cap_ms": row.get::<_, i32>(6),
+            "retention_ms": row.get::<_, i64>(7),
+            "aging_ms": row.get::<_, i32>(8),
         },
     }))
 }
 
+fn db<E: Into<pgferry_core::Error>>(e: E) -> ApiError {
+    ApiError::from(e.into())
+}
+
 async fn load(state: &AppState, p: &Principal, name: &str) -> ApiResult<Option<Value>> {
     let engine_name = p.queue(name)?;
-    let client = state
-        .engine
-        .pool()
-        .get()
-        .await
-        .map_err(pgferry_core::Error::from)?;
+    let client = state.engine.pool().get().await.map_err(db)?;
     let row = client
         .query_opt(QUEUE_GET, &[&engine_name])
         .await
-        .map_err(pgferry_core::Error::from)?;
+        .map_err(db)?;
     Ok(row.and_then(|r| queue_json(p, &r)))
+}
+
+async fn load_existing(state: &AppState, p: &Principal, name: &str) -> ApiResult<Json<Value>> {
+    load(state, p, name)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found("queue"))
+}
+
+/// Engine names of every queue of the caller's tenant.
+pub(super) async fn tenant_queues(state: &AppState, p: &Principal) -> ApiResult<Vec<String>> {
+    let client = state.engine.pool().get().await.map_err(db)?;
+    let rows = client
+        .query(QUEUES_LIST, &[&tenant_prefix(p.tenant_id)])
+        .await
+        .map_err(db)?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
 pub async fn list(State(state): State<AppState>, Authed(p): Authed) -> ApiResult<Json<Value>> {
     p.require(Scope::Read)?;
-    let client = state
-        .engine
-        .pool()
-        .get()
-        .await
-        .map_err(pgferry_core::Error::from)?;
+    let client = state.engine.pool().get().await.map_err(db)?;
     let rows = client
         .query(QUEUES_LIST, &[&tenant_prefix(p.tenant_id)])
         .await
-        .map_err(pgferry_core::Error::from)?;
+        .map_err(db)?;
     let queues: Vec<Value> = rows.iter().filter_map(|r| queue_json(&p, r)).collect();
     Ok(Json(json!({ "queues": queues })))
 }
@@ -69,13 +88,11 @@ pub async fn get(
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     p.require(Scope::Read)?;
-    load(&state, &p, &name)
-        .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found("queue"))
+    load_existing(&state, &p, &name).await
 }
 
-/// Settings to change; absent ones keep their value (or the default for a new queue).
+/// Settings to change; absent (or null) ones keep their value (or the default for a new
+/// queue).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
@@ -84,12 +101,33 @@ pub struct Settings {
     #[serde(default)]
     max_attempts: Option<i32>,
     #[serde(default)]
-    lease_ms: Option<u32>,
+    lease_ms: Option<u64>,
+    #[serde(default)]
+    backoff_base_ms: Option<u64>,
+    #[serde(default)]
+    backoff_cap_ms: Option<u64>,
+    #[serde(default)]
+    retention_ms: Option<u64>,
+    #[serde(default)]
+    aging_ms: Option<u64>,
 }
 
 impl Objects for Settings {}
 
-/// Creates the queue or changes its settings.
+/// `Some(duration)` after checking `v` against `lo..=hi` (milliseconds).
+fn ms_in(field: &str, v: Option<u64>, lo: u64, hi: u64) -> ApiResult<Option<Duration>> {
+    match v {
+        None => Ok(None),
+        Some(v) if (lo..=hi).contains(&v) => Ok(Some(Duration::from_millis(v))),
+        Some(_) => Err(ApiError::bad_request(
+            field,
+            format!("must be {lo} to {hi}"),
+        )),
+    }
+}
+
+/// Creates the queue or changes its settings. Everything is validated before anything is
+/// written.
 pub async fn update(
     State(state): State<AppState>,
     Authed(p): Authed,
@@ -98,70 +136,103 @@ pub async fn update(
 ) -> ApiResult<Json<Value>> {
     p.require(Scope::Admin)?;
     let engine_name = p.queue(&name)?;
-    let mut opts = QueueOptions::default();
-    if let Some(cur) = load(&state, &p, &name).await? {
-        let st = &cur["settings"];
-        opts.shards = st["shards"].as_i64().map_or(opts.shards, |v| v as i16);
-        opts.max_attempts = st["max_attempts"]
-            .as_i64()
-            .map_or(opts.max_attempts, |v| v as i32);
-        opts.lease = st["lease_ms"]
-            .as_u64()
-            .map_or(opts.lease, Duration::from_millis);
+    if s.shards.is_some_and(|n| !(1..=64).contains(&n)) {
+        return Err(ApiError::bad_request("shards", "must be 1 to 64"));
     }
-    if let Some(v) = s.shards {
-        opts.shards = v;
+    if s.max_attempts
+        .is_some_and(|n| !(1..=pgferry_core::job::MAX_ATTEMPTS_LIMIT).contains(&n))
+    {
+        return Err(ApiError::bad_request("max_attempts", "must be 1 to 1000"));
     }
-    if let Some(v) = s.max_attempts {
-        if !(1..=pgferry_core::job::MAX_ATTEMPTS_LIMIT).contains(&v) {
-            return Err(ApiError::bad_request("max_attempts", "must be 1 to 1000"));
-        }
-        opts.max_attempts = v;
+    let settings = QueueSettings {
+        max_attempts: s.max_attempts,
+        lease: ms_in("lease_ms", s.lease_ms, 100, 86_400_000)?,
+        backoff_base: ms_in("backoff_base_ms", s.backoff_base_ms, 0, 86_400_000)?,
+        backoff_cap: ms_in("backoff_cap_ms", s.backoff_cap_ms, 0, 604_800_000)?,
+        retention: ms_in("retention_ms", s.retention_ms, 0, 31_536_000_000)?,
+        aging: ms_in("aging_ms", s.aging_ms, 0, 86_400_000)?,
+        paused: None,
+    };
+    let current = load(&state, &p, &name).await?;
+    if current.is_none() || s.shards.is_some() {
+        // Creation and the shard count go through upsert_queue, which also sets
+        // max_attempts and lease: keep the current values (update_queue applies changes).
+        let cur = current.as_ref().map(|c| &c["settings"]);
+        let d = QueueOptions::default();
+        let opts = QueueOptions {
+            shards: s
+                .shards
+                .or_else(|| cur.and_then(|c| c["shards"].as_i64()).map(|v| v as i16))
+                .unwrap_or(d.shards),
+            max_attempts: cur
+                .and_then(|c| c["max_attempts"].as_i64())
+                .map_or(d.max_attempts, |v| v as i32),
+            lease: cur
+                .and_then(|c| c["lease_ms"].as_u64())
+                .map_or(d.lease, Duration::from_millis),
+        };
+        state.engine.upsert_queue(&engine_name, &opts).await?;
     }
-    if let Some(v) = s.lease_ms {
-        if !(100..=86_400_000).contains(&v) {
-            return Err(ApiError::bad_request(
-                "lease_ms",
-                "must be 100 to 86400000 (one day)",
-            ));
-        }
-        opts.lease = Duration::from_millis(v.into());
-    }
-    state.engine.upsert_queue(&engine_name, &opts).await?;
-    let client = state
-        .engine
-        .pool()
-        .get()
-        .await
-        .map_err(pgferry_core::Error::from)?;
-    let detail = json!({
-        "shards": opts.shards,
-        "max_attempts": opts.max_attempts,
-        "lease_ms": opts.lease.as_millis() as u64,
-    });
+    state.engine.update_queue(&engine_name, &settings).await?;
+    let client = state.engine.pool().get().await.map_err(db)?;
+    let detail = s.as_detail();
     admin::audit_api(&**client, &p, "queue.update", &name, detail)
         .await
-        .map_err(pgferry_core::Error::from)?;
+        .map_err(db)?;
     drop(client);
-    load(&state, &p, &name)
-        .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::internal("queue vanished after update"))
+    load_existing(&state, &p, &name).await
 }
 
-/// Pause and resume wait on the engine's queue pause operation.
-pub async fn pause(Authed(p): Authed, Path(name): Path<String>) -> ApiResult<Json<Value>> {
-    p.require(Scope::Admin)?;
-    p.queue(&name)?;
-    Err(ApiError::not_implemented(
-        "queue pause (engine pause_queue)",
-    ))
+impl Settings {
+    fn as_detail(&self) -> Value {
+        json!({
+            "shards": self.shards,
+            "max_attempts": self.max_attempts,
+            "lease_ms": self.lease_ms,
+            "backoff_base_ms": self.backoff_base_ms,
+            "backoff_cap_ms": self.backoff_cap_ms,
+            "retention_ms": self.retention_ms,
+            "aging_ms": self.aging_ms,
+        })
+    }
 }
 
-pub async fn resume(Authed(p): Authed, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+async fn set_paused(state: &AppState, p: &Principal, name: &str, paused: bool) -> ApiResult<()> {
+    let engine_name = p.queue(name)?;
+    if paused {
+        state.engine.pause_queue(&engine_name).await?;
+    } else {
+        state.engine.resume_queue(&engine_name).await?;
+    }
+    let client = state.engine.pool().get().await.map_err(db)?;
+    let action = if paused {
+        "queue.pause"
+    } else {
+        "queue.resume"
+    };
+    admin::audit_api(&**client, p, action, name, json!({}))
+        .await
+        .map_err(db)?;
+    Ok(())
+}
+
+/// Stops handing out the queue's jobs (on every server within about a second).
+pub async fn pause(
+    State(state): State<AppState>,
+    Authed(p): Authed,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
     p.require(Scope::Admin)?;
-    p.queue(&name)?;
-    Err(ApiError::not_implemented(
-        "queue resume (engine resume_queue)",
-    ))
+    set_paused(&state, &p, &name, true).await?;
+    load_existing(&state, &p, &name).await
+}
+
+pub async fn resume(
+    State(state): State<AppState>,
+    Authed(p): Authed,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    p.require(Scope::Admin)?;
+    set_paused(&state, &p, &name, false).await?;
+    load_existing(&state, &p, &name).await
 }

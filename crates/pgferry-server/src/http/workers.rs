@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{Authed, JsonBody, Objects};
+use super::extract::{no_nul, no_nul_json, Authed, JsonBody, Objects};
 use crate::auth::token::Attempt;
 use crate::auth::Scope;
 use crate::metrics::{JobCounter, Latency};
@@ -66,6 +66,7 @@ pub async fn claim(
     if worker.is_empty() || worker.len() > 128 {
         return Err(ApiError::bad_request("worker", "must be 1 to 128 bytes"));
     }
+    no_nul("worker", &worker)?;
     let deadline = Instant::now() + wait;
     let mut ticks = state.engine.subscribe_ticks();
     let jobs = loop {
@@ -122,7 +123,7 @@ pub struct FailureSpec {
     /// false: dead-letter now. true (default): retry while attempts remain.
     #[serde(default)]
     retryable: Option<bool>,
-    /// Delay before the retry; default exponential (1 s doubling, capped at 1 h).
+    /// Delay before the retry; default: the queue's backoff (exponential with jitter).
     #[serde(default)]
     retry_delay_ms: Option<u64>,
 }
@@ -131,9 +132,15 @@ pub struct FailureSpec {
 #[serde(deny_unknown_fields)]
 pub struct ResultSpec {
     token: String,
-    /// Present: the attempt failed. Absent: it succeeded.
+    /// Present: the attempt failed. Absent (with no snooze/cancel): it succeeded.
     #[serde(default)]
     error: Option<FailureSpec>,
+    /// Run again after this long without using up an attempt.
+    #[serde(default)]
+    snooze_ms: Option<u64>,
+    /// The worker stopped because the job was cancelled.
+    #[serde(default)]
+    cancelled: Option<bool>,
     /// Value to keep for a successful job.
     #[serde(default)]
     result: Option<Value>,
@@ -146,12 +153,6 @@ pub struct CompleteRequest {
 }
 
 const MAX_RETRY_DELAY_MS: u64 = 7 * 24 * 3600 * 1000;
-
-/// Default retry delay after attempt `n` failed.
-fn default_delay(attempt: i32) -> Duration {
-    let exp = attempt.clamp(1, 13) as u32 - 1;
-    Duration::from_secs(1u64 << exp).min(Duration::from_secs(3600))
-}
 
 pub async fn complete(
     State(state): State<AppState>,
@@ -177,12 +178,44 @@ pub async fn complete(
             .verify(&r.token)
             .filter(|a| a.tenant_id == p.tenant_id)
             .ok_or_else(|| ApiError::not_found("attempt").field(format!("results[{i}].token")))?;
-        let outcome = match r.error {
-            None => {
+        let cancelled = r.cancelled.unwrap_or(false);
+        let given = [r.error.is_some(), r.snooze_ms.is_some(), cancelled];
+        if given.iter().filter(|g| **g).count() > 1 {
+            return Err(ApiError::bad_request(
+                format!("results[{i}]"),
+                "give at most one of error, snooze_ms, cancelled",
+            ));
+        }
+        let outcome = match (r.error, r.snooze_ms) {
+            (None, Some(ms)) => {
+                if ms > MAX_RETRY_DELAY_MS {
+                    return Err(ApiError::bad_request(
+                        format!("results[{i}].snooze_ms"),
+                        "must be at most 604800000 (7 days)",
+                    ));
+                }
+                labels.push((a.queue.clone(), false));
+                a.outcome(
+                    OutcomeKind::Snooze {
+                        delay: Duration::from_millis(ms),
+                    },
+                    None,
+                    None,
+                )
+            }
+            (None, None) if cancelled => {
+                labels.push((a.queue.clone(), true));
+                a.outcome(OutcomeKind::Cancelled, None, None)
+            }
+            (None, None) => {
+                if let Some(v) = &r.result {
+                    no_nul_json(format!("results[{i}].result"), v)?;
+                }
                 labels.push((a.queue.clone(), false));
                 a.outcome(OutcomeKind::Completed, None, r.result)
             }
-            Some(f) => {
+            (Some(f), _) => {
+                no_nul(format!("results[{i}].error.message"), &f.message)?;
                 if f.message.len() > 64 * 1024 {
                     return Err(ApiError::bad_request(
                         format!("results[{i}].error.message"),
@@ -200,7 +233,7 @@ pub async fn complete(
                     OutcomeKind::Retry {
                         delay: f
                             .retry_delay_ms
-                            .map_or_else(|| default_delay(a.attempt), Duration::from_millis),
+                            .map_or_else(|| a.backoff().delay(a.attempt), Duration::from_millis),
                     }
                 } else {
                     OutcomeKind::Dead
@@ -236,10 +269,15 @@ pub async fn complete(
 #[serde(deny_unknown_fields)]
 pub struct HeartbeatRequest {
     tokens: Vec<String>,
+    /// New lease from now (default 60 s).
+    #[serde(default)]
+    lease_ms: Option<u64>,
+    #[serde(default)]
+    worker: Option<String>,
 }
 
-/// Waits on the engine's heartbeat operation; tokens are still checked so the answer for a
-/// foreign token is the same 404 it will be.
+/// Extends the leases of held attempts. Per token: still held (false: finished or rescued,
+/// stop working on it) and whether a cancellation was requested.
 pub async fn heartbeat(
     State(state): State<AppState>,
     Authed(p): Authed,
@@ -253,13 +291,40 @@ pub async fn heartbeat(
             format!("must hold 1 to {max} tokens"),
         ));
     }
+    let lease = req.lease_ms.unwrap_or(60_000);
+    if !(100..=86_400_000).contains(&lease) {
+        return Err(ApiError::bad_request("lease_ms", "must be 100 to 86400000"));
+    }
+    let worker = req.worker.unwrap_or_else(|| "http".to_string());
+    if worker.is_empty() || worker.len() > 128 {
+        return Err(ApiError::bad_request("worker", "must be 1 to 128 bytes"));
+    }
+    no_nul("worker", &worker)?;
+    let mut refs = Vec::with_capacity(req.tokens.len());
     for (i, t) in req.tokens.iter().enumerate() {
-        state
+        let a = state
             .http
             .tokens
             .verify(t)
             .filter(|a| a.tenant_id == p.tenant_id)
             .ok_or_else(|| ApiError::not_found("attempt").field(format!("tokens[{i}]")))?;
+        refs.push(a.attempt_ref());
     }
-    Err(ApiError::not_implemented("heartbeat (engine heartbeat)"))
+    let beats = state
+        .engine
+        .heartbeat(&refs, Duration::from_millis(lease), &worker)
+        .await?;
+    let out: Vec<Value> = beats
+        .iter()
+        .map(|b| {
+            json!({
+                "id": b.job_id,
+                "attempt": b.attempt,
+                "held": b.held,
+                "cancelled": b.cancelled,
+                "lease_until_unix_ms": super::jobs::unix_ms(b.lease_until),
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "results": out })))
 }

@@ -1,0 +1,286 @@
+//! Job lookups and controls over HTTP: get, cancel, retry, DLQ, pause/resume, heartbeat,
+//! snooze, unique keys, scheduling — and that none of them reaches another tenant's jobs.
+
+mod http_common;
+
+use http_common::{error_of, TestServer};
+use pgferry_server::ServerConfig;
+use serde_json::{json, Value};
+
+async fn enqueue(srv: &TestServer, key: &str, body: Value) -> (u16, Value) {
+    let (s, b, _) = srv.call("POST", "/v1/jobs", Some(key), Some(body)).await;
+    (s, b)
+}
+
+async fn complete(srv: &TestServer, key: &str, result: Value) -> Value {
+    let (s, b, _) = srv
+        .call(
+            "POST",
+            "/v1/workers/complete",
+            Some(key),
+            Some(json!({"results": [result]})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    b
+}
+
+async fn job(srv: &TestServer, key: &str, id: &Value) -> Value {
+    let (s, b, _) = srv
+        .call("GET", &format!("/v1/jobs/{id}"), Some(key), None)
+        .await;
+    assert_eq!(s, 200, "{b}");
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_jobs_are_listed_retried_and_purged_per_tenant() {
+    let srv = TestServer::start(ServerConfig::default()).await;
+    let a = srv.key("tenant-a", &["admin"]).await;
+    let b = srv.key("tenant-b", &["admin"]).await;
+    // One dead job per tenant, same queue name.
+    let mut ids = Vec::new();
+    for key in [&a, &b] {
+        let (s, e) = enqueue(
+            &srv,
+            key,
+            json!({"queue": "q", "kind": "k", "args": {"who": key[..8]}}),
+        )
+        .await;
+        assert_eq!(s, 201, "{e}");
+        let claimed = srv.claim_n(key, "q", 1).await;
+        complete(&srv, key, json!({"token": claimed[0]["token"], "error": {"message": "fatal", "retryable": false}})).await;
+        ids.push(e["job_id"].clone());
+    }
+    let (ida, idb) = (&ids[0], &ids[1]);
+    assert_eq!(job(&srv, &a, ida).await["state"], "dead");
+
+    // A sees only its own dead job; B's id is 404 for every id-based route.
+    let (s, page, _) = srv
+        .call("GET", "/v1/dead?queue=q&limit=10", Some(&a), None)
+        .await;
+    assert_eq!(s, 200, "{page}");
+    let listed: Vec<&Value> = page["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| &j["id"])
+        .collect();
+    assert_eq!(listed, [ida]);
+    assert_eq!(page["jobs"][0]["attempts"][0]["error"], "fatal");
+    assert_eq!(page["has_more"], false);
+    let (_, all, _) = srv.call("GET", "/v1/dead", Some(&a), None).await;
+    assert_eq!(all["jobs"].as_array().unwrap().len(), 1, "{all}");
+    for (m, path) in [("GET", ""), ("POST", "/cancel"), ("POST", "/retry")] {
+        let (s, e, _) = srv
+            .call(m, &format!("/v1/jobs/{idb}{path}"), Some(&a), None)
+            .await;
+        assert_eq!(
+            (s, error_of(&e).0.as_str()),
+            (404, "not_found"),
+            "{m} {path}"
+        );
+    }
+    // Naming B's id in a filter does not reach it either.
+    let (_, n, _) = srv
+        .call(
+            "POST",
+            "/v1/dead/purge",
+            Some(&a),
+            Some(json!({"ids": [idb]})),
+        )
+        .await;
+    assert_eq!(n["count"], 0);
+    assert_eq!(job(&srv, &b, idb).await["state"], "dead");
+
+    // A retries its job by id: same id, runs again as attempt 2.
+    let (s, r, _) = srv
+        .call("POST", &format!("/v1/jobs/{ida}/retry"), Some(&a), None)
+        .await;
+    assert_eq!(s, 200, "{r}");
+    let again = srv.claim_n(&a, "q", 1).await;
+    assert_eq!((&again[0]["id"], &again[0]["attempt"]), (ida, &json!(2)));
+    // B retries through the DLQ filter, then A's job dies again and is purged.
+    let (_, n, _) = srv
+        .call(
+            "POST",
+            "/v1/dead/retry",
+            Some(&b),
+            Some(json!({"queue": "q"})),
+        )
+        .await;
+    assert_eq!(n["count"], 1);
+    complete(&srv, &a, json!({"token": again[0]["token"], "error": {"message": "fatal again", "retryable": false}})).await;
+    let (_, n, _) = srv
+        .call(
+            "POST",
+            "/v1/dead/purge",
+            Some(&a),
+            Some(json!({"error_contains": "again"})),
+        )
+        .await;
+    assert_eq!(n["count"], 1);
+    let (_, empty, _) = srv.call("GET", "/v1/dead", Some(&a), None).await;
+    assert_eq!(empty["jobs"], json!([]));
+    // B's job is back in its queue, untouched by A's purge.
+    let bjobs = srv.claim_n(&b, "q", 1).await;
+    assert_eq!(&bjobs[0]["id"], idb);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_heartbeat_snooze_and_states() {
+    let srv = TestServer::start(ServerConfig::default()).await;
+    let k = srv.key("acme", &["produce", "consume", "read"]).await;
+
+    // Cancel a scheduled job: it never runs.
+    let (s, later) = enqueue(
+        &srv,
+        &k,
+        json!({"queue": "w", "kind": "k", "delay_ms": 3_600_000}),
+    )
+    .await;
+    assert_eq!(s, 201, "{later}");
+    assert_eq!(job(&srv, &k, &later["job_id"]).await["state"], "scheduled");
+    let (s, c, _) = srv
+        .call(
+            "POST",
+            &format!("/v1/jobs/{}/cancel", later["job_id"]),
+            Some(&k),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{c}");
+    assert_eq!(c["state"], "cancelled");
+
+    // A running job: heartbeat holds it; a cancel reaches the worker through the heartbeat.
+    let (_, run) = enqueue(&srv, &k, json!({"queue": "w", "kind": "k", "args": [1]})).await;
+    let claimed = srv.claim_n(&k, "w", 1).await;
+    assert_eq!(claimed[0]["id"], run["job_id"]);
+    assert_eq!(job(&srv, &k, &run["job_id"]).await["state"], "running");
+    let token = claimed[0]["token"].clone();
+    let beat = |lease: u64| json!({"tokens": [token.clone()], "lease_ms": lease});
+    let (s, hb, _) = srv
+        .call(
+            "POST",
+            "/v1/workers/heartbeat",
+            Some(&k),
+            Some(beat(30_000)),
+        )
+        .await;
+    assert_eq!(s, 200, "{hb}");
+    assert_eq!(
+        (&hb["results"][0]["held"], &hb["results"][0]["cancelled"]),
+        (&json!(true), &json!(false))
+    );
+    let (s, _, _) = srv
+        .call(
+            "POST",
+            &format!("/v1/jobs/{}/cancel", run["job_id"]),
+            Some(&k),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200);
+    let (_, hb, _) = srv
+        .call(
+            "POST",
+            "/v1/workers/heartbeat",
+            Some(&k),
+            Some(beat(30_000)),
+        )
+        .await;
+    assert_eq!(hb["results"][0]["cancelled"], true, "{hb}");
+    complete(&srv, &k, json!({"token": token, "cancelled": true})).await;
+    assert_eq!(job(&srv, &k, &run["job_id"]).await["state"], "cancelled");
+    let (_, hb, _) = srv
+        .call(
+            "POST",
+            "/v1/workers/heartbeat",
+            Some(&k),
+            Some(beat(30_000)),
+        )
+        .await;
+    assert_eq!(
+        hb["results"][0]["held"], false,
+        "a finished attempt is no longer held: {hb}"
+    );
+
+    // Snooze: runs again later without using up an attempt.
+    let (_, sn) = enqueue(
+        &srv,
+        &k,
+        json!({"queue": "w", "kind": "k", "max_attempts": 1}),
+    )
+    .await;
+    let claimed = srv.claim_n(&k, "w", 1).await;
+    complete(
+        &srv,
+        &k,
+        json!({"token": claimed[0]["token"], "snooze_ms": 0}),
+    )
+    .await;
+    let again = srv.claim_n(&k, "w", 1).await;
+    assert_eq!(again[0]["id"], sn["job_id"]);
+    complete(&srv, &k, json!({"token": again[0]["token"], "result": 42})).await;
+    let info = job(&srv, &k, &sn["job_id"]).await;
+    assert_eq!(info["state"], "completed", "{info}");
+    let outcomes: Vec<&Value> = info["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| &a["outcome"])
+        .collect();
+    assert_eq!(outcomes.last(), Some(&&json!("completed")), "{info}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unique_keys_answer_duplicates_and_paused_queues_hand_out_nothing() {
+    let srv = TestServer::start(ServerConfig::default()).await;
+    let k = srv.key("acme", &["admin"]).await;
+    let other = srv.key("other", &["admin"]).await;
+    let spec = json!({"queue": "u", "kind": "k", "unique_key": "order-7"});
+    let (s, first) = enqueue(&srv, &k, spec.clone()).await;
+    assert_eq!((s, &first["duplicate"]), (201, &json!(false)), "{first}");
+    let (s, dup) = enqueue(&srv, &k, spec.clone()).await;
+    assert_eq!(
+        (s, &dup["duplicate"], &dup["job_id"]),
+        (200, &json!(true), &first["job_id"])
+    );
+    // Another tenant's identical key is its own.
+    let (s, theirs) = enqueue(&srv, &other, spec.clone()).await;
+    assert_eq!((s, &theirs["duplicate"]), (201, &json!(false)), "{theirs}");
+    let (s, b, _) = srv
+        .call(
+            "POST",
+            "/v1/jobs/batch",
+            Some(&k),
+            Some(json!({"jobs": [spec, {"queue": "u", "kind": "k"}]})),
+        )
+        .await;
+    assert_eq!(s, 201, "{b}");
+    assert_eq!(b["duplicates"], json!([true, false]));
+    assert_eq!(b["job_ids"][0], first["job_id"]);
+
+    // Paused: claims get nothing; resumed: the jobs come out.
+    let (s, q, _) = srv.call("POST", "/v1/queues/u/pause", Some(&k), None).await;
+    assert_eq!((s, &q["paused"]), (200, &json!(true)), "{q}");
+    let (_, none, _) = srv
+        .call(
+            "POST",
+            "/v1/workers/claim",
+            Some(&k),
+            Some(json!({"queue": "u", "max": 10, "wait_ms": 300})),
+        )
+        .await;
+    assert_eq!(none["jobs"], json!([]), "{none}");
+    let (s, q, _) = srv
+        .call("POST", "/v1/queues/u/resume", Some(&k), None)
+        .await;
+    assert_eq!((s, &q["paused"]), (200, &json!(false)));
+    assert_eq!(srv.claim_n(&k, "u", 2).await.len(), 2);
+    // Pausing another tenant's queue name only names one's own (absent here: 404).
+    let (s, e, _) = srv
+        .call("POST", "/v1/queues/nosuch/pause", Some(&k), None)
+        .await;
+    assert_eq!((s, error_of(&e).0.as_str()), (404, "not_found"));
+}
