@@ -140,7 +140,20 @@ pub struct WorkerStats {
 /// reconnects: a new connection is granted exactly the slots free at that moment.
 struct Slots {
     running: usize,
+    /// Slots freed but not yet granted (credits go out in bunches: fewer messages).
+    owed: u32,
     tx: Option<mpsc::UnboundedSender<pb::WorkerRequest>>,
+}
+
+impl Slots {
+    fn flush_credits(&mut self) {
+        if self.owed > 0 {
+            if let Some(tx) = &self.tx {
+                let _ = tx.send(req(Msg::Credit(pb::Credit { n: self.owed })));
+            }
+            self.owed = 0;
+        }
+    }
 }
 
 struct Running {
@@ -177,6 +190,7 @@ impl Worker {
                 stats: Arc::default(),
                 slots: Mutex::new(Slots {
                     running: 0,
+                    owed: 0,
                     tx: None,
                 }),
                 running: Mutex::new(HashMap::new()),
@@ -271,6 +285,8 @@ async fn session(s: &Arc<Shared>, stop: &mut watch::Receiver<bool>) -> Result<()
         // result is sent exactly once per connection.
         let mut slots = s.slots.lock().expect("slots");
         slots.tx = Some(tx.clone());
+        // The grant below covers every free slot.
+        slots.owed = 0;
         // Results finished while disconnected (or unacked on the old stream) go first.
         for (r, _) in s.unacked.lock().expect("unacked").values() {
             let _ = tx.send(r.clone());
@@ -282,6 +298,9 @@ async fn session(s: &Arc<Shared>, stop: &mut watch::Receiver<bool>) -> Result<()
     }
     let mut beat = tokio::time::interval(lease / 3);
     beat.tick().await;
+    // Credits owed below the bunch size go out at least this often.
+    let mut credit_flush = tokio::time::interval(Duration::from_millis(2));
+    credit_flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut draining = false;
     let mut drained = false;
     loop {
@@ -302,6 +321,7 @@ async fn session(s: &Arc<Shared>, stop: &mut watch::Receiver<bool>) -> Result<()
                 Some(Err(st)) => return Err(Error::Refused(st)),
                 None => return Err(Error::Disconnected),
             },
+            _ = credit_flush.tick() => s.slots.lock().expect("slots").flush_credits(),
             _ = beat.tick() => {
                 let refs: Vec<pb::AttemptRef> = s
                     .running
@@ -446,8 +466,11 @@ fn finish(s: &Shared, aref: pb::AttemptRef, outcome: Outcome, took: Duration) {
         .expect("unacked")
         .insert(key, (result.clone(), enqueued_at));
     slots.running -= 1;
+    slots.owed += 1;
     if let Some(tx) = &slots.tx {
         let _ = tx.send(result);
-        let _ = tx.send(req(Msg::Credit(pb::Credit { n: 1 })));
+    }
+    if slots.owed as usize >= (s.opts.slots / 8).max(1) {
+        slots.flush_credits();
     }
 }

@@ -55,7 +55,7 @@ impl Default for GrpcConfig {
     fn default() -> Self {
         GrpcConfig {
             max_batch: 1000,
-            prefetch: 64,
+            prefetch: 256,
             max_claim: 500,
             idle_poll: Duration::from_secs(1),
             keepalive: Duration::from_secs(20),

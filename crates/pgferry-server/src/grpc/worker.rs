@@ -1,13 +1,13 @@
 //! The Worker stream: hello, credits, jobs, results (acked after COMMIT, coalesced across
 //! streams), heartbeats, server-pushed cancels, drain.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::Stream;
+use futures_util::{FutureExt, Stream};
 use pgferry_core::{AttemptRef, Backoff, Outcome, OutcomeKind};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -139,8 +139,16 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, t
     let mut stopping = state.stopping();
     let inflight = Arc::new(Semaphore::new(state.config.max_inflight_per_stream.max(1)));
     let mut drained = false;
+    // Messages read ahead while gathering a batch of results, handled next.
+    let mut stash: VecDeque<Msg> = VecDeque::new();
+    let mut ended = false;
     loop {
-        let msg = tokio::select! {
+        let msg = if let Some(m) = stash.pop_front() {
+            Some(Ok(pb::WorkerRequest { msg: Some(m) }))
+        } else if ended {
+            break;
+        } else {
+            tokio::select! {
             m = inbound.next() => m,
             c = cancels.recv() => {
                 if let Ok(job_id) = c {
@@ -151,6 +159,7 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, t
             _ = stopping.wait_for(|s| *s) => {
                 let _ = tx.send(Err(Status::unavailable("server is shutting down")));
                 break;
+            }
             }
         };
         let m = match msg {
@@ -166,15 +175,7 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, t
                 let _ = tx.send(Err(Status::failed_precondition("hello sent twice")));
                 break;
             }
-            Msg::Credit(c) => {
-                let max = state.config.max_credits;
-                let _ = shared
-                    .credits
-                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
-                        Some(cur.saturating_add(u64::from(c.n)).min(max))
-                    });
-                subs.iter().for_each(Subscription::wake);
-            }
+            Msg::Credit(c) => grant(&shared, &subs, c.n, state.config.max_credits),
             Msg::Drain(d) => {
                 if !drained {
                     drained = true;
@@ -192,13 +193,35 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, t
                 });
             }
             Msg::Result(r) => {
+                // Take every result already received as one request to the coalescer:
+                // under load a stream carries many, and one submission per result would
+                // cost a task and a oneshot each. Credits in between are granted inline.
+                let mut batch = vec![r];
+                while batch.len() < RESULT_BATCH {
+                    match inbound.next().now_or_never() {
+                        Some(Some(Ok(pb::WorkerRequest { msg: Some(m) }))) => match m {
+                            Msg::Result(r) => batch.push(r),
+                            Msg::Credit(c) => grant(&shared, &subs, c.n, state.config.max_credits),
+                            other => {
+                                stash.push_back(other);
+                                break;
+                            }
+                        },
+                        Some(_) => {
+                            ended = true;
+                            break;
+                        }
+                        None => break,
+                    }
+                }
                 let Ok(permit) = inflight.clone().acquire_owned().await else {
                     break;
                 };
                 let session = session.clone();
                 tokio::spawn(async move {
-                    let ack = session.result(r).await;
-                    let _ = session.shared.tx.send(out(Out::ResultAck(ack)));
+                    for ack in session.results(batch).await {
+                        let _ = session.shared.tx.send(out(Out::ResultAck(ack)));
+                    }
                     drop(permit);
                 });
             }
@@ -247,12 +270,13 @@ impl Session {
         }
     }
 
-    async fn result(&self, r: pb::JobResult) -> pb::ResultAck {
+    /// The outcome a result asks for, or the error to ack it with.
+    fn prepare(&self, r: pb::JobResult) -> Result<(pb::AttemptRef, Outcome), pb::ResultAck> {
         let Some(aref) = r.r#ref.clone() else {
-            return result_error(
+            return Err(result_error(
                 None,
                 pb_error("invalid_argument", "result without ref", "ref"),
-            );
+            ));
         };
         let Some(attempt) = self.verify(&aref) else {
             let e = pb_error(
@@ -260,35 +284,57 @@ impl Session {
                 "unknown attempt (bad or foreign token)",
                 "ref.token",
             );
-            return result_error(Some(aref), e);
+            return Err(result_error(Some(aref), e));
         };
         let held = self
             .held(aref.id)
             .filter(|h| h.attempt.attempt == aref.attempt);
         let backoff = held.as_ref().map_or_else(Backoff::default, |h| h.backoff);
-        let outcome = match outcome_of(&attempt, backoff, r) {
-            Ok(o) => o,
-            Err(e) => return result_error(Some(aref), e),
-        };
-        let res = self.state.coalescers.complete(vec![outcome]).await;
-        match res {
-            Ok(done) => {
-                let stale = done.first().is_none_or(|d| d.stale);
-                self.forget(aref.id, aref.attempt);
-                pb::ResultAck {
-                    r#ref: Some(aref),
-                    stale,
-                    error: None,
+        match outcome_of(&attempt, backoff, r) {
+            Ok(o) => Ok((aref, o)),
+            Err(e) => Err(result_error(Some(aref), e)),
+        }
+    }
+
+    /// Records a batch of results in one coalesced request; one ack per result, in order.
+    async fn results(&self, rs: Vec<pb::JobResult>) -> Vec<pb::ResultAck> {
+        let mut acks: Vec<Option<pb::ResultAck>> = Vec::with_capacity(rs.len());
+        let mut refs = Vec::new();
+        let mut outcomes = Vec::new();
+        for r in rs {
+            match self.prepare(r) {
+                Ok((aref, o)) => {
+                    acks.push(None);
+                    refs.push((acks.len() - 1, aref));
+                    outcomes.push(o);
                 }
-            }
-            Err(e) => {
-                let err = match e.engine() {
-                    Some(ee) => engine_error(ee, ""),
-                    None => pb_error(e.code(), e.to_string(), ""),
-                };
-                result_error(Some(aref), err)
+                Err(ack) => acks.push(Some(ack)),
             }
         }
+        if !outcomes.is_empty() {
+            match self.state.coalescers.complete(outcomes).await {
+                Ok(done) => {
+                    for ((i, aref), d) in refs.into_iter().zip(done) {
+                        self.forget(aref.id, aref.attempt);
+                        acks[i] = Some(pb::ResultAck {
+                            r#ref: Some(aref),
+                            stale: d.stale,
+                            error: None,
+                        });
+                    }
+                }
+                Err(e) => {
+                    let err = match e.engine() {
+                        Some(ee) => engine_error(ee, ""),
+                        None => pb_error(e.code(), e.to_string(), ""),
+                    };
+                    for (i, aref) in refs {
+                        acks[i] = Some(result_error(Some(aref), err.clone()));
+                    }
+                }
+            }
+        }
+        acks.into_iter().flatten().collect()
     }
 
     fn forget(&self, job_id: i64, attempt: i32) {
@@ -374,6 +420,18 @@ impl Session {
             tracing::warn!(error = %e, "drain release failed; jobs return when their lease lapses");
         }
     }
+}
+
+/// Most results taken from a stream into one coalesced request.
+const RESULT_BATCH: usize = 512;
+
+fn grant(shared: &StreamShared, subs: &[Subscription], n: u32, max: u64) {
+    let _ = shared
+        .credits
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+            Some(cur.saturating_add(u64::from(n)).min(max))
+        });
+    subs.iter().for_each(Subscription::wake);
 }
 
 fn engine_ref(a: &Attempt) -> AttemptRef {
