@@ -37,15 +37,13 @@ pub struct ServerConfig {
 }
 
 impl AppState {
-    /// Builds the state; loads (or creates) the secret shared by the servers of a database.
+    /// Builds the state. Touches no database (a server starts before its schema is
+    /// migrated; /readyz says when it is); async and fallible for what may need either.
     pub async fn new(engine: Arc<Engine>, config: ServerConfig) -> pgferry_core::Result<AppState> {
-        let client = engine.pool().get().await?;
-        let tokens = auth::token::TokenKey::load_or_create(&client).await?;
-        drop(client);
         Ok(AppState {
             auth: Arc::new(auth::Auth::new(engine.pool().clone(), config.auth)),
             metrics: Arc::new(metrics::Metrics::default()),
-            http: Arc::new(http::HttpState::new(config.http, tokens)),
+            http: Arc::new(http::HttpState::new(config.http)),
             coalescers: coalesce::Coalescers::new(engine.clone(), config.coalesce),
             engine,
         })

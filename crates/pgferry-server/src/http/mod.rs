@@ -62,21 +62,38 @@ impl Default for HttpConfig {
 /// State only the HTTP API uses.
 pub struct HttpState {
     pub config: HttpConfig,
-    pub tokens: crate::auth::token::TokenKey,
+    /// Loaded from the database on first use: a server must start (and answer /readyz)
+    /// before the schema is migrated.
+    tokens: tokio::sync::OnceCell<crate::auth::token::TokenKey>,
     pub limiter: RateLimiter,
     /// The OpenAPI document with this server's limits.
     pub openapi: serde_json::Value,
 }
 
 impl HttpState {
-    pub fn new(config: HttpConfig, tokens: crate::auth::token::TokenKey) -> HttpState {
+    pub fn new(config: HttpConfig) -> HttpState {
         HttpState {
             limiter: RateLimiter::new(config.rate_per_sec, config.rate_burst),
             openapi: openapi::document(&config),
             config,
-            tokens,
+            tokens: tokio::sync::OnceCell::new(),
         }
     }
+}
+
+/// The key that signs attempt tokens (shared by every server of the database), loaded on
+/// first use so that nothing needs the schema before a request does.
+pub async fn token_key(state: &AppState) -> ApiResult<&crate::auth::token::TokenKey> {
+    state
+        .http
+        .tokens
+        .get_or_try_init(|| async {
+            let client = state.engine.pool().get().await?;
+            let key = crate::auth::token::TokenKey::load_or_create(&client).await?;
+            Ok::<_, pgferry_core::Error>(key)
+        })
+        .await
+        .map_err(error::ApiError::from)
 }
 
 /// Every `/v1` route: method, path (OpenAPI syntax), handler.

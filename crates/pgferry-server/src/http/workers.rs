@@ -67,6 +67,8 @@ pub async fn claim(
         return Err(ApiError::bad_request("worker", "must be 1 to 128 bytes"));
     }
     no_nul("worker", &worker)?;
+    // Before claiming: claimed jobs must never be left without their tokens.
+    let tokens = super::token_key(&state).await?;
     let deadline = Instant::now() + wait;
     let mut ticks = state.engine.subscribe_ticks();
     let jobs = loop {
@@ -95,10 +97,7 @@ pub async fn claim(
     let out: Vec<Value> = jobs
         .iter()
         .map(|j| {
-            let token = state
-                .http
-                .tokens
-                .sign(&Attempt::from_claimed(p.tenant_id, &req.queue, j));
+            let token = tokens.sign(&Attempt::from_claimed(p.tenant_id, &req.queue, j));
             json!({
                 "id": j.job_id,
                 "attempt": j.attempt,
@@ -168,13 +167,12 @@ pub async fn complete(
         ));
     }
     // Check every token before writing anything: never a partial batch.
+    let tokens = super::token_key(&state).await?;
     let mut outcomes = Vec::with_capacity(req.results.len());
     // (queue, failed?) per outcome, for the metrics of the outcomes that win.
     let mut labels: Vec<(String, bool)> = Vec::with_capacity(req.results.len());
     for (i, r) in req.results.into_iter().enumerate() {
-        let a = state
-            .http
-            .tokens
+        let a = tokens
             .verify(&r.token)
             .filter(|a| a.tenant_id == p.tenant_id)
             .ok_or_else(|| ApiError::not_found("attempt").field(format!("results[{i}].token")))?;
@@ -300,11 +298,10 @@ pub async fn heartbeat(
         return Err(ApiError::bad_request("worker", "must be 1 to 128 bytes"));
     }
     no_nul("worker", &worker)?;
+    let tokens = super::token_key(&state).await?;
     let mut refs = Vec::with_capacity(req.tokens.len());
     for (i, t) in req.tokens.iter().enumerate() {
-        let a = state
-            .http
-            .tokens
+        let a = tokens
             .verify(t)
             .filter(|a| a.tenant_id == p.tenant_id)
             .ok_or_else(|| ApiError::not_found("attempt").field(format!("tokens[{i}]")))?;
