@@ -116,6 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=500, help="jobs per EnqueueBatch")
     p.add_argument("--pipeline", type=int, default=4, help="EnqueueBatches in flight")
     p.add_argument("--preload", action="store_true", help="enqueue everything before the worker starts")
+    p.add_argument(
+        "--compare-rust",
+        action="store_true",
+        help="then run `pgferry bench cycle --via grpc` (32 producers, 128 slots) and report the ratio",
+    )
     a = p.parse_args(argv)
     proc = None
     tmp = None
@@ -126,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
             print("pgferry.bench: give --url/--api-key, or set PGFERRY_BIN", file=sys.stderr)
             return 2
         tmp = tempfile.mkdtemp(prefix="pgferry-bench-")
+        # As root, pgferry runs its Postgres as `postgres`, which must be able to enter it.
+        os.chmod(tmp, 0o755)
         proc, url, key = _start_dev(binary, tmp)
     try:
         if not key:
@@ -133,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         report = asyncio.run(run(url, key, a.jobs, a.concurrency, a.batch, a.pipeline, a.preload))
         report["server"] = "pgferry dev (started by the bench)" if proc else url
-        print(json.dumps(report))
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
@@ -143,7 +149,31 @@ def main(argv: list[str] | None = None) -> int:
                 os.killpg(proc.pid, signal.SIGKILL)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+    if a.compare_rust:
+        binary = os.environ.get("PGFERRY_BIN") or shutil.which("pgferry")
+        if not binary:
+            print("pgferry.bench: --compare-rust needs PGFERRY_BIN or pgferry on PATH", file=sys.stderr)
+            return 2
+        rust = _rust_grpc_cycle(binary)
+        report["rust_grpc_jobs_per_s"] = round(float(rust["jobs_per_s"]), 1)
+        report["ratio_python_to_rust_grpc"] = round(
+            report["completed_jobs_per_s"] / float(rust["jobs_per_s"]), 3
+        )
+    print(json.dumps(report))
     return 0
+
+
+def _rust_grpc_cycle(binary: str) -> dict[str, Any]:
+    """The Rust reference in the same run: full cycle through a server over gRPC."""
+    out = subprocess.run(
+        [binary, "bench", "cycle", "--via", "grpc", "--producers", "32", "--worker-slots", "128",
+         "--json", "--duration", "10", "--warmup", "2"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    parsed: dict[str, Any] = json.loads(out)
+    return parsed
 
 
 if __name__ == "__main__":
