@@ -31,7 +31,7 @@ export PGFERRY_BIN
 test-python: setup
 	$(CARGO) build -p pgferry-cli
 	@test -x $(PY_VENV)/bin/python || python3 -m venv $(PY_VENV)
-	$(PY_VENV)/bin/pip install -q --disable-pip-version-check hatchling grpcio-tools grpcio protobuf pytest pytest-timeout mypy types-grpcio types-protobuf
+	$(PY_VENV)/bin/pip install -q --disable-pip-version-check hatchling grpcio-tools grpcio protobuf pytest pytest-timeout mypy types-grpcio types-protobuf opentelemetry-api opentelemetry-sdk
 	$(PY_VENV)/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e sdk/python
 	cd sdk/python && .venv/bin/mypy
 	cd sdk/python && .venv/bin/python -m pytest -q -p no:cacheprovider --timeout 600

@@ -60,4 +60,10 @@ def job_span(kind: str, queue: str, job_id: int, meta: dict[str, str]) -> Iterat
 
 
 def enabled() -> bool:
-    return _load() is not None
+    """True when OpenTelemetry is installed and a real tracer provider is configured (the
+    API's default proxy records nothing, so a span per job would be pure cost)."""
+    otel = _load()
+    if otel is None:
+        return False
+    _, trace = otel
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)

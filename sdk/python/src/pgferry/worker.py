@@ -121,7 +121,6 @@ class Worker:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.stats: collections.Counter[str] = collections.Counter()
         self._ran = False
-        self._traced = _tracing.enabled()  # OpenTelemetry installed: a span per job
         self._reset_runtime()
 
     def _reset_runtime(self) -> None:
@@ -501,7 +500,7 @@ class Worker:
                 raise Fail(f"no handler registered for kind {ctx.kind!r}", kind="UnknownKind")
             ctx.args = loads(args_json)
             pos, kw = _call_args(ctx.args)
-            if self._traced:
+            if _tracing.enabled():
                 with _tracing.job_span(ctx.kind, ctx.queue, ctx.id, ctx.meta):
                     value = await self._invoke(handler, ctx, pos, kw)
             elif handler.is_async:
