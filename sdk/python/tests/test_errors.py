@@ -30,7 +30,7 @@ def test_worker_with_bad_key_raises_auth_error(server: Server, queue: str) -> No
 
 def test_invalid_job_is_invalid_argument_naming_the_field(server: Server, queue: str) -> None:
     async def main() -> None:
-        async with pgferry.Client(server.grpc_url, server.api_key) as client:
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client:
             with pytest.raises(pgferry.InvalidArgument) as e:
                 await client.enqueue("x", {}, queue=queue, priority=9)
             assert "priority" in e.value.field
@@ -55,7 +55,7 @@ def test_invalid_job_is_invalid_argument_naming_the_field(server: Server, queue:
 
 def test_oversized_payload_is_rejected(server: Server, queue: str) -> None:
     async def main() -> None:
-        async with pgferry.Client(server.grpc_url, server.api_key) as client:
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client:
             await client.enqueue("warmup", {}, queue=queue)
             limit = client._stream.hello_ack.max_payload_bytes if client._stream else 0
             assert limit > 0
@@ -68,7 +68,7 @@ def test_oversized_payload_is_rejected(server: Server, queue: str) -> None:
 
 def test_unknown_job_is_not_found(server: Server) -> None:
     async def main() -> None:
-        async with pgferry.Client(server.grpc_url, server.api_key) as client:
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client:
             with pytest.raises(pgferry.NotFound):
                 await client.get_job(987_654_321_000)
             with pytest.raises(pgferry.NotFound):

@@ -31,7 +31,7 @@ def test_drain_on_sigterm_loses_nothing(server: Server, queue: str, tmp_path: pa
     log.touch()
 
     async def main() -> None:
-        async with pgferry.Client(server.grpc_url, server.api_key) as client:
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client:
             # A lease far longer than the test: a job the drain failed to hand back would
             # wait for it and the test would time out instead of passing by rescue.
             await http_patch_queue(server.http_url, server.api_key, queue, {"lease_ms": 600_000})

@@ -22,7 +22,7 @@ def test_raise_retries_then_succeeds(server: Server, queue: str) -> None:
                 raise RuntimeError(f"boom {ctx.attempt}")
             return "ok"
 
-        async with pgferry.Client(server.grpc_url, server.api_key) as client, running(app):
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client, running(app):
             job = await client.enqueue("flaky", None, queue=queue, max_attempts=5)
             await rec.wait_until(lambda: len(rec.of("ran", job.id)) == 3, "three attempts")
             assert [e[2] for e in rec.of("ran", job.id)] == [1, 2, 3]
@@ -43,7 +43,7 @@ def test_exhausted_attempts_dead_letter_and_retry_dead(server: Server, queue: st
             if not fixed.is_set():
                 raise ValueError("still broken")
 
-        async with pgferry.Client(server.grpc_url, server.api_key) as client, running(app):
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client, running(app):
             job = await client.enqueue("always_fails", {}, queue=queue, max_attempts=2)
             info = await wait_state(client, job.id, {"dead"})
             assert len(rec.of("ran", job.id)) == 2
@@ -72,7 +72,7 @@ def test_permanent_fail_dead_letters_at_once(server: Server, queue: str) -> None
             await rec.add("ran", ctx)
             raise pgferry.Fail("input can never work", permanent=True)
 
-        async with pgferry.Client(server.grpc_url, server.api_key) as client, running(app):
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client, running(app):
             job = await client.enqueue("bad_input", {}, queue=queue, max_attempts=10)
             info = await wait_state(client, job.id, {"dead"})
             assert len(rec.of("ran", job.id)) == 1
@@ -93,7 +93,7 @@ def test_snooze_runs_again_without_using_an_attempt(server: Server, queue: str) 
                 raise pgferry.Snooze(0.2)
             return "done"
 
-        async with pgferry.Client(server.grpc_url, server.api_key) as client, running(app):
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client, running(app):
             # max_attempts=1: if a snooze used up an attempt, the second run would never come.
             job = await client.enqueue("later", {}, queue=queue, max_attempts=1)
             await rec.wait_until(lambda: len(rec.of("ran", job.id)) == 3, "three runs after two snoozes")
@@ -115,7 +115,7 @@ def test_cancel_reaches_running_job(server: Server, queue: str) -> None:
             await rec.add("saw_cancel", ctx)
             raise pgferry.Cancel("stopping as asked")
 
-        async with pgferry.Client(server.grpc_url, server.api_key) as client, running(app):
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client, running(app):
             job = await client.enqueue("long", {}, queue=queue)
             await rec.wait_until(lambda: job.id in rec.ids("started"), "the job to start")
             await client.cancel(job.id)
@@ -136,7 +136,7 @@ def test_cancel_pending_job_never_runs(server: Server, queue: str) -> None:
         async def k(ctx: pgferry.JobContext, n: int) -> None:
             await rec.add("ran", ctx, n)
 
-        async with pgferry.Client(server.grpc_url, server.api_key) as client:
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client:
             doomed = await client.enqueue("k", {"n": 0}, queue=queue)
             await client.cancel(doomed)
             async with running(app):
@@ -164,7 +164,7 @@ def test_heartbeat_keeps_a_long_job_past_its_lease(server: Server, queue: str) -
                 await rec.add("beat", ctx, held)
             await rec.add("done", ctx)
 
-        async with pgferry.Client(server.grpc_url, server.api_key) as client:
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client:
             await http_patch_queue(server.http_url, server.api_key, queue, {"lease_ms": lease_ms})
             async with running(app):
                 # Runs ~4 leases long, heartbeating three times per lease.
@@ -193,7 +193,7 @@ def test_without_heartbeat_an_expired_lease_is_rescued(server: Server, queue: st
                 # Outlive the lease without heartbeating; the result comes too late.
                 await rec.wait_until(lambda: len(rec.of("started", ctx.id)) >= 2, "the rescue")
 
-        async with pgferry.Client(server.grpc_url, server.api_key) as client:
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client:
             await http_patch_queue(server.http_url, server.api_key, queue, {"lease_ms": lease_ms})
             async with running(app):
                 job = await client.enqueue("stuck", {}, queue=queue, max_attempts=3)
@@ -207,7 +207,7 @@ def test_without_heartbeat_an_expired_lease_is_rescued(server: Server, queue: st
 
 def test_unique_key_returns_the_existing_job(server: Server, queue: str) -> None:
     async def main() -> None:
-        async with pgferry.Client(server.grpc_url, server.api_key) as client:
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client:
             first = await client.enqueue("report", {"day": 1}, queue=queue, unique_key="report:day1")
             again = await client.enqueue("report", {"day": 1}, queue=queue, unique_key="report:day1")
             other = await client.enqueue("report", {"day": 2}, queue=queue, unique_key="report:day2")
@@ -233,7 +233,7 @@ def test_unique_key_is_released_when_the_job_completes(server: Server, queue: st
         async def sync_account(ctx: pgferry.JobContext) -> None:
             await rec.add("ran", ctx)
 
-        async with pgferry.Client(server.grpc_url, server.api_key) as client, running(app):
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client, running(app):
             first = await client.enqueue("sync_account", {}, queue=queue, unique_key="acct:7")
             await rec.wait_until(lambda: first.id in rec.ids("ran"), "the first unique job")
             await poll_until(lambda: app.stats["acked"] == 1, "its completion to commit")
@@ -255,7 +255,7 @@ def test_delay_and_run_at_hold_the_job(server: Server, queue: str) -> None:
         async def tick(ctx: pgferry.JobContext) -> None:
             await rec.add("ran", ctx)
 
-        async with pgferry.Client(server.grpc_url, server.api_key) as client, running(app):
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client, running(app):
             later = await client.enqueue("tick", {}, queue=queue, delay=3600)
             at = await client.enqueue(
                 "tick", {}, queue=queue, run_at=datetime.now(timezone.utc) + timedelta(hours=1)
@@ -269,8 +269,23 @@ def test_delay_and_run_at_hold_the_job(server: Server, queue: str) -> None:
 
 
 def test_queue_admin_over_grpc(server: Server, queue: str) -> None:
+    """The gRPC Admin service itself (no HTTP fallback: no http_url)."""
+
     async def main() -> None:
         async with pgferry.Client(server.grpc_url, server.api_key) as client:
+            assert (await client.get_job((await client.enqueue("k", {}, queue=queue)).id)).kind == "k"
+            q = await client.update_queue(queue, lease_ms=5000, max_attempts=7)
+            assert (q.name, q.settings["lease_ms"], q.settings["max_attempts"]) == (queue, 5000, 7)
+            assert (await client.pause_queue(queue)).paused
+            assert not (await client.resume_queue(queue)).paused
+            assert queue in {x.name for x in await client.list_queues()}
+
+    asyncio.run(main())
+
+
+def test_queue_admin_with_http_fallback(server: Server, queue: str) -> None:
+    async def main() -> None:
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client:
             q = await client.update_queue(queue, lease_ms=5000, max_attempts=7)
             assert (q.name, q.settings["lease_ms"], q.settings["max_attempts"]) == (queue, 5000, 7)
             assert (await client.pause_queue(queue)).paused

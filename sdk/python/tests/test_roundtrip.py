@@ -20,7 +20,7 @@ def test_enqueue_and_work_round_trip(server: Server, queue: str) -> None:
             await rec.add("ran", ctx, a + b)
             return a + b
 
-        async with pgferry.Client(server.grpc_url, server.api_key) as client, running(app):
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client, running(app):
             one = await client.enqueue("add", {"a": 1, "b": 2}, queue=queue)
             assert one.id > 0 and not one.duplicate
             many = await client.enqueue_many(
@@ -41,7 +41,7 @@ def test_enqueue_and_work_round_trip(server: Server, queue: str) -> None:
 
 def test_concurrent_enqueues_pipeline_on_one_stream(server: Server, queue: str) -> None:
     async def main() -> None:
-        async with pgferry.Client(server.grpc_url, server.api_key) as client:
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client:
             jobs = await asyncio.gather(*(client.enqueue("noop", {"i": i}, queue=queue) for i in range(500)))
             assert len({j.id for j in jobs}) == 500
             # One stream carried them all.
@@ -63,7 +63,7 @@ def test_sync_handler_runs_in_thread_and_meta_reaches_ctx(server: Server, queue:
             rec.add_threadsafe(loop, "ran", ctx, (word, other, ctx.meta.get("origin"), ctx.queue, ctx.kind))
             return {"echo": word}
 
-        async with pgferry.Client(server.grpc_url, server.api_key) as client, running(app):
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client, running(app):
             job = await client.enqueue("blocking", {"word": "hi"}, queue=queue, meta={"origin": "test"})
             await rec.wait_until(lambda: job.id in rec.ids("ran"), "the sync job")
             assert rec.of("ran", job.id)[0][3] == ("hi", True, "test", queue, "blocking")
@@ -79,7 +79,7 @@ def test_get_job_reports_completion_and_result(server: Server, queue: str) -> No
         async def square(ctx: pgferry.JobContext, n: int) -> dict[str, int]:
             return {"n2": n * n}
 
-        async with pgferry.Client(server.grpc_url, server.api_key) as client:
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client:
             job = await client.enqueue("square", {"n": 7}, queue=queue, max_attempts=3)
             info = await client.get_job(job.id)
             assert (info.id, info.queue, info.kind, info.args) == (job.id, queue, "square", {"n": 7})

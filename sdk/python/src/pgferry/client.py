@@ -15,6 +15,7 @@ import grpc
 import grpc.aio
 
 from pgferry import _conn
+from pgferry._http_admin import HttpAdmin
 from pgferry._types import (
     DEFAULT_QUEUE,
     EnqueuedJob,
@@ -31,6 +32,7 @@ from pgferry.errors import (
     PgferryError,
     ProtocolError,
     Unavailable,
+    Unimplemented,
     from_error,
     from_rpc_error,
 )
@@ -161,8 +163,13 @@ class Client:
         connect_timeout: float = 10.0,
         default_queue: str = DEFAULT_QUEUE,
         timeout: float | None = 30.0,
+        http_url: str | None = None,
     ) -> None:
         self.url = url
+        # The server's HTTP address: admin calls fall back to its /v1 API when the server
+        # does not offer the gRPC Admin service.
+        self.http_url = http_url
+        self._http: HttpAdmin | None = None
         self._api_key = api_key
         self.client_name = client_name or f"python@{socket.gethostname()}:{os.getpid()}"
         self.connect_timeout = connect_timeout
@@ -333,21 +340,45 @@ class Client:
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
+    async def _admin(self, name: str, req: Any, resp_type: Any) -> Any:
+        """A gRPC Admin call, or None when it must go over HTTP instead."""
+        if self._http is not None:
+            return None
+        try:
+            return await self._unary(name, req, resp_type)
+        except Unimplemented:
+            if not self.http_url:
+                raise Unimplemented(
+                    f"the server does not offer Admin.{name} over gRPC; pass http_url= "
+                    "(its HTTP address) to use the HTTP API instead"
+                ) from None
+            self._http = HttpAdmin(self.http_url, self._api_key, self.timeout)
+            return None
+
     async def get_job(self, job_id: int | EnqueuedJob) -> JobInfo:
         """The job's state, attempts and result. Raises NotFound for unknown ids (and for
         other tenants' jobs)."""
-        r = await self._unary("GetJob", admin_pb2.GetJobRequest(id=int(job_id)), admin_pb2.JobInfo)
+        r = await self._admin("GetJob", admin_pb2.GetJobRequest(id=int(job_id)), admin_pb2.JobInfo)
+        if r is None:
+            assert self._http is not None
+            return await self._http.get_job(int(job_id))
         return job_from_pb(r)
 
     async def cancel(self, job_id: int | EnqueuedJob) -> JobInfo:
         """Cancel a job. A pending job never runs; a running one's worker is told
         (ctx.cancelled) and may stop cooperatively."""
-        r = await self._unary("CancelJob", admin_pb2.JobIdRequest(id=int(job_id)), admin_pb2.JobInfo)
+        r = await self._admin("CancelJob", admin_pb2.JobIdRequest(id=int(job_id)), admin_pb2.JobInfo)
+        if r is None:
+            assert self._http is not None
+            return await self._http.cancel(int(job_id))
         return job_from_pb(r)
 
     async def retry(self, job_id: int | EnqueuedJob) -> JobInfo:
-        """Run a failed, dead or cancelled job again."""
-        r = await self._unary("RetryJob", admin_pb2.JobIdRequest(id=int(job_id)), admin_pb2.JobInfo)
+        """Run a dead-lettered job again."""
+        r = await self._admin("RetryJob", admin_pb2.JobIdRequest(id=int(job_id)), admin_pb2.JobInfo)
+        if r is None:
+            assert self._http is not None
+            return await self._http.retry(int(job_id))
         return job_from_pb(r)
 
     async def list_jobs(
@@ -370,55 +401,79 @@ class Client:
     async def list_dead(
         self, *, queue: str = "", kind: str = "", cursor: str = "", limit: int = 100
     ) -> tuple[list[JobInfo], str | None]:
-        """One page of the dead-letter queue."""
-        r = await self._unary(
+        """One page of the dead-letter queue and the cursor of the next page."""
+        r = await self._admin(
             "ListDead",
             admin_pb2.ListDeadRequest(
                 filter=admin_pb2.DeadFilter(queue=queue, kind=kind), cursor=cursor, limit=limit
             ),
             admin_pb2.ListJobsResponse,
         )
+        if r is None:
+            assert self._http is not None
+            return await self._http.list_dead(queue, kind, cursor, limit)
         return [job_from_pb(j) for j in r.jobs], (r.next_cursor if r.has_more else None)
 
     async def retry_dead(
         self, *, queue: str = "", kind: str = "", ids: Sequence[int] = ()
     ) -> int:
         """Re-enqueue dead-lettered jobs matching the filter; returns how many."""
-        r = await self._unary(
+        r = await self._admin(
             "RetryDead",
             admin_pb2.DeadFilter(queue=queue, kind=kind, ids=list(ids)),
             admin_pb2.CountResponse,
         )
+        if r is None:
+            assert self._http is not None
+            return await self._http.dead_op("retry", queue, kind, ids)
         return int(r.count)
 
     async def purge_dead(
         self, *, queue: str = "", kind: str = "", ids: Sequence[int] = ()
     ) -> int:
         """Delete dead-lettered jobs matching the filter; returns how many."""
-        r = await self._unary(
+        r = await self._admin(
             "PurgeDead",
             admin_pb2.DeadFilter(queue=queue, kind=kind, ids=list(ids)),
             admin_pb2.CountResponse,
         )
+        if r is None:
+            assert self._http is not None
+            return await self._http.dead_op("purge", queue, kind, ids)
         return int(r.count)
 
     async def list_queues(self) -> list[QueueInfo]:
-        r = await self._unary("ListQueues", admin_pb2.ListQueuesRequest(), admin_pb2.ListQueuesResponse)
+        r = await self._admin("ListQueues", admin_pb2.ListQueuesRequest(), admin_pb2.ListQueuesResponse)
+        if r is None:
+            assert self._http is not None
+            return await self._http.list_queues()
         return [queue_from_pb(q) for q in r.queues]
 
     async def update_queue(self, name: str, **settings: int | None) -> QueueInfo:
         """Change queue settings: concurrency, max_attempts, backoff_base_ms,
         backoff_cap_ms, lease_ms, retention_ms, aging_ms (unset ones keep their value)."""
-        req = admin_pb2.UpdateQueueRequest(name=name, settings=queue_settings_pb(**settings))
-        return queue_from_pb(await self._unary("UpdateQueue", req, admin_pb2.QueueInfo))
+        pb = queue_settings_pb(**settings)
+        r = await self._admin(
+            "UpdateQueue", admin_pb2.UpdateQueueRequest(name=name, settings=pb), admin_pb2.QueueInfo
+        )
+        if r is None:
+            assert self._http is not None
+            return await self._http.update_queue(name, {k: v for k, v in settings.items() if v is not None})
+        return queue_from_pb(r)
 
     async def pause_queue(self, name: str) -> QueueInfo:
-        req = admin_pb2.QueueNameRequest(name=name)
-        return queue_from_pb(await self._unary("PauseQueue", req, admin_pb2.QueueInfo))
+        r = await self._admin("PauseQueue", admin_pb2.QueueNameRequest(name=name), admin_pb2.QueueInfo)
+        if r is None:
+            assert self._http is not None
+            return await self._http.queue_action(name, "pause")
+        return queue_from_pb(r)
 
     async def resume_queue(self, name: str) -> QueueInfo:
-        req = admin_pb2.QueueNameRequest(name=name)
-        return queue_from_pb(await self._unary("ResumeQueue", req, admin_pb2.QueueInfo))
+        r = await self._admin("ResumeQueue", admin_pb2.QueueNameRequest(name=name), admin_pb2.QueueInfo)
+        if r is None:
+            assert self._http is not None
+            return await self._http.queue_action(name, "resume")
+        return queue_from_pb(r)
 
 
 def _with_queue(r: JobRequest, queue: str) -> JobRequest:
