@@ -11,7 +11,7 @@ from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from pgferry._types import EnqueuedJob, JobInfo
+from pgferry._types import EnqueuedJob, JobInfo, QueueInfo
 from pgferry.client import Client, JobLike
 
 T = TypeVar("T")
@@ -79,6 +79,21 @@ class SyncClient:
 
     def retry_dead(self, *, queue: str = "", kind: str = "", ids: Sequence[int] = ()) -> int:
         return self._run(self._client.retry_dead(queue=queue, kind=kind, ids=ids))
+
+    def purge_dead(self, *, queue: str = "", kind: str = "", ids: Sequence[int] = ()) -> int:
+        return self._run(self._client.purge_dead(queue=queue, kind=kind, ids=ids))
+
+    def list_queues(self) -> list[QueueInfo]:
+        return self._run(self._client.list_queues())
+
+    def update_queue(self, name: str, **settings: int | None) -> QueueInfo:
+        return self._run(self._client.update_queue(name, **settings))
+
+    def pause_queue(self, name: str) -> QueueInfo:
+        return self._run(self._client.pause_queue(name))
+
+    def resume_queue(self, name: str) -> QueueInfo:
+        return self._run(self._client.resume_queue(name))
 
     def close(self) -> None:
         if self._closed:
