@@ -284,3 +284,37 @@ async fn unique_keys_answer_duplicates_and_paused_queues_hand_out_nothing() {
         .await;
     assert_eq!((s, error_of(&e).0.as_str()), (404, "not_found"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traceparent_header_travels_into_the_jobs_meta() {
+    let srv = TestServer::start(ServerConfig::default()).await;
+    let k = srv.key("acme", &["produce", "consume"]).await;
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let (s, b, _) = srv
+        .send(
+            srv.raw("POST", "/v1/jobs/batch")
+                .bearer_auth(&k)
+                .header("traceparent", tp)
+                .json(&json!({"jobs": [
+                    {"queue": "t", "kind": "k", "args": 1},
+                    {"queue": "t", "kind": "k", "args": 2, "meta": {"traceparent": "own"}},
+                ]})),
+        )
+        .await;
+    assert_eq!(s, 201, "{b}");
+    // A malformed header is ignored, not an error.
+    let (s, _, _) = srv
+        .send(
+            srv.raw("POST", "/v1/jobs")
+                .bearer_auth(&k)
+                .header("traceparent", "garbage")
+                .json(&json!({"queue": "t", "kind": "k", "args": 3})),
+        )
+        .await;
+    assert_eq!(s, 201);
+    let jobs = srv.claim_n(&k, "t", 3).await;
+    let meta_of = |n: i64| jobs.iter().find(|j| j["args"] == n).unwrap()["meta"].clone();
+    assert_eq!(meta_of(1), json!({"traceparent": tp}));
+    assert_eq!(meta_of(2), json!({"traceparent": "own"}));
+    assert_eq!(meta_of(3), json!({}));
+}

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use pgferry_core::{DeadFilter, JobInfo, JobState, NewJob};
 use serde::Deserialize;
@@ -57,8 +57,19 @@ impl Objects for Batch {
 
 /// Validates one job and maps its queue into the caller's namespace. Errors name fields
 /// relative to the job (`queue`, `args`); batch callers prefix `jobs[i]`.
-fn to_new_job(state: &AppState, p: &Principal, spec: JobSpec) -> ApiResult<NewJob> {
+fn to_new_job(
+    state: &AppState,
+    p: &Principal,
+    mut spec: JobSpec,
+    traceparent: Option<&str>,
+) -> ApiResult<NewJob> {
     let engine_queue = p.queue(&spec.queue)?;
+    // The request's trace context travels with the job unless the job carries its own.
+    if let Some(tp) = traceparent {
+        let meta = spec.meta.get_or_insert_with(BTreeMap::new);
+        meta.entry("traceparent".to_string())
+            .or_insert_with(|| tp.to_string());
+    }
     no_nul_json("args", &spec.args)?;
     if let Some(m) = &spec.meta {
         for (k, v) in m {
@@ -162,14 +173,26 @@ fn count_enqueued(state: &AppState, p: &Principal, queues: &[&str]) {
     }
 }
 
+/// A W3C `traceparent` header worth carrying: version-traceid-parentid-flags, 55 chars of
+/// lowercase hex and dashes. Anything else is ignored (tracing must never fail a request).
+fn traceparent(headers: &HeaderMap) -> Option<&str> {
+    let v = headers.get("traceparent")?.to_str().ok()?.trim();
+    let ok = v.len() == 55
+        && v.bytes()
+            .all(|b| b == b'-' || b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && v.split('-').map(str::len).eq([2, 32, 16, 2]);
+    ok.then_some(v)
+}
+
 pub async fn enqueue_one(
     State(state): State<AppState>,
     Authed(p): Authed,
+    headers: HeaderMap,
     JsonBody(spec): JsonBody<JobSpec>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     p.require(Scope::Produce)?;
     let queue = spec.queue.clone();
-    let job = to_new_job(&state, &p, spec)?;
+    let job = to_new_job(&state, &p, spec, traceparent(&headers))?;
     let done = enqueue(&state, vec![job]).await?;
     let (id, duplicate) = done
         .first()
@@ -192,6 +215,7 @@ pub async fn enqueue_one(
 pub async fn enqueue_batch(
     State(state): State<AppState>,
     Authed(p): Authed,
+    headers: HeaderMap,
     JsonBody(batch): JsonBody<Batch>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     p.require(Scope::Produce)?;
@@ -217,7 +241,10 @@ pub async fn enqueue_batch(
     // Validate everything before writing anything: never a partial batch.
     let mut jobs = Vec::with_capacity(batch.jobs.len());
     for (i, spec) in batch.jobs.into_iter().enumerate() {
-        jobs.push(to_new_job(&state, &p, spec).map_err(|e| e.within(&format!("jobs[{i}]")))?);
+        jobs.push(
+            to_new_job(&state, &p, spec, traceparent(&headers))
+                .map_err(|e| e.within(&format!("jobs[{i}]")))?,
+        );
     }
     let done = enqueue(&state, jobs).await?;
     let names: Vec<&str> = queues
