@@ -5,6 +5,7 @@
 
 mod cycle;
 mod grpc_cycle;
+mod http_cycle;
 mod measure;
 mod reference_log;
 mod reference_skiplocked;
@@ -75,6 +76,9 @@ pub enum Variant {
     Cycle,
     /// The same cycle through a server: gRPC producer and worker streams, group commit.
     CycleGrpc,
+    /// The same cycle through the server's HTTP API: batch enqueue, long-poll claim,
+    /// complete by token; group commit.
+    CycleHttp,
     /// Classic lease-based queue: UPDATE … FOR UPDATE SKIP LOCKED, DELETE on completion.
     Skiplocked,
     /// Minimal append-only log: COPY in, read by cursor, no per-job acknowledgement.
@@ -102,6 +106,7 @@ pub async fn run(
     let report = match variant {
         Variant::Cycle => cycle::run(&config, opts).await?,
         Variant::CycleGrpc => grpc_cycle::run(&config, opts).await?,
+        Variant::CycleHttp => http_cycle::run(&config, opts).await?,
         Variant::Skiplocked => reference_skiplocked::run(&config, opts).await?,
         Variant::Log => reference_log::run(&config, opts).await?,
     };

@@ -59,6 +59,9 @@ pub struct BenchArgs {
 pub enum Via {
     Inprocess,
     Grpc,
+    /// HTTP/JSON API: batch enqueue, long-poll claim (`--claim-batch`) and complete per
+    /// `--workers` task.
+    Http,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy)]
@@ -132,6 +135,9 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Cycle(_) if args.via == Via::Grpc && args.compare_inprocess => {
             pgferry_bench::grpc_vs_inprocess(&base, &opts).await?
         }
+        BenchCmd::Cycle(_) if args.via == Via::Http => serde_json::to_value(
+            pgferry_bench::run(Variant::CycleHttp, &base, "bench_cycle_http", &opts).await?,
+        )?,
         BenchCmd::Cycle(_) if args.via == Via::Grpc => serde_json::to_value(
             pgferry_bench::run(Variant::CycleGrpc, &base, "bench_cycle_grpc", &opts).await?,
         )?,

@@ -1,0 +1,155 @@
+//! The full cycle through the server's HTTP API: a pgferry server runs in this process
+//! (engine, leader, HTTP on loopback); producers `POST /v1/jobs/batch`, HTTP workers
+//! long-poll `POST /v1/workers/claim` and report with `POST /v1/workers/complete`. A job
+//! counts only when its completion committed and was not stale.
+
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig, QueueOptions};
+use pgferry_server::auth::{admin, Scopes};
+use pgferry_server::{AppState, ServerConfig};
+use serde_json::{json, Value};
+use tokio_postgres::Config;
+
+use crate::measure::{self, Counters, Report};
+use crate::BenchOpts;
+
+/// Connections of the server's pool (what `pgferry serve` uses by default).
+const SERVER_POOL: usize = 16;
+
+async fn post(http: &reqwest::Client, url: &str, key: &str, body: &Value) -> anyhow::Result<Value> {
+    let resp = http.post(url).bearer_auth(key).json(body).send().await?;
+    let status = resp.status();
+    let body: Value = resp.json().await?;
+    anyhow::ensure!(status.is_success(), "{url}: {status} {body}");
+    Ok(body)
+}
+
+pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
+    let mut c = measure::connect(config, "migrate").await?;
+    migrate::up(&mut c).await?;
+    let tenant_id = admin::create_tenant(&mut c, "bench").await?;
+    let (_, key) = admin::create_key(&mut c, "bench", Scopes::all(), Some("bench")).await?;
+    let key = key.expose();
+
+    let engine = Engine::new(
+        db::pool(config, "api", SERVER_POOL),
+        EngineConfig::default(),
+    );
+    engine
+        .upsert_queue(
+            &pgferry_server::auth::engine_queue(tenant_id, "bench")?,
+            &QueueOptions {
+                shards: opts.shards,
+                max_attempts: 25,
+                lease: Duration::from_secs(300),
+            },
+        )
+        .await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let leader = tokio::spawn(
+        Leader::new(
+            engine.clone(),
+            config.clone(),
+            LeaderConfig {
+                tick_interval: opts.tick_interval,
+                ..LeaderConfig::default()
+            },
+        )
+        .run(stop_rx.clone()),
+    );
+    let mut server_config = ServerConfig::default();
+    // The benchmark is the only client: no rate limit in the way.
+    server_config.http.rate_per_sec = 1e9;
+    server_config.http.rate_burst = 1e9;
+    let app = AppState::new(engine.clone(), server_config).await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let mut server_stop = stop_rx.clone();
+    let server = tokio::spawn(pgferry_server::serve_http(listener, app, async move {
+        let _ = server_stop.wait_for(|s| *s).await;
+    }));
+
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(opts.producers + opts.workers)
+        .build()?;
+    let counters = Arc::new(Counters::default());
+    let payload = crate::payload(opts.payload_bytes);
+    let mut tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>> = Vec::new();
+    for _ in 0..opts.producers {
+        let (http, key, counters) = (http.clone(), key.clone(), counters.clone());
+        let url = format!("{base}/v1/jobs/batch");
+        let jobs: Vec<Value> = (0..opts.enqueue_batch)
+            .map(|_| json!({"queue": "bench", "kind": "noop", "args": payload}))
+            .collect();
+        let body = json!({ "jobs": jobs });
+        let max_depth = opts.max_depth as u64;
+        tasks.push(tokio::spawn(async move {
+            while counters.running() {
+                if counters.depth() > max_depth {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
+                }
+                let out = post(&http, &url, &key, &body).await?;
+                let n = out["job_ids"].as_array().map_or(0, Vec::len);
+                counters.add_enqueued(n as u64);
+            }
+            Ok(())
+        }));
+    }
+    for w in 0..opts.workers.max(1) {
+        let (http, key, counters) = (http.clone(), key.clone(), counters.clone());
+        let (claim_url, complete_url) = (
+            format!("{base}/v1/workers/claim"),
+            format!("{base}/v1/workers/complete"),
+        );
+        let claim = json!({
+            "queue": "bench",
+            "max": opts.claim_batch.min(1000),
+            "worker": format!("bench-http-{w}"),
+            "wait_ms": 1000,
+        });
+        tasks.push(tokio::spawn(async move {
+            while counters.running() {
+                let got = post(&http, &claim_url, &key, &claim).await?;
+                let jobs = got["jobs"].as_array().cloned().unwrap_or_default();
+                if jobs.is_empty() {
+                    continue;
+                }
+                counters.record_latencies(jobs.iter().map(|j| {
+                    UNIX_EPOCH
+                        + Duration::from_millis(j["enqueued_at_unix_ms"].as_u64().unwrap_or(0))
+                }));
+                let results: Vec<Value> = jobs
+                    .iter()
+                    .map(|j| json!({ "token": j["token"] }))
+                    .collect();
+                let done = post(&http, &complete_url, &key, &json!({ "results": results })).await?;
+                let fresh = done["results"]
+                    .as_array()
+                    .map_or(0, |r| r.iter().filter(|x| x["stale"] == false).count());
+                counters.add_finished(fresh as u64);
+            }
+            Ok(())
+        }));
+    }
+    let report = measure::window(
+        "cycle_http",
+        config,
+        &counters,
+        opts,
+        measure::Tables {
+            schema: "pgferry",
+            pattern: "^(ready|receipts|completions|results|ticks)_[0-9]+$",
+        },
+        tasks,
+    )
+    .await;
+    let _ = stop_tx.send(true);
+    let _ = server.await;
+    let _ = leader.await;
+    engine.pool().close();
+    report
+}
