@@ -197,3 +197,101 @@ async fn released_jobs_come_back_at_once_without_using_an_attempt() {
     got.sort();
     assert_eq!(got, vec![(ids[0], 2, 2), (ids[1], 2, 2)]);
 }
+
+#[tokio::test]
+async fn list_jobs_pages_by_state_and_kind() {
+    use pgferry_core::{JobFilter, JobState};
+    let s = common::setup().await;
+    let jobs: Vec<_> = (0..7)
+        .map(|i| {
+            NewJob::new(
+                "lq",
+                if i % 2 == 0 { "even" } else { "odd" },
+                json!({ "i": i }),
+            )
+        })
+        .collect();
+    let ids = s.engine.enqueue(&jobs).await.unwrap();
+    s.engine
+        .enqueue(&[NewJob::new("other", "even", json!({}))])
+        .await
+        .unwrap();
+    let later = s
+        .engine
+        .enqueue(&[NewJob::new("lq", "odd", json!({})).delay(Duration::from_secs(600))])
+        .await
+        .unwrap()[0];
+    s.tick().await;
+    let c = s.engine.claim("lq", 3, "w").await.unwrap();
+    s.complete_all(&c).await;
+    // All of lq's logged jobs, newest first, pages of 3.
+    let all = JobFilter::default();
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = s
+            .engine
+            .list_jobs("lq", &all, cursor.as_deref(), 3)
+            .await
+            .unwrap();
+        assert!(page.jobs.len() <= 3);
+        seen.extend(page.jobs.iter().map(|j| j.id));
+        if !page.has_more {
+            break;
+        }
+        cursor = page.next;
+    }
+    let mut want = ids.clone();
+    want.reverse();
+    assert_eq!(
+        seen, want,
+        "every logged job of the queue once, newest first"
+    );
+    // By state and kind.
+    let done = JobFilter {
+        state: Some(JobState::Completed),
+        ..Default::default()
+    };
+    let page = s.engine.list_jobs("lq", &done, None, 10).await.unwrap();
+    let mut got: Vec<_> = page.jobs.iter().map(|j| j.id).collect();
+    got.sort();
+    assert_eq!(got, ids[..3].to_vec());
+    assert!(!page.has_more);
+    let odd_pending = JobFilter {
+        state: Some(JobState::Pending),
+        kind: Some("odd".into()),
+        ..Default::default()
+    };
+    let page = s
+        .engine
+        .list_jobs("lq", &odd_pending, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![ids[5], ids[3]]
+    );
+    let sched = JobFilter {
+        state: Some(JobState::Scheduled),
+        ..Default::default()
+    };
+    let page = s.engine.list_jobs("lq", &sched, None, 10).await.unwrap();
+    assert_eq!(
+        page.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![later]
+    );
+    assert!(matches!(
+        s.engine.list_jobs("lq", &all, Some("x"), 10).await,
+        Err(Error::InvalidArgument {
+            field: "cursor",
+            ..
+        })
+    ));
+    assert!(s
+        .engine
+        .list_jobs("nope", &all, None, 10)
+        .await
+        .unwrap()
+        .jobs
+        .is_empty());
+}
