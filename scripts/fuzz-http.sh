@@ -87,7 +87,7 @@ cd "$work"
     -H "Authorization: Bearer $key" \
     --checks "${FUZZ_CHECKS:-$checks}" \
     --exclude-tag pending \
-    --phases examples,coverage,fuzzing \
+    --phases examples,coverage,fuzzing,stateful \
     --max-examples "$examples" \
     --workers 1 \
     --request-timeout 10 \
