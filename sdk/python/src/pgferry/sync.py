@@ -1,7 +1,11 @@
 """A blocking facade over Client for scripts and threaded web apps.
 
 It owns one event loop on a daemon thread; every method submits the coroutine there and
-waits. Calls from many threads are safe and share one Producer stream (they pipeline)."""
+waits. Calls from many threads are safe and share one Producer stream (they pipeline).
+
+In a process that also runs grpc.aio on another event loop (an async app), grpcio may log
+spurious "PollerCompletionQueue._handle_events" errors (grpc/grpc#25364); calls still
+work. Async code should use `pgferry.Client` directly."""
 
 from __future__ import annotations
 

@@ -231,7 +231,6 @@ class Worker:
         )
 
     async def _serve(self, channel: grpc.aio.Channel) -> None:
-        assert self._stopping is not None
         loop = asyncio.get_running_loop()
         while True:
             session = asyncio.create_task(self._session(channel))
@@ -259,7 +258,6 @@ class Worker:
 
     async def _drain_watch(self, session: asyncio.Task[None]) -> None:
         """While draining, close the stream once everything is acked or grace runs out."""
-        assert self._stopping is not None
         await self._stopping.wait()
         loop = asyncio.get_running_loop()
         while not self._finished() and loop.time() < self._drain_deadline:
@@ -295,7 +293,6 @@ class Worker:
     async def _session(self, channel: grpc.aio.Channel) -> None:
         """One stream's life: hello, credits (or Drain when stopping), then read until the
         stream ends. Raises on transport errors so `_serve` can reconnect."""
-        assert self._stopping is not None
         method = channel.stream_stream(
             _WORKER_STREAM,
             request_serializer=worker_pb2.WorkerRequest.SerializeToString,
