@@ -207,3 +207,36 @@ def test_cancel_sets_the_flag_and_lost_heartbeat_reports_false() -> None:
         assert res[0].WhichOneof("outcome") == "cancelled"
 
     _run(body)
+
+
+def test_sync_handler_heartbeats_and_sees_cancel_from_its_thread() -> None:
+    async def body(fake: FakeServer) -> None:
+        import threading
+        import time
+
+        app = pgferry.Worker(fake.url, "good", queues=["q"], concurrency=2, handle_signals=False)
+        seen: dict[str, object] = {}
+        started = threading.Event()
+
+        @app.job("k")
+        def k(ctx: pgferry.JobContext) -> None:
+            seen["beat"] = ctx.heartbeat_sync(timeout=10)
+            seen["thread"] = threading.current_thread().name
+            started.set()
+            deadline = time.monotonic() + 30
+            while not ctx.cancelled and time.monotonic() < deadline:
+                time.sleep(0.01)
+            ctx.raise_if_cancelled()
+
+        fake.jobs.put_nowait(job(9))
+        task = asyncio.create_task(app.run_async())
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        await fake.push.put(worker_pb2.WorkerResponse(cancel=worker_pb2.Cancel(ref=common_pb2.AttemptRef(id=9, attempt=1))))
+        while app.stats["cancelled"] < 1:
+            await asyncio.sleep(0.01)
+        app.stop()
+        await task
+        assert seen["beat"] is True and str(seen["thread"]).startswith("pgferry-job")
+
+    _run(body)
