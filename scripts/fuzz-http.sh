@@ -52,7 +52,7 @@ trap cleanup EXIT
 
 # A generous rate limit (schemathesis is the only client) and short long-polls so that
 # generated wait_ms values cannot stall the run; the served document advertises them.
-"$bin" dev --data-dir "$work/data" --http-addr 127.0.0.1:0 \
+"$bin" dev --data-dir "$work/data" --http-addr 127.0.0.1:0 --grpc-addr 127.0.0.1:0 \
     --rate-limit 100000 --rate-burst 100000 --max-claim-wait-ms 200 \
     >"$out" 2>"$work/stderr" &
 pid=$!
