@@ -139,7 +139,7 @@ class Worker:
         self._ready = asyncio.Event()
         self._draining = False
         self._drain_sent = False
-        self._drained = False
+        self._drains_unanswered = 0  # Drain messages sent on this stream without a Drained
         self._drain_deadline = 0.0
         self._call: Any = None
         self._hello_ack: worker_pb2.WorkerHelloAck | None = None
@@ -227,7 +227,7 @@ class Worker:
             and not self._outbox
             and not self._unacked
             and not self._unstarted
-            and (self._drained or self._call is None)
+            and ((self._drain_sent and self._drains_unanswered == 0) or self._call is None)
         )
 
     async def _serve(self, channel: grpc.aio.Channel) -> None:
@@ -321,7 +321,7 @@ class Worker:
         self._outbox = collections.deque(list(self._unacked.values()) + kept)
         self._unacked.clear()
         self._drain_sent = False
-        self._drained = False
+        self._drains_unanswered = 0
         self._credits = 0 if self._draining else self.concurrency - len(self._running)
         self._server_credits = 0
         writer = asyncio.create_task(self._write_loop(call))
@@ -352,7 +352,7 @@ class Worker:
             elif which == "heartbeat_ack":
                 self._on_heartbeat_ack(resp.heartbeat_ack)
             elif which == "drained":
-                self._drained = True
+                self._drains_unanswered = max(0, self._drains_unanswered - 1)
 
     async def _write_loop(self, call: Any) -> None:
         assert self._wake is not None
@@ -364,11 +364,13 @@ class Worker:
                 self._drain_sent = True
                 release, self._unstarted = self._unstarted, []
                 self.stats["released"] += len(release)
+                self._drains_unanswered += 1
                 self._outbox.append(worker_pb2.WorkerRequest(drain=worker_pb2.Drain(release=release)))
             elif self._draining and self._unstarted:
                 # Jobs that crossed our Drain on the wire: hand them back too.
                 release, self._unstarted = self._unstarted, []
                 self.stats["released"] += len(release)
+                self._drains_unanswered += 1
                 self._outbox.append(worker_pb2.WorkerRequest(drain=worker_pb2.Drain(release=release)))
             if self._credits > 0 and not self._draining and self._credit_due():
                 n, self._credits = self._credits, 0
