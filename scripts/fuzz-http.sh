@@ -6,7 +6,6 @@
 # bounded number of examples per operation. Fails on any 5xx (not_a_server_error) and on
 # answers that contradict the document (status codes, content types, response schemas and
 # headers), on accepted invalid input and on requests that succeed without the API key.
-# Operations tagged `pending` answer 501 until the engine supports them and are skipped.
 # One schemathesis worker: with several threads CPython 3.11 intermittently fails inside
 # hypothesis (ast.parse "recursion depth mismatch"), which is not a finding about pgferry.
 #
@@ -86,7 +85,6 @@ cd "$work"
     --url "$base" \
     -H "Authorization: Bearer $key" \
     --checks "${FUZZ_CHECKS:-$checks}" \
-    --exclude-tag pending \
     --phases examples,coverage,fuzzing,stateful \
     --max-examples "$examples" \
     --workers 1 \

@@ -369,9 +369,17 @@ async fn every_error_status_has_the_json_shape() {
         "cancel of a completed job"
     );
 
-    // 501: listing jobs waits on an engine operation and says so.
-    let (s, b, _) = srv.call("GET", "/v1/jobs", k, None).await;
-    assert_eq!((s, error_of(&b).0.as_str()), (501, "not_implemented"));
+    // Listing jobs needs a queue; unknown parameters and bad values are named.
+    for (q, field) in [
+        ("", "queue"),
+        ("?queue=a&state=lost", "state"),
+        ("?queue=a&limit=101", "limit"),
+        ("?queue=a&colour=red", "colour"),
+        ("?queue=a&cursor=zz", "cursor"),
+    ] {
+        let (s, b, _) = srv.call("GET", &format!("/v1/jobs{q}"), k, None).await;
+        assert_eq!((s, error_of(&b).1), (400, Some(field.into())), "{q}: {b}");
+    }
 
     // None of the refused enqueues wrote anything: the queue holds only what follows.
     let (s, b, _) = srv.call("POST", "/v1/jobs", k, Some(job("a"))).await;

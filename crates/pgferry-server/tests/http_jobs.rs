@@ -318,3 +318,74 @@ async fn traceparent_header_travels_into_the_jobs_meta() {
     assert_eq!(meta_of(2), json!({"traceparent": "own"}));
     assert_eq!(meta_of(3), json!({}));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_are_listed_per_tenant_queue_with_filters_and_pages() {
+    let srv = TestServer::start(ServerConfig::default()).await;
+    let a = srv.key("tenant-a", &["produce", "consume", "read"]).await;
+    let b = srv.key("tenant-b", &["produce", "read"]).await;
+    let mut mine = Vec::new();
+    for i in 0..5 {
+        let (_, e) = enqueue(
+            &srv,
+            &a,
+            json!({"queue": "l", "kind": if i < 3 { "x" } else { "y" }, "args": i}),
+        )
+        .await;
+        mine.push(e["job_id"].clone());
+    }
+    enqueue(&srv, &b, json!({"queue": "l", "kind": "x"})).await;
+    // Finish one so states differ.
+    let claimed = srv.claim_n(&a, "l", 1).await;
+    complete(&srv, &a, json!({"token": claimed[0]["token"]})).await;
+
+    // Pages of two, newest first, until has_more is false: exactly A's five jobs.
+    let mut seen = Vec::new();
+    let mut cursor = String::new();
+    for _ in 0..10 {
+        let (s, page, _) = srv
+            .call(
+                "GET",
+                &format!("/v1/jobs?queue=l&limit=2{cursor}"),
+                Some(&a),
+                None,
+            )
+            .await;
+        assert_eq!(s, 200, "{page}");
+        seen.extend(
+            page["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|j| j["id"].clone()),
+        );
+        if page["has_more"] != true {
+            break;
+        }
+        cursor = format!("&cursor={}", page["next_cursor"].as_str().unwrap());
+    }
+    let mut expected = mine.clone();
+    expected.reverse();
+    assert_eq!(seen, expected);
+
+    let ids = |body: &Value| -> Vec<Value> {
+        body["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["id"].clone())
+            .collect()
+    };
+    let (_, ys, _) = srv
+        .call("GET", "/v1/jobs?queue=l&kind=y", Some(&a), None)
+        .await;
+    assert_eq!(ids(&ys), [mine[4].clone(), mine[3].clone()]);
+    let (_, done, _) = srv
+        .call("GET", "/v1/jobs?queue=l&state=completed", Some(&a), None)
+        .await;
+    assert_eq!(ids(&done), [claimed[0]["id"].clone()]);
+    // B's listing of its own "l" holds only its job.
+    let (_, theirs, _) = srv.call("GET", "/v1/jobs?queue=l", Some(&b), None).await;
+    assert_eq!(theirs["jobs"].as_array().unwrap().len(), 1, "{theirs}");
+    assert!(!mine.contains(&theirs["jobs"][0]["id"]));
+}

@@ -3,10 +3,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use pgferry_core::{DeadFilter, JobInfo, JobState, NewJob};
+use pgferry_core::listing::MAX_LIST_PAGE;
+use pgferry_core::{DeadFilter, JobFilter, JobInfo, JobState, NewJob};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -40,6 +42,9 @@ pub struct JobSpec {
     #[serde(default)]
     unique_key: Option<String>,
 }
+
+/// 9999-12-31T23:59:59.999Z: timestamps past it are refused (Postgres and SystemTime bounds).
+const MAX_UNIX_MS: u64 = 253_402_300_799_999;
 
 /// Longest delay / furthest run_at accepted (about ten years): beyond it is a client bug.
 const MAX_DELAY_MS: u64 = 10 * 366 * 24 * 3600 * 1000;
@@ -321,11 +326,81 @@ pub async fn get(
     Ok(Json(job_json(&p, &job)))
 }
 
-/// Listing jobs waits on an engine `list_jobs` (cursor pagination over the log and the
-/// mutable tables); until then it answers 501 rather than pretend.
-pub async fn list(Authed(p): Authed) -> ApiResult<Json<Value>> {
+/// A queue's jobs, newest first, filtered by state, kind and age; keyset pages (a page may
+/// come back short with `has_more` when the engine's scan budget ran out).
+pub async fn list(
+    State(state): State<AppState>,
+    Authed(p): Authed,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult<Json<Value>> {
     p.require(Scope::Read)?;
-    Err(ApiError::not_implemented("GET /v1/jobs (engine list_jobs)"))
+    let Query(pairs) = query.map_err(|e| ApiError::bad_request("query", e.body_text()))?;
+    let (mut queue, mut cursor, mut limit) = (None, None, 50u32);
+    let mut filter = JobFilter::default();
+    for (k, v) in pairs {
+        match k.as_str() {
+            "queue" => queue = Some(v),
+            "state" => {
+                filter.state = Some(parse_state(&v).ok_or_else(|| {
+                    ApiError::bad_request(
+                        "state",
+                        "one of pending, scheduled, running, completed, dead, cancelled",
+                    )
+                })?)
+            }
+            "kind" => {
+                pgferry_core::job::validate_kind(&v)?;
+                filter.kind = Some(v);
+            }
+            "since_unix_ms" => {
+                let ms: u64 = v
+                    .parse()
+                    .ok()
+                    .filter(|ms| *ms <= MAX_UNIX_MS)
+                    .ok_or_else(|| {
+                        ApiError::bad_request("since_unix_ms", "Unix milliseconds up to year 9999")
+                    })?;
+                filter.since = Some(UNIX_EPOCH + Duration::from_millis(ms));
+            }
+            "cursor" if v.len() > 512 => {
+                return Err(ApiError::bad_request("cursor", "at most 512 characters"))
+            }
+            "cursor" => cursor = Some(v),
+            "limit" => {
+                limit = v
+                    .parse()
+                    .ok()
+                    .filter(|l| (1..=MAX_LIST_PAGE).contains(l))
+                    .ok_or_else(|| ApiError::bad_request("limit", "must be 1 to 100"))?
+            }
+            _ => return Err(ApiError::bad_request(k, "unknown query parameter")),
+        }
+    }
+    let queue = queue.ok_or_else(|| ApiError::bad_request("queue", "required"))?;
+    let engine_queue = p.queue(&queue)?;
+    let page = state
+        .engine
+        .list_jobs(&engine_queue, &filter, cursor.as_deref(), limit)
+        .await?;
+    let jobs: Vec<Value> = page.jobs.iter().map(|j| job_json(&p, j)).collect();
+    let mut out = json!({ "jobs": jobs, "has_more": page.has_more });
+    if let Some(next) = page.next {
+        out["next_cursor"] = json!(next);
+    }
+    Ok(Json(out))
+}
+
+fn parse_state(s: &str) -> Option<JobState> {
+    [
+        JobState::Pending,
+        JobState::Scheduled,
+        JobState::Running,
+        JobState::Completed,
+        JobState::Dead,
+        JobState::Cancelled,
+    ]
+    .into_iter()
+    .find(|st| st.as_str() == s)
 }
 
 pub async fn cancel(
