@@ -165,3 +165,43 @@ async fn rate_limit_is_per_key_with_retry_after() {
     let (s, _, _) = srv.call("GET", "/v1/queues", Some(&other), None).await;
     assert_eq!(s, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_used_at_is_written_at_most_every_few_minutes() {
+    let srv = TestServer::start(ServerConfig::default()).await;
+    let key = srv.key("acme", &["read"]).await;
+    let prefix = pgferry_server::auth::ApiKey::parse(&key).unwrap().prefix;
+    let db = srv.db.connect().await;
+    let last_used = || async {
+        db.query_one(
+            "SELECT last_used_at FROM pgferry.api_keys WHERE prefix = $1",
+            &[&prefix],
+        )
+        .await
+        .unwrap()
+        .get::<_, Option<std::time::SystemTime>>(0)
+    };
+    assert_eq!(last_used().await, None);
+    let (s, _, _) = srv.call("GET", "/v1/queues", Some(&key), None).await;
+    assert_eq!(s, 200);
+    let first = last_used().await.expect("set by the first use");
+
+    // A recent value is left alone even when the cache is cold...
+    srv.state.auth.clear_cache();
+    let (s, _, _) = srv.call("GET", "/v1/queues", Some(&key), None).await;
+    assert_eq!(s, 200);
+    assert_eq!(last_used().await, Some(first));
+
+    // ...an old one is refreshed.
+    db.execute(
+        "UPDATE pgferry.api_keys SET last_used_at = now() - interval '10 minutes' WHERE prefix = $1",
+        &[&prefix],
+    )
+    .await
+    .unwrap();
+    srv.state.auth.clear_cache();
+    let (s, _, _) = srv.call("GET", "/v1/queues", Some(&key), None).await;
+    assert_eq!(s, 200);
+    let refreshed = last_used().await.unwrap();
+    assert!(refreshed >= first, "{refreshed:?} < {first:?}");
+}

@@ -184,16 +184,15 @@ impl Auth {
         };
         let touch_due: bool = row.get(6);
         if touch_due {
-            // Bookkeeping only: never delays or fails the request.
-            let pool = self.pool.clone();
+            // Bookkeeping, at most once per interval per key and only on a cache miss: done
+            // inline (one short UPDATE) so it is never lost, but it never fails the request.
             let key_id = principal.key_id;
-            tokio::spawn(async move {
-                if let Ok(c) = pool.get().await {
-                    if let Err(e) = c.execute(KEY_TOUCH, &[&key_id, &TOUCH_INTERVAL_SECS]).await {
-                        tracing::debug!(key_id, error = %e, "last_used_at not updated");
-                    }
-                }
-            });
+            if let Err(e) = client
+                .execute(KEY_TOUCH, &[&key_id, &TOUCH_INTERVAL_SECS])
+                .await
+            {
+                tracing::debug!(key_id, error = %e, "last_used_at not updated");
+            }
         }
         Ok(principal)
     }
