@@ -113,3 +113,23 @@ def test_sync_client_from_threads(server: Server, queue: str) -> None:
         batch = client.enqueue_many([("noop", {"i": i}) for i in range(3)])
         assert len(batch) == 3
 
+
+
+def test_list_jobs_pages_through_a_queue(server: Server, queue: str) -> None:
+    async def main() -> None:
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client:
+            ids = {j.id for j in await client.enqueue_many([pgferry.JobRequest("k", {"i": i}, queue=queue) for i in range(5)])}
+            seen: list[int] = []
+            cursor = ""
+            for _ in range(10):
+                page, nxt = await client.list_jobs(queue=queue, limit=2, cursor=cursor)
+                assert len(page) <= 2
+                seen += [j.id for j in page]
+                if nxt is None:
+                    break
+                cursor = nxt
+            assert sorted(seen) == sorted(ids)
+            pending, _ = await client.list_jobs(queue=queue, state="pending", limit=100)
+            assert {j.id for j in pending} == ids
+
+    asyncio.run(main())

@@ -109,6 +109,15 @@ class HttpAdmin:
     async def retry(self, job_id: int) -> JobInfo:
         return _job(await self._call("POST", f"/v1/jobs/{job_id}/retry"))
 
+    async def list_jobs(
+        self, queue: str, state: str, kind: str, cursor: str, limit: int
+    ) -> tuple[list[JobInfo], str | None]:
+        r = await self._call(
+            "GET", "/v1/jobs",
+            query={"queue": queue, "state": state, "kind": kind, "cursor": cursor, "limit": limit},
+        )
+        return [_job(j) for j in r.get("jobs", [])], (r.get("next_cursor") if r.get("has_more") else None)
+
     async def list_dead(self, queue: str, kind: str, cursor: str, limit: int) -> tuple[list[JobInfo], str | None]:
         r = await self._call("GET", "/v1/dead", query={"queue": queue, "kind": kind, "cursor": cursor, "limit": limit})
         return [_job(j) for j in r.get("jobs", [])], (r.get("next_cursor") if r.get("has_more") else None)

@@ -391,11 +391,14 @@ class Client:
         limit: int = 100,
     ) -> tuple[list[JobInfo], str | None]:
         """One page of jobs and the cursor of the next page (None on the last page)."""
-        r = await self._unary(
+        r = await self._admin(
             "ListJobs",
             admin_pb2.ListJobsRequest(queue=queue, state=state, kind=kind, cursor=cursor, limit=limit),
             admin_pb2.ListJobsResponse,
         )
+        if r is None:
+            assert self._http is not None
+            return await self._http.list_jobs(queue, state, kind, cursor, limit)
         return [job_from_pb(j) for j in r.jobs], (r.next_cursor if r.has_more else None)
 
     async def list_dead(
