@@ -133,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         tmp = tempfile.mkdtemp(prefix="pgferry-bench-")
         # As root, pgferry runs its Postgres as `postgres`, which must be able to enter it.
         os.chmod(tmp, 0o755)
-        proc, url, key = _start_dev(binary, tmp)
     try:
+        if tmp is not None:
+            proc, url, key = _start_dev(str(binary), tmp)
         if not key:
             print("pgferry.bench: --api-key (or PGFERRY_API_KEY) is required with --url", file=sys.stderr)
             return 2
