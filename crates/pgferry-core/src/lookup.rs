@@ -16,6 +16,7 @@ const JOB_ATTEMPTS: &str = include_str!("sql/job_attempts.sql");
 const JOB_SIDE: &str = include_str!("sql/job_side.sql");
 const JOB_CLAIMED: &str = include_str!("sql/job_claimed.sql");
 const CANCEL: &str = include_str!("sql/cancel.sql");
+const JOB_RESULT: &str = include_str!("sql/job_result.sql");
 
 /// Where a job is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +71,8 @@ pub struct JobInfo {
     pub run_at: Option<SystemTime>,
     pub attempts: Vec<AttemptInfo>,
     pub cancel_requested: bool,
+    /// What the completed attempt returned (only jobs that return a value have one).
+    pub result: Option<Value>,
 }
 
 /// What a cancel request found.
@@ -133,6 +136,7 @@ impl Engine {
                 run_at,
                 attempts: Vec::new(),
                 cancel_requested,
+                result: None,
             });
         };
         let mut attempts: Vec<AttemptInfo> = rows
@@ -181,6 +185,14 @@ impl Engine {
                 }
             }
         };
+        let result: Option<Value> = if state == JobState::Completed {
+            client
+                .query_opt(JOB_RESULT, &[&id, &last.get::<_, i32>(0)])
+                .await?
+                .map(|r| r.get(0))
+        } else {
+            None
+        };
         Ok(JobInfo {
             id,
             queue: last.get(15),
@@ -194,6 +206,7 @@ impl Engine {
             run_at,
             attempts,
             cancel_requested,
+            result,
         })
     }
 

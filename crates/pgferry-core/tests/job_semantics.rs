@@ -57,8 +57,12 @@ async fn scheduled_job_waits_for_its_time_then_runs() {
         s.engine.get_job(ids[0]).await.unwrap().state,
         JobState::Running
     );
-    s.complete_all(&second).await;
+    s.engine
+        .complete(&[second[0].completed(Some(json!({ "sent": true })))])
+        .await
+        .unwrap();
     let info = s.engine.get_job(ids[0]).await.unwrap();
+    assert_eq!(info.result, Some(json!({ "sent": true })));
     assert_eq!(info.state, JobState::Completed);
     assert_eq!(info.attempts.len(), 1);
     assert_eq!(info.attempts[0].outcome, "completed");
