@@ -21,11 +21,13 @@ examples="${FUZZ_EXAMPLES:-50}"
 checks=not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance,negative_data_rejection,unsupported_method,missing_required_header,ignored_auth
 bin="${PGFERRY_BIN:-}"
 
-if [ ! -x "$venv/bin/schemathesis" ] || [ ! -x "$venv/bin/openapi-spec-validator" ]; then
-    echo "fuzz: creating $venv (schemathesis, openapi-spec-validator)"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --upgrade pip
-    "$venv/bin/pip" install --quiet schemathesis openapi-spec-validator
+# Pinned: a new schemathesis may add checks or change generation; upgrade deliberately.
+tools=(schemathesis==4.32.5 openapi-spec-validator==0.9.0)
+if ! "$venv/bin/pip" show -q schemathesis openapi-spec-validator >/dev/null 2>&1 \
+    || ! "$venv/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.version("schemathesis") != sys.argv[1])' 4.32.5 2>/dev/null; then
+    echo "fuzz: preparing $venv (${tools[*]})"
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "${tools[@]}"
 fi
 
 if [ -z "$bin" ]; then
