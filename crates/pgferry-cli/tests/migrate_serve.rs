@@ -137,7 +137,8 @@ fn closed_port() -> u16 {
 fn serve(url: &str) -> std::process::Command {
     let mut cmd = pgferry();
     cmd.args(["serve", "--database-url", url])
-        .args(["--http-addr", "127.0.0.1:0", "--no-migrate"]);
+        .args(["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"])
+        .arg("--no-migrate");
     cmd
 }
 
@@ -184,6 +185,8 @@ async fn serve_without_a_database_is_not_ready_and_still_stops() {
             "--database-url",
             &url,
             "--http-addr",
+            "127.0.0.1:0",
+            "--grpc-addr",
             "127.0.0.1:0",
         ]);
         cmd

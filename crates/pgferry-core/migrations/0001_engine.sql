@@ -482,6 +482,17 @@ BEGIN
         SELECT w.segment, w.job_id, w.attempt, w.result
           FROM win w WHERE w.outcome = 1 AND w.result IS NOT NULL
     ),
+    -- Free the concurrency slots of limited queues (queue_running, migration 0003). The
+    -- EXISTS is an InitPlan: with no limited queue, the join to lanes never runs.
+    freed AS (
+        UPDATE pgferry.queue_running qr
+           SET running = greatest(0, qr.running - d.n)
+          FROM (SELECT l.queue_id, count(*)::int AS n
+                  FROM win w JOIN pgferry.lanes l ON l.lane = w.lane
+                 WHERE EXISTS (SELECT 1 FROM pgferry.queue_running)
+                 GROUP BY l.queue_id) d
+         WHERE qr.queue_id = d.queue_id
+    ),
     -- Failures need the job itself: a per-attempt probe of ready_job in its partition, only
     -- for retries and dead letters (LATERAL ... LIMIT 1 stays a probe under any estimate).
     failed AS (

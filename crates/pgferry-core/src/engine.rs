@@ -21,6 +21,7 @@ use crate::lanes::{LaneCache, QueueLanes};
 const ENQUEUE: &str = include_str!("sql/enqueue.sql");
 const ENQUEUE_SCHEDULED: &str = include_str!("sql/enqueue_scheduled.sql");
 const CLAIM: &str = include_str!("sql/claim.sql");
+const CLAIM_LIMITED: &str = include_str!("sql/claim_limited.sql");
 const COMPLETE: &str = include_str!("sql/complete.sql");
 const QUEUE_UPSERT: &str = include_str!("sql/queue_upsert.sql");
 
@@ -259,10 +260,26 @@ impl Engine {
         if order.is_empty() {
             return Ok(Vec::new());
         }
-        let stmt = client.prepare_cached(CLAIM).await?;
-        let rows = client
-            .query(&stmt, &[&order, &max, &worker, &lanes.lease_ms])
-            .await?;
+        let rows = match lanes.concurrency {
+            None => {
+                let stmt = client.prepare_cached(CLAIM).await?;
+                client
+                    .query(&stmt, &[&order, &max, &worker, &lanes.lease_ms])
+                    .await?
+            }
+            Some(limit) => {
+                let stmt = client.prepare_cached(CLAIM_LIMITED).await?;
+                let params: [&(dyn ToSql + Sync); 6] = [
+                    &lanes.queue_id,
+                    &limit,
+                    &order,
+                    &max,
+                    &worker,
+                    &lanes.lease_ms,
+                ];
+                client.query(&stmt, &params).await?
+            }
+        };
         let mut per_lane: HashMap<i32, usize> = HashMap::new();
         for r in &rows {
             *per_lane.entry(r.get(9)).or_default() += 1;

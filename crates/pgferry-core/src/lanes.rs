@@ -37,6 +37,9 @@ pub struct QueueLanes {
     pub backoff: crate::job::Backoff,
     /// A lower priority's head older than this is served before higher priorities.
     pub aging: Duration,
+    pub queue_id: i32,
+    /// At most this many attempts running at once across servers (None: no limit).
+    pub concurrency: Option<i32>,
     loaded: Instant,
     next_shard: AtomicUsize,
     /// Lane -> tick at which a claim last found it empty.
@@ -186,6 +189,7 @@ impl LaneCache {
             cap: Duration::from_millis(first.get::<_, i32>(7) as u64),
         };
         let aging = Duration::from_millis(first.get::<_, i32>(8) as u64);
+        let (queue_id, concurrency) = (first.get(9), first.get(10));
         let dry = cached
             .as_ref()
             .map(|q| q.dry_at.lock().expect("dry lanes").clone())
@@ -200,6 +204,8 @@ impl LaneCache {
             paused,
             backoff,
             aging,
+            queue_id,
+            concurrency,
             loaded: Instant::now(),
             next_shard: AtomicUsize::new(0),
             dry_at: Mutex::new(dry),

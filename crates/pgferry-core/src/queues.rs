@@ -21,6 +21,9 @@ pub struct QueueSettings {
     /// Claim-time aging threshold of lower priorities.
     pub aging: Option<Duration>,
     pub paused: Option<bool>,
+    /// Most attempts of the queue running at once across servers; `Some(0)` removes the
+    /// limit. Attempts already running when a limit is first set are not counted.
+    pub concurrency: Option<u32>,
 }
 
 /// A queue's settings as stored.
@@ -34,6 +37,7 @@ pub struct QueueInfo {
     pub backoff_cap: Duration,
     pub retention: Duration,
     pub aging: Duration,
+    pub concurrency: Option<u32>,
 }
 
 fn ms(field: &'static str, d: Option<Duration>, max: u128) -> Result<Option<i64>> {
@@ -74,6 +78,15 @@ impl Engine {
         let cap = ms("backoff_cap", s.backoff_cap, 604_800_000)?;
         let retention = ms("retention", s.retention, 31_536_000_000)?;
         let aging = ms("aging", s.aging, 86_400_000)?;
+        let concurrency = match s.concurrency {
+            Some(n) if n > 1_000_000 => {
+                return Err(Error::InvalidArgument {
+                    field: "concurrency",
+                    reason: format!("{n} is over the limit of 1000000"),
+                })
+            }
+            n => n.map(|n| n as i32),
+        };
         let client = self.pool().get().await?;
         let row = client
             .query_opt(
@@ -87,6 +100,7 @@ impl Engine {
                     &retention,
                     &to_i32(aging),
                     &s.paused,
+                    &concurrency,
                 ],
             )
             .await?
@@ -105,6 +119,7 @@ impl Engine {
             backoff_cap: d(5),
             retention: Duration::from_millis(row.get::<_, i64>(6) as u64),
             aging: d(7),
+            concurrency: row.get::<_, Option<i32>>(8).map(|n| n as u32),
         })
     }
 

@@ -391,13 +391,15 @@ impl Drop for Proc {
     }
 }
 
-/// `pgferry dev` on `dir` with an ephemeral HTTP port.
+/// `pgferry dev` on `dir` with ephemeral HTTP and gRPC ports (tests run in parallel).
 pub fn dev(dir: &DataDir) -> Command {
     let mut cmd = pgferry();
-    cmd.arg("dev")
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(["--http-addr", "127.0.0.1:0"]);
+    cmd.arg("dev").arg("--data-dir").arg(dir.path()).args([
+        "--http-addr",
+        "127.0.0.1:0",
+        "--grpc-addr",
+        "127.0.0.1:0",
+    ]);
     cmd
 }
 

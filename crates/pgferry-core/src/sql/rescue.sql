@@ -5,7 +5,7 @@
 -- $1 locked receipt ids, $2 lowest, $3 highest (BRIN receipts_id range, then = ANY filter).
 -- Used by both passes: receipts past their lease, and receipts of expired long leases.
 WITH exp AS (
-    SELECT rc.receipt_id, u.job_id, u.attempt, u.segment
+    SELECT rc.receipt_id, rc.lane AS rlane, u.job_id, u.attempt, u.segment
       FROM pgferry.receipts rc,
            unnest(rc.job_ids, rc.attempts, rc.job_segments) AS u(job_id, attempt, segment)
      WHERE rc.receipt_id BETWEEN $2 AND $3 AND rc.receipt_id = ANY ($1)
@@ -47,6 +47,16 @@ again AS (
     SELECT (SELECT s.segment FROM pgferry.segments s WHERE s.state = 'current'),
            lane, job_id, attempt + 1, max_attempts, kind, args, meta
       FROM open WHERE outcome = 5
+),
+-- Free the concurrency slots of limited queues (see pgferry.complete()).
+freed AS (
+    UPDATE pgferry.queue_running qr
+       SET running = greatest(0, qr.running - d.n)
+      FROM (SELECT l.queue_id, count(*)::int AS n
+              FROM open o JOIN pgferry.lanes l ON l.lane = o.rlane
+             WHERE EXISTS (SELECT 1 FROM pgferry.queue_running)
+             GROUP BY l.queue_id) d
+     WHERE qr.queue_id = d.queue_id
 ),
 buried AS (
     INSERT INTO pgferry.dead (job_id, lane, attempt, max_attempts, kind, args, meta, error)
