@@ -36,6 +36,7 @@ fn queue_json(p: &Principal, row: &tokio_postgres::Row) -> Option<Value> {
             "backoff_cap_ms": row.get::<_, i32>(6),
             "retention_ms": row.get::<_, i64>(7),
             "aging_ms": row.get::<_, i32>(8),
+            "concurrency": row.get::<_, Option<i32>>(9),
         },
     }))
 }
@@ -110,6 +111,9 @@ pub struct Settings {
     retention_ms: Option<u64>,
     #[serde(default)]
     aging_ms: Option<u64>,
+    /// Most jobs of the queue running at once across servers; 0 removes the limit.
+    #[serde(default)]
+    concurrency: Option<u32>,
 }
 
 impl Objects for Settings {}
@@ -139,6 +143,9 @@ pub async fn update(
     if s.shards.is_some_and(|n| !(1..=64).contains(&n)) {
         return Err(ApiError::bad_request("shards", "must be 1 to 64"));
     }
+    if s.concurrency.is_some_and(|n| n > 1_000_000) {
+        return Err(ApiError::bad_request("concurrency", "must be 0 to 1000000"));
+    }
     if s.max_attempts
         .is_some_and(|n| !(1..=pgferry_core::job::MAX_ATTEMPTS_LIMIT).contains(&n))
     {
@@ -152,6 +159,7 @@ pub async fn update(
         retention: ms_in("retention_ms", s.retention_ms, 0, 31_536_000_000)?,
         aging: ms_in("aging_ms", s.aging_ms, 0, 86_400_000)?,
         paused: None,
+        concurrency: s.concurrency,
     };
     let current = load(&state, &p, &name).await?;
     if current.is_none() || s.shards.is_some() {
@@ -193,6 +201,7 @@ impl Settings {
             "backoff_cap_ms": self.backoff_cap_ms,
             "retention_ms": self.retention_ms,
             "aging_ms": self.aging_ms,
+            "concurrency": self.concurrency,
         })
     }
 }
