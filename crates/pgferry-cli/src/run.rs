@@ -105,9 +105,6 @@ pub async fn serve(
         .await
         .with_context(|| format!("binding gRPC on {}", args.grpc_addr))?;
     let grpc_addr = grpc_listener.local_addr()?;
-    let grpc_state = pgferry_server::grpc::GrpcState::from_app(&state, args.grpc_config())
-        .await
-        .context("preparing the gRPC API")?;
     println!("pgferry: listening grpc=http://{grpc_addr}");
     // One stop signal, two listeners.
     let (front_tx, front_rx) = watch::channel(false);
@@ -118,11 +115,28 @@ pub async fn serve(
     let until = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let grpc = tokio::spawn(pgferry_server::grpc::serve_grpc(
-        grpc_listener,
-        grpc_state,
-        until(front_rx.clone()),
-    ));
+    // The gRPC state needs the database (the shared token key). `serve` must start, and
+    // answer /readyz with "not ready", before the database is reachable or migrated, so the
+    // gRPC front comes up in the background once it can; connections made earlier wait in
+    // the listener's backlog.
+    let grpc = {
+        let (state, config, mut stopping) =
+            (state.clone(), args.grpc_config(), front_rx.clone());
+        let serve_until = until(front_rx.clone());
+        tokio::spawn(async move {
+            let grpc_state = loop {
+                match pgferry_server::grpc::GrpcState::from_app(&state, config.clone()).await {
+                    Ok(s) => break s,
+                    Err(e) => tracing::warn!(error = %e, "gRPC API not ready; retrying"),
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                    _ = stopping.wait_for(|s| *s) => return Ok(()),
+                }
+            };
+            pgferry_server::grpc::serve_grpc(grpc_listener, grpc_state, serve_until).await
+        })
+    };
     pgferry_server::serve_http(listener, state, until(front_rx)).await?;
     match grpc.await {
         Ok(Ok(())) => {}

@@ -103,17 +103,11 @@ async fn tenant_and_key_lifecycle_with_audit_log() {
     assert_eq!(actions, ["tenant.create", "key.create", "key.revoke"]);
 }
 
-/// `pgferry dev` with ephemeral HTTP and gRPC ports (the default gRPC port may be taken).
-fn dev_any_port(dir: &DataDir) -> std::process::Command {
-    let mut cmd = dev(dir);
-    cmd.args(["--grpc-addr", "127.0.0.1:0"]);
-    cmd
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_prints_a_working_admin_key_and_the_same_one_after_restart() {
     let dir = DataDir::new();
-    let mut first = Proc::spawn(dev_any_port(&dir));
+    let mut first = Proc::spawn(dev(&dir));
     let key = first.wait_for_line("pgferry: dev api key=", common::START_TIMEOUT);
     first.wait_listening();
     let parsed = ApiKey::parse(&key).unwrap_or_else(|| panic!("bad key {key:?}"));
@@ -139,7 +133,7 @@ async fn dev_prints_a_working_admin_key_and_the_same_one_after_restart() {
         first.diag()
     );
 
-    let mut second = Proc::spawn(dev_any_port(&dir));
+    let mut second = Proc::spawn(dev(&dir));
     let again = second.wait_for_line("pgferry: dev api key=", common::START_TIMEOUT);
     assert_eq!(again, key);
     second.wait_listening();
