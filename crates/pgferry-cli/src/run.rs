@@ -120,8 +120,7 @@ pub async fn serve(
     // gRPC front comes up in the background once it can; connections made earlier wait in
     // the listener's backlog.
     let grpc = {
-        let (state, config, mut stopping) =
-            (state.clone(), args.grpc_config(), front_rx.clone());
+        let (state, config, mut stopping) = (state.clone(), args.grpc_config(), front_rx.clone());
         let serve_until = until(front_rx.clone());
         tokio::spawn(async move {
             let grpc_state = loop {
