@@ -103,7 +103,6 @@ async fn tenant_and_key_lifecycle_with_audit_log() {
     assert_eq!(actions, ["tenant.create", "key.create", "key.revoke"]);
 }
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_prints_a_working_admin_key_and_the_same_one_after_restart() {
     let dir = DataDir::new();
