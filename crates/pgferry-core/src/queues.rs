@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::job::{validate_queue_name, MAX_ATTEMPTS_LIMIT};
 
 const QUEUE_SETTINGS: &str = include_str!("sql/queue_settings.sql");
+const QUEUE_ENSURE: &str = include_str!("sql/queue_ensure.sql");
 
 /// A change of settings: `None` keeps the current value.
 #[derive(Debug, Clone, Default)]
@@ -121,6 +122,15 @@ impl Engine {
             aging: d(7),
             concurrency: row.get::<_, Option<i32>>(8).map(|n| n as u32),
         })
+    }
+
+    /// Creates the queue with default settings if it does not exist (queues are otherwise
+    /// created on first enqueue or claim).
+    pub async fn ensure_queue(&self, name: &str) -> Result<()> {
+        validate_queue_name(name)?;
+        let client = self.pool().get().await?;
+        client.execute(QUEUE_ENSURE, &[&name]).await?;
+        Ok(())
     }
 
     /// Stops claims from `queue` (within about a second on every server).

@@ -132,3 +132,12 @@ pub async fn completed_counts(db: &TestDb, ids: &[i64]) -> std::collections::Has
         .map(|r| (r.get(0), r.get(1)))
         .collect()
 }
+
+/// The id of tenant `name`.
+pub async fn tenant_key_id(db: &TestDb, name: &str) -> i64 {
+    let client = db.connect().await;
+    admin::tenant_id(&client, name)
+        .await
+        .expect("tenant lookup")
+        .expect("tenant exists")
+}

@@ -28,14 +28,6 @@ pub(crate) fn new_job(
     max_payload: usize,
 ) -> Result<NewJob, pb::Error> {
     let f = |name: &str| format!("{prefix}.{name}");
-    if spec.unique_key.is_some() {
-        // The engine has no unique keys yet: refuse rather than silently enqueue twice.
-        return Err(pb_error(
-            "not_implemented",
-            "unique_key is not supported by this server yet",
-            f("unique_key"),
-        ));
-    }
     let queue = p.queue(&spec.queue).map_err(|e| engine_error(&e, prefix))?;
     let args = parse_json(&spec.args).map_err(|e| {
         pb_error(
@@ -76,6 +68,16 @@ pub(crate) fn new_job(
         }
         (None, Some(ms)) => job.run_at = Some(SystemTime::now() + Duration::from_millis(ms)),
         (None, None) => {}
+    }
+    if let Some(k) = spec.unique_key {
+        if k.contains('\0') {
+            return Err(pb_error(
+                "invalid_argument",
+                "unique_key contains U+0000",
+                f("unique_key"),
+            ));
+        }
+        job = job.unique(k);
     }
     job.validate(index, max_payload)
         .map_err(|e| engine_error(&e, prefix))?;

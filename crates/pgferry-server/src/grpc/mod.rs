@@ -6,6 +6,7 @@
 //! are fed by one dispatcher per queue ([`dispatch`]) that claims ahead of demand and hands
 //! jobs out strictly within the credits each stream granted.
 
+mod admin;
 mod convert;
 pub mod dispatch;
 mod producer;
@@ -183,7 +184,7 @@ pub(crate) fn engine_error(e: &pgferry_core::Error, prefix: &str) -> pb::Error {
     pb_error(e.code(), e.to_string(), field)
 }
 
-/// Serves the Producer and Worker services on `listener` until `shutdown` resolves; then
+/// Serves the Producer, Worker and Admin services on `listener` until `shutdown` resolves; then
 /// ends every open stream (UNAVAILABLE, so clients reconnect elsewhere), hands back the
 /// jobs dispatchers claimed but did not deliver, and returns.
 pub async fn serve_grpc(
@@ -200,6 +201,10 @@ pub async fn serve_grpc(
         state: state.clone(),
     })
     .max_decoding_message_size(max);
+    let admin = pb::admin_server::AdminServer::new(admin::AdminService {
+        state: state.clone(),
+    })
+    .max_decoding_message_size(max);
     let stop = state.stop.clone();
     let signal = async move {
         shutdown.await;
@@ -212,6 +217,7 @@ pub async fn serve_grpc(
         .tcp_nodelay(true)
         .add_service(producer)
         .add_service(worker)
+        .add_service(admin)
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(listener),
             signal,

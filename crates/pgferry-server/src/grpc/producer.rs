@@ -144,6 +144,19 @@ async fn enqueue(
             Err(e) => return nack(seq, e),
         }
     }
+    if jobs.iter().any(|j| j.unique_key.is_some()) {
+        // Unique keys need the engine's duplicate answers (and key takeover), which a
+        // coalesced flush does not give: these batches go to the engine directly.
+        return match state.engine.enqueue_many(&jobs).await {
+            Ok(done) => pb::EnqueueAck {
+                seq,
+                job_ids: done.iter().map(|e| e.id).collect(),
+                duplicates: done.iter().map(|e| e.duplicate).collect(),
+                error: None,
+            },
+            Err(e) => nack(seq, engine_error(&e, "")),
+        };
+    }
     let n = jobs.len();
     match state.coalescers.enqueue(jobs).await {
         Ok(ids) => pb::EnqueueAck {

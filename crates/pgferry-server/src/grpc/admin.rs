@@ -1,0 +1,537 @@
+//! The unary Admin service: the HTTP `/v1` operations over gRPC (docs/protocol.md).
+//!
+//! Same keys (`authorization: Bearer <key>` metadata), same scopes, same tenant namespacing
+//! as HTTP: a job or queue of another tenant is NOT_FOUND. Errors carry the typed code and
+//! the offending field in the status message as `code: message (field)`.
+
+// tonic's service methods return `Status` by value; the helpers here feed them directly.
+#![allow(clippy::result_large_err)]
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use pgferry_core::{DeadFilter, Error as EngineError, JobFilter, JobInfo, JobState, QueueSettings};
+use tonic::{Request, Response, Status};
+
+use super::convert::new_job;
+use super::{auth_status, GrpcState};
+use crate::auth::namespace::tenant_prefix;
+use crate::auth::{user_queue, Principal, Scope};
+use crate::proto::v1 as pb;
+
+/// The tenant's queues with their settings (shared with the HTTP queue listing).
+const QUEUES_LIST: &str = include_str!("../http/sql/queues_list.sql");
+const QUEUE_GET: &str = include_str!("../http/sql/queue_get.sql");
+/// Default and largest page of ListJobs / ListDead.
+const DEFAULT_PAGE: u32 = 50;
+
+pub struct AdminService {
+    pub state: Arc<GrpcState>,
+}
+
+fn status(e: &EngineError, field_prefix: &str) -> Status {
+    let pb = super::engine_error(e, field_prefix);
+    let msg = if pb.field.is_empty() {
+        format!("{}: {}", pb.code, pb.message)
+    } else {
+        format!("{}: {} ({})", pb.code, pb.message, pb.field)
+    };
+    match e {
+        EngineError::NotFound { .. } => Status::not_found(msg),
+        EngineError::Conflict(_) => Status::failed_precondition(msg),
+        EngineError::PayloadTooLarge { .. } | EngineError::BatchTooLarge { .. } => {
+            Status::resource_exhausted(msg)
+        }
+        EngineError::Db(_) => Status::internal(msg),
+        EngineError::Pool(_) => Status::unavailable(msg),
+        _ => Status::invalid_argument(msg),
+    }
+}
+
+fn invalid(field: &str, message: &str) -> Status {
+    Status::invalid_argument(format!("invalid_argument: {message} ({field})"))
+}
+
+fn not_found(what: &str) -> Status {
+    Status::not_found(format!("not_found: {what} not found"))
+}
+
+fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn from_unix_ms(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
+}
+
+impl AdminService {
+    /// The caller, from `authorization: Bearer <key>`, holding `scope`.
+    async fn principal<T>(&self, req: &Request<T>, scope: Scope) -> Result<Principal, Status> {
+        let header = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let key = header.strip_prefix("Bearer ").unwrap_or("").trim();
+        let p = self
+            .state
+            .auth
+            .authenticate(key)
+            .await
+            .map_err(auth_status)?;
+        p.require(scope).map_err(auth_status)?;
+        Ok(p)
+    }
+
+    /// The job, if it belongs to the caller's tenant (else NOT_FOUND, like an unknown id).
+    async fn own_job(&self, p: &Principal, id: i64) -> Result<(JobInfo, String), Status> {
+        let info = self
+            .state
+            .engine
+            .get_job(id)
+            .await
+            .map_err(|e| status(&e, ""))?;
+        let queue = user_queue(p.tenant_id, &info.queue)
+            .ok_or_else(|| not_found("job"))?
+            .to_string();
+        Ok((info, queue))
+    }
+
+    async fn job_info(&self, p: &Principal, id: i64) -> Result<pb::JobInfo, Status> {
+        let (info, queue) = self.own_job(p, id).await?;
+        Ok(job_pb(info, queue))
+    }
+
+    async fn tenant_queues(&self, p: &Principal) -> Result<Vec<String>, Status> {
+        let client = self.db().await?;
+        let rows = client
+            .query(QUEUES_LIST, &[&tenant_prefix(p.tenant_id)])
+            .await
+            .map_err(|e| status(&e.into(), ""))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn db(&self) -> Result<deadpool_postgres::Object, Status> {
+        self.state
+            .engine
+            .pool()
+            .get()
+            .await
+            .map_err(|e| status(&e.into(), ""))
+    }
+
+    async fn queue_info(&self, p: &Principal, engine_name: &str) -> Result<pb::QueueInfo, Status> {
+        let client = self.db().await?;
+        let row = client
+            .query_opt(QUEUE_GET, &[&engine_name])
+            .await
+            .map_err(|e| status(&e.into(), ""))?
+            .ok_or_else(|| not_found("queue"))?;
+        queue_pb(p, &row).ok_or_else(|| not_found("queue"))
+    }
+
+    /// A dead-letter filter limited to the caller's queues.
+    async fn dead_filter(&self, p: &Principal, f: pb::DeadFilter) -> Result<DeadFilter, Status> {
+        let queues = if f.queue.is_empty() {
+            self.tenant_queues(p).await?
+        } else {
+            vec![p.queue(&f.queue).map_err(|e| status(&e, ""))?]
+        };
+        Ok(DeadFilter {
+            queues: Some(queues),
+            kind: (!f.kind.is_empty()).then_some(f.kind),
+            error_contains: (!f.error_contains.is_empty()).then_some(f.error_contains),
+            ids: (!f.ids.is_empty()).then_some(f.ids),
+        })
+    }
+}
+
+fn job_pb(info: JobInfo, queue: String) -> pb::JobInfo {
+    let meta = match info.meta {
+        Some(serde_json::Value::Object(m)) => m
+            .into_iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => (k, s),
+                other => (k, other.to_string()),
+            })
+            .collect(),
+        _ => Default::default(),
+    };
+    pb::JobInfo {
+        id: info.id,
+        queue,
+        kind: info.kind,
+        state: info.state.as_str().to_string(),
+        args: info.args.to_string(),
+        meta,
+        priority: u32::try_from(info.priority).unwrap_or(0),
+        max_attempts: info.max_attempts,
+        enqueued_at_unix_ms: info.enqueued_at.map_or(0, unix_ms),
+        run_at_unix_ms: info.run_at.map(unix_ms),
+        attempts: info
+            .attempts
+            .into_iter()
+            .map(|a| pb::AttemptInfo {
+                attempt: a.attempt,
+                outcome: a.outcome.to_string(),
+                error: a.error.unwrap_or_default(),
+                error_kind: String::new(),
+                claimed_at_unix_ms: 0,
+                finished_at_unix_ms: a.finished_at.map_or(0, unix_ms),
+                duration_ms: a.duration_ms.map_or(0, |d| d.max(0) as u32),
+                worker: String::new(),
+            })
+            .collect(),
+        result: info.result.map(|r| r.to_string()).unwrap_or_default(),
+        unique_key: None,
+    }
+}
+
+/// A row of queues_list.sql / queue_get.sql as the API shows it (user name).
+fn queue_pb(p: &Principal, row: &tokio_postgres::Row) -> Option<pb::QueueInfo> {
+    let engine_name: String = row.get(0);
+    let name = user_queue(p.tenant_id, &engine_name)?.to_string();
+    let ms = |i: usize| row.get::<_, i32>(i).max(0) as u64;
+    Some(pb::QueueInfo {
+        name,
+        paused: row.get(4),
+        settings: Some(pb::QueueSettings {
+            concurrency: row.get::<_, Option<i32>>(9).map(|n| n.max(0) as u32),
+            max_attempts: Some(row.get(2)),
+            backoff_base_ms: Some(ms(5)),
+            backoff_cap_ms: Some(ms(6)),
+            lease_ms: Some(ms(3)),
+            retention_ms: Some(row.get::<_, i64>(7).max(0) as u64),
+            aging_ms: Some(ms(8)),
+        }),
+        // Per-queue counts need counters the engine does not keep yet: absent, not zero.
+        counts: None,
+    })
+}
+
+fn parse_state(s: &str) -> Result<Option<JobState>, Status> {
+    Ok(Some(match s {
+        "" => return Ok(None),
+        "pending" => JobState::Pending,
+        "scheduled" => JobState::Scheduled,
+        "running" => JobState::Running,
+        "completed" => JobState::Completed,
+        "dead" => JobState::Dead,
+        "cancelled" => JobState::Cancelled,
+        _ => {
+            return Err(invalid(
+                "state",
+                "must be pending, scheduled, running, completed, dead or cancelled",
+            ))
+        }
+    }))
+}
+
+fn page_limit(limit: u32, max: u32) -> Result<u32, Status> {
+    match limit {
+        0 => Ok(DEFAULT_PAGE.min(max)),
+        n if n <= max => Ok(n),
+        _ => Err(invalid("limit", &format!("must be at most {max}"))),
+    }
+}
+
+fn ms_setting(field: &str, v: Option<u64>, lo: u64, hi: u64) -> Result<Option<Duration>, Status> {
+    match v {
+        None => Ok(None),
+        Some(v) if (lo..=hi).contains(&v) => Ok(Some(Duration::from_millis(v))),
+        Some(_) => Err(invalid(field, &format!("must be {lo} to {hi}"))),
+    }
+}
+
+#[tonic::async_trait]
+impl pb::admin_server::Admin for AdminService {
+    async fn enqueue(
+        &self,
+        req: Request<pb::EnqueueRequest>,
+    ) -> Result<Response<pb::EnqueueResponse>, Status> {
+        let p = self.principal(&req, Scope::Produce).await?;
+        let specs = req.into_inner().jobs;
+        let max = self.state.config.max_batch;
+        if specs.is_empty() || specs.len() > max {
+            return Err(invalid("jobs", &format!("must hold 1 to {max} jobs")));
+        }
+        let max_payload = self.state.engine.config().max_payload_bytes;
+        let mut jobs = Vec::with_capacity(specs.len());
+        for (i, spec) in specs.into_iter().enumerate() {
+            let job = new_job(&p, spec, &format!("jobs[{i}]"), i, max_payload).map_err(|e| {
+                Status::invalid_argument(format!("{}: {} ({})", e.code, e.message, e.field))
+            })?;
+            jobs.push(job);
+        }
+        let done = self
+            .state
+            .engine
+            .enqueue_many(&jobs)
+            .await
+            .map_err(|e| status(&e, ""))?;
+        Ok(Response::new(pb::EnqueueResponse {
+            job_ids: done.iter().map(|e| e.id).collect(),
+            duplicates: done.iter().map(|e| e.duplicate).collect(),
+        }))
+    }
+
+    async fn get_job(
+        &self,
+        req: Request<pb::GetJobRequest>,
+    ) -> Result<Response<pb::JobInfo>, Status> {
+        let p = self.principal(&req, Scope::Read).await?;
+        let id = req.into_inner().id;
+        Ok(Response::new(self.job_info(&p, id).await?))
+    }
+
+    async fn list_jobs(
+        &self,
+        req: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<pb::ListJobsResponse>, Status> {
+        let p = self.principal(&req, Scope::Read).await?;
+        let r = req.into_inner();
+        if r.queue.is_empty() {
+            return Err(invalid("queue", "is required"));
+        }
+        let queue = p.queue(&r.queue).map_err(|e| status(&e, ""))?;
+        let filter = JobFilter {
+            state: parse_state(&r.state)?,
+            kind: (!r.kind.is_empty()).then_some(r.kind),
+            since: r.since_unix_ms.map(from_unix_ms),
+        };
+        let limit = page_limit(r.limit, pgferry_core::listing::MAX_LIST_PAGE)?;
+        let page = self
+            .state
+            .engine
+            .list_jobs(&queue, &filter, Some(r.cursor.as_str()), limit)
+            .await
+            .map_err(|e| status(&e, ""))?;
+        Ok(Response::new(pb::ListJobsResponse {
+            jobs: page
+                .jobs
+                .into_iter()
+                .map(|j| job_pb(j, r.queue.clone()))
+                .collect(),
+            has_more: page.has_more,
+            next_cursor: page.next.unwrap_or_default(),
+        }))
+    }
+
+    async fn cancel_job(
+        &self,
+        req: Request<pb::JobIdRequest>,
+    ) -> Result<Response<pb::JobInfo>, Status> {
+        let p = self.principal(&req, Scope::Produce).await?;
+        let id = req.into_inner().id;
+        self.own_job(&p, id).await?;
+        self.state
+            .engine
+            .cancel(id, Some("cancelled over gRPC"))
+            .await
+            .map_err(|e| status(&e, ""))?;
+        Ok(Response::new(self.job_info(&p, id).await?))
+    }
+
+    async fn retry_job(
+        &self,
+        req: Request<pb::JobIdRequest>,
+    ) -> Result<Response<pb::JobInfo>, Status> {
+        let p = self.principal(&req, Scope::Admin).await?;
+        let id = req.into_inner().id;
+        let (info, _) = self.own_job(&p, id).await?;
+        if info.state != JobState::Dead {
+            return Err(Status::failed_precondition(format!(
+                "conflict: job {id} is {}, only dead jobs are retried",
+                info.state.as_str()
+            )));
+        }
+        let f = DeadFilter {
+            ids: Some(vec![id]),
+            ..Default::default()
+        };
+        self.state
+            .engine
+            .retry_dead(&f, 1)
+            .await
+            .map_err(|e| status(&e, ""))?;
+        Ok(Response::new(self.job_info(&p, id).await?))
+    }
+
+    async fn list_queues(
+        &self,
+        req: Request<pb::ListQueuesRequest>,
+    ) -> Result<Response<pb::ListQueuesResponse>, Status> {
+        let p = self.principal(&req, Scope::Read).await?;
+        let client = self.db().await?;
+        let rows = client
+            .query(QUEUES_LIST, &[&tenant_prefix(p.tenant_id)])
+            .await
+            .map_err(|e| status(&e.into(), ""))?;
+        Ok(Response::new(pb::ListQueuesResponse {
+            queues: rows.iter().filter_map(|r| queue_pb(&p, r)).collect(),
+        }))
+    }
+
+    async fn update_queue(
+        &self,
+        req: Request<pb::UpdateQueueRequest>,
+    ) -> Result<Response<pb::QueueInfo>, Status> {
+        let p = self.principal(&req, Scope::Admin).await?;
+        let r = req.into_inner();
+        let name = p.queue(&r.name).map_err(|e| status(&e, ""))?;
+        let s = r.settings.unwrap_or_default();
+        let settings = QueueSettings {
+            max_attempts: s.max_attempts,
+            lease: ms_setting("settings.lease_ms", s.lease_ms, 100, 86_400_000)?,
+            backoff_base: ms_setting("settings.backoff_base_ms", s.backoff_base_ms, 0, 86_400_000)?,
+            backoff_cap: ms_setting("settings.backoff_cap_ms", s.backoff_cap_ms, 0, 604_800_000)?,
+            retention: ms_setting("settings.retention_ms", s.retention_ms, 0, 31_536_000_000)?,
+            aging: ms_setting("settings.aging_ms", s.aging_ms, 0, 86_400_000)?,
+            paused: None,
+            concurrency: s.concurrency,
+        };
+        // A queue is created on first use; an update may be that first use.
+        self.state
+            .engine
+            .ensure_queue(&name)
+            .await
+            .map_err(|e| status(&e, "settings"))?;
+        self.state
+            .engine
+            .update_queue(&name, &settings)
+            .await
+            .map_err(|e| status(&e, "settings"))?;
+        self.audit(&p, "queue.update", &r.name).await?;
+        Ok(Response::new(self.queue_info(&p, &name).await?))
+    }
+
+    async fn pause_queue(
+        &self,
+        req: Request<pb::QueueNameRequest>,
+    ) -> Result<Response<pb::QueueInfo>, Status> {
+        self.set_paused(req, true).await
+    }
+
+    async fn resume_queue(
+        &self,
+        req: Request<pb::QueueNameRequest>,
+    ) -> Result<Response<pb::QueueInfo>, Status> {
+        self.set_paused(req, false).await
+    }
+
+    async fn list_dead(
+        &self,
+        req: Request<pb::ListDeadRequest>,
+    ) -> Result<Response<pb::ListJobsResponse>, Status> {
+        let p = self.principal(&req, Scope::Read).await?;
+        let r = req.into_inner();
+        let f = self.dead_filter(&p, r.filter.unwrap_or_default()).await?;
+        let limit = page_limit(r.limit, pgferry_core::dlq::MAX_PAGE)?;
+        let page = self
+            .state
+            .engine
+            .list_dead(&f, Some(r.cursor.as_str()), limit)
+            .await
+            .map_err(|e| status(&e, ""))?;
+        let jobs = page
+            .jobs
+            .into_iter()
+            .filter_map(|d| {
+                let queue = user_queue(p.tenant_id, &d.queue)?.to_string();
+                Some(pb::JobInfo {
+                    id: d.id,
+                    queue,
+                    kind: d.kind,
+                    state: "dead".into(),
+                    args: d.args.to_string(),
+                    priority: u32::try_from(d.priority).unwrap_or(0),
+                    max_attempts: d.max_attempts,
+                    attempts: vec![pb::AttemptInfo {
+                        attempt: d.attempt,
+                        outcome: "dead".into(),
+                        error: d.error.unwrap_or_default(),
+                        finished_at_unix_ms: unix_ms(d.died_at),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+            })
+            .collect();
+        Ok(Response::new(pb::ListJobsResponse {
+            jobs,
+            has_more: page.has_more,
+            next_cursor: page.next.unwrap_or_default(),
+        }))
+    }
+
+    async fn retry_dead(
+        &self,
+        req: Request<pb::DeadFilter>,
+    ) -> Result<Response<pb::CountResponse>, Status> {
+        let p = self.principal(&req, Scope::Admin).await?;
+        let f = self.dead_filter(&p, req.into_inner()).await?;
+        let count = self
+            .state
+            .engine
+            .retry_dead(&f, pgferry_core::dlq::MAX_PAGE)
+            .await
+            .map_err(|e| status(&e, ""))?;
+        self.audit(&p, "dead.retry", &count.to_string()).await?;
+        Ok(Response::new(pb::CountResponse { count }))
+    }
+
+    async fn purge_dead(
+        &self,
+        req: Request<pb::DeadFilter>,
+    ) -> Result<Response<pb::CountResponse>, Status> {
+        let p = self.principal(&req, Scope::Admin).await?;
+        let f = self.dead_filter(&p, req.into_inner()).await?;
+        let count = self
+            .state
+            .engine
+            .purge_dead(&f)
+            .await
+            .map_err(|e| status(&e, ""))?;
+        self.audit(&p, "dead.purge", &count.to_string()).await?;
+        Ok(Response::new(pb::CountResponse { count }))
+    }
+}
+
+impl AdminService {
+    async fn set_paused(
+        &self,
+        req: Request<pb::QueueNameRequest>,
+        paused: bool,
+    ) -> Result<Response<pb::QueueInfo>, Status> {
+        let p = self.principal(&req, Scope::Admin).await?;
+        let user = req.into_inner().name;
+        let name = p.queue(&user).map_err(|e| status(&e, ""))?;
+        let r = if paused {
+            self.state.engine.pause_queue(&name).await
+        } else {
+            self.state.engine.resume_queue(&name).await
+        };
+        r.map_err(|e| status(&e, ""))?;
+        let action = if paused {
+            "queue.pause"
+        } else {
+            "queue.resume"
+        };
+        self.audit(&p, action, &user).await?;
+        Ok(Response::new(self.queue_info(&p, &name).await?))
+    }
+
+    async fn audit(&self, p: &Principal, action: &str, target: &str) -> Result<(), Status> {
+        let client = self.db().await?;
+        crate::auth::admin::audit_api(
+            &**client,
+            p,
+            action,
+            target,
+            serde_json::json!({"via": "grpc"}),
+        )
+        .await
+        .map_err(|e| Status::internal(format!("database: {e}")))
+    }
+}
