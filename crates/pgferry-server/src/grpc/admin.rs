@@ -337,7 +337,7 @@ impl pb::admin_server::Admin for AdminService {
         &self,
         req: Request<pb::JobIdRequest>,
     ) -> Result<Response<pb::JobInfo>, Status> {
-        let p = self.principal(&req, Scope::Admin).await?;
+        let p = self.principal(&req, Scope::Produce).await?;
         let id = req.into_inner().id;
         let (info, _) = self.own_job(&p, id).await?;
         if info.state != JobState::Dead {
