@@ -1,7 +1,7 @@
 //! The engine: enqueue, claim and complete on the append-only log.
 //!
 //! Every public operation is one statement per batch (statement-count tests pin this):
-//! enqueue = one INSERT, claim = one call of `pgferry.claim` per lane tried, complete = one
+//! enqueue = one COPY (enqueue.rs), claim = one call of `pgferry.claim_lanes`, complete = one
 //! CTE covering success, retries, delayed retries, dead-letters and results.
 
 use std::collections::HashMap;
@@ -11,15 +11,13 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::Pool;
 use serde_json::Value;
 use tokio::sync::{watch, Notify};
-use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::GenericClient;
+use tokio_postgres::types::ToSql;
 
 use crate::error::{Error, Result};
-use crate::job::{ClaimedJob, Completed, NewJob, Outcome, OutcomeKind};
-use crate::lanes::{LaneCache, QueueLanes};
+use crate::ids::{IdBlocks, SegmentCache};
+use crate::job::{ClaimedJob, Completed, Outcome, OutcomeKind};
+use crate::lanes::LaneCache;
 
-const ENQUEUE: &str = include_str!("sql/enqueue.sql");
-const ENQUEUE_SCHEDULED: &str = include_str!("sql/enqueue_scheduled.sql");
 const CLAIM: &str = include_str!("sql/claim.sql");
 const CLAIM_LIMITED: &str = include_str!("sql/claim_limited.sql");
 const COMPLETE: &str = include_str!("sql/complete.sql");
@@ -63,7 +61,11 @@ impl Default for QueueOptions {
 
 pub struct Engine {
     pool: Pool,
-    lanes: LaneCache,
+    pub(crate) lanes: LaneCache,
+    /// Job id blocks reserved by this process (enqueue.rs, ids.rs).
+    pub(crate) ids: IdBlocks,
+    /// The segment this process's COPYs write to.
+    pub(crate) segment: SegmentCache,
     config: EngineConfig,
     /// Latest tick id known to this process; claimers wait on it instead of polling.
     ticks: watch::Sender<i64>,
@@ -78,6 +80,8 @@ impl Engine {
         Arc::new(Engine {
             pool,
             lanes: LaneCache::default(),
+            ids: IdBlocks::default(),
+            segment: SegmentCache::default(),
             config,
             ticks: watch::Sender::new(0),
             cancels: tokio::sync::broadcast::Sender::new(1024),
@@ -112,132 +116,6 @@ impl Engine {
             .await?;
         self.lanes.invalidate(name);
         Ok(())
-    }
-
-    /// Enqueues a batch in one statement; returns job ids in input order. Nothing is written
-    /// unless every job is valid.
-    pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<Vec<i64>> {
-        if jobs.is_empty() {
-            return Ok(Vec::new());
-        }
-        if jobs.iter().any(|j| j.unique_key.is_some()) {
-            let done = self.enqueue_many(jobs).await?;
-            return Ok(done.into_iter().map(|e| e.id).collect());
-        }
-        let client = self.pool.get().await?;
-        let batch = self.enqueue_batch(&**client, jobs).await?;
-        let rows = if batch.any_future {
-            let stmt = client.prepare_cached(ENQUEUE_SCHEDULED).await?;
-            client.query(&stmt, &batch.params_scheduled()).await?
-        } else {
-            let stmt = client.prepare_cached(ENQUEUE).await?;
-            client.query(&stmt, &batch.params()).await?
-        };
-        self.log_grew.notify_one();
-        Ok(rows.iter().map(|r| r.get(0)).collect())
-    }
-
-    /// Enqueues inside the caller's transaction (or on any client): the jobs become
-    /// claimable when that transaction commits, and never if it rolls back. One round trip
-    /// (`query_typed`: no separate prepare).
-    pub async fn enqueue_tx<C: GenericClient>(
-        &self,
-        client: &C,
-        jobs: &[NewJob],
-    ) -> Result<Vec<i64>> {
-        if jobs.is_empty() {
-            return Ok(Vec::new());
-        }
-        if jobs.iter().any(|j| j.unique_key.is_some()) {
-            // Taking over a key from a finished holder takes more statements than one
-            // round trip inside the caller's transaction allows.
-            return Err(Error::InvalidArgument {
-                field: "unique_key",
-                reason: "not supported by transactional enqueue; use enqueue".into(),
-            });
-        }
-        let batch = self.enqueue_batch(client, jobs).await?;
-        let types = [
-            Type::INT4_ARRAY,
-            Type::TEXT_ARRAY,
-            Type::JSONB_ARRAY,
-            Type::JSONB_ARRAY,
-            Type::INT4_ARRAY,
-            Type::TIMESTAMPTZ_ARRAY,
-        ];
-        let rows = if batch.any_future {
-            let typed: Vec<(&(dyn ToSql + Sync), Type)> =
-                batch.params_scheduled().into_iter().zip(types).collect();
-            client.query_typed(ENQUEUE_SCHEDULED, &typed).await?
-        } else {
-            let typed: Vec<(&(dyn ToSql + Sync), Type)> =
-                batch.params().into_iter().zip(types).collect();
-            client.query_typed(ENQUEUE, &typed).await?
-        };
-        Ok(rows.iter().map(|r| r.get(0)).collect())
-    }
-
-    /// Validates a batch and resolves lanes; builds the column arrays of the INSERT.
-    pub(crate) async fn enqueue_batch<'a, C: GenericClient>(
-        &self,
-        client: &C,
-        jobs: &'a [NewJob],
-    ) -> Result<EnqueueBatch<'a>> {
-        if jobs.len() > self.config.max_batch {
-            return Err(Error::BatchTooLarge {
-                size: jobs.len(),
-                limit: self.config.max_batch,
-            });
-        }
-        for (i, job) in jobs.iter().enumerate() {
-            job.validate(i, self.config.max_payload_bytes)?;
-        }
-        let n = jobs.len();
-        let mut b = EnqueueBatch {
-            lanes: Vec::with_capacity(n),
-            kinds: Vec::with_capacity(n),
-            args: Vec::with_capacity(n),
-            metas: Vec::with_capacity(n),
-            max_attempts: Vec::with_capacity(n),
-            run_ats: Vec::with_capacity(n),
-            any_future: false,
-            queues: Vec::with_capacity(n),
-            keys: Vec::with_capacity(n),
-            periods: Vec::with_capacity(n),
-        };
-        let now = SystemTime::now();
-        let mut last: Option<(&str, u8, Arc<QueueLanes>)> = None;
-        for job in jobs {
-            let (queue, lane) = match &last {
-                Some((name, p, q)) if *name == job.queue && *p == job.priority => {
-                    let lane = q.lane_for(job.priority).expect("cached with its lanes");
-                    (q.clone(), lane)
-                }
-                _ => {
-                    let (q, lane) = self
-                        .lanes
-                        .for_enqueue(client, &job.queue, job.priority)
-                        .await?;
-                    last = Some((&job.queue, job.priority, q.clone()));
-                    (q, lane)
-                }
-            };
-            b.lanes.push(lane);
-            b.kinds.push(job.kind.as_str());
-            b.args.push(&job.args);
-            b.metas.push(job.meta.as_ref());
-            b.max_attempts
-                .push(job.max_attempts.unwrap_or(queue.max_attempts));
-            b.any_future |= job.run_at.is_some_and(|t| t > now);
-            b.run_ats.push(job.run_at);
-            b.queues.push(job.queue.as_str());
-            b.keys.push(job.unique_key.as_deref());
-            b.periods.push(
-                job.unique_period
-                    .map(|p| i64::try_from(p.as_millis()).unwrap_or(i64::MAX)),
-            );
-        }
-        Ok(b)
     }
 
     /// Claims up to `max` jobs of `queue` in one statement: lanes in priority order, the
@@ -285,6 +163,10 @@ impl Engine {
             *per_lane.entry(r.get(9)).or_default() += 1;
         }
         lanes.record_claim(&order, &per_lane, max as usize, tick);
+        if let Some(r) = rows.first() {
+            // The receipt went to the current segment: what COPYs should write to (ids.rs).
+            self.segment.observe(r.get(10));
+        }
         Ok(rows
             .iter()
             .map(|r| row_to_claimed(r, lanes.backoff))
@@ -356,6 +238,12 @@ impl Engine {
             .collect())
     }
 
+    /// Tells this process which segment is current (the rotator's NOTIFY, via the listener):
+    /// enqueues write there from now on (ids.rs).
+    pub fn observe_segment(&self, segment: i16) {
+        self.segment.observe(segment);
+    }
+
     /// Drops a queue from this process's lane cache (its settings changed).
     pub(crate) fn forget_queue(&self, name: &str) {
         self.lanes.invalidate(name);
@@ -417,57 +305,5 @@ fn row_to_claimed(r: &tokio_postgres::Row, backoff: crate::job::Backoff) -> Clai
         lane: r.get(9),
         receipt_segment: r.get(10),
         backoff,
-    }
-}
-
-/// Column arrays of one enqueue statement.
-pub(crate) struct EnqueueBatch<'a> {
-    lanes: Vec<i32>,
-    kinds: Vec<&'a str>,
-    args: Vec<&'a Value>,
-    metas: Vec<Option<&'a Value>>,
-    max_attempts: Vec<i32>,
-    run_ats: Vec<Option<SystemTime>>,
-    /// Some job runs later: the statement that also writes `scheduled` is needed.
-    any_future: bool,
-    queues: Vec<&'a str>,
-    keys: Vec<Option<&'a str>>,
-    periods: Vec<Option<i64>>,
-}
-
-impl EnqueueBatch<'_> {
-    pub(crate) fn params_unique(&self) -> [&(dyn ToSql + Sync); 9] {
-        [
-            &self.lanes,
-            &self.kinds,
-            &self.args,
-            &self.metas,
-            &self.max_attempts,
-            &self.run_ats,
-            &self.queues,
-            &self.keys,
-            &self.periods,
-        ]
-    }
-
-    fn params_scheduled(&self) -> [&(dyn ToSql + Sync); 6] {
-        [
-            &self.lanes,
-            &self.kinds,
-            &self.args,
-            &self.metas,
-            &self.max_attempts,
-            &self.run_ats,
-        ]
-    }
-
-    fn params(&self) -> [&(dyn ToSql + Sync); 5] {
-        [
-            &self.lanes,
-            &self.kinds,
-            &self.args,
-            &self.metas,
-            &self.max_attempts,
-        ]
     }
 }

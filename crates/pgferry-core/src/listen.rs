@@ -1,7 +1,8 @@
 //! Tick feed for processes that are not the leader: LISTEN to the one NOTIFY per tick and
 //! publish it to the engine's tick watch, so their claimers wake within milliseconds of a
 //! tick instead of polling. (The leader's own process is fed in-process by its ticker.)
-//! The same connection hears cancellations, so servers can tell the worker holding the job.
+//! The same connection hears cancellations, so servers can tell the worker holding the job,
+//! and segment advances, so enqueues COPY into the new segment at once (ids.rs).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +17,9 @@ use crate::error::Result;
 pub const TICK_CHANNEL: &str = "pgferry_tick";
 /// The channel a cancellation notifies (cancel.sql); the payload is the job id.
 pub const CANCEL_CHANNEL: &str = "pgferry_cancel";
+/// The channel the rotator notifies when a new segment becomes current (advance_segment.sql);
+/// the payload is the segment. Enqueues COPY into it (ids.rs).
+pub const SEGMENT_CHANNEL: &str = "pgferry_segment";
 
 /// Runs forever: listens, publishes ticks, reconnects after a second when the connection
 /// drops. Spawn it once per process.
@@ -38,8 +42,10 @@ async fn listen_once(engine: &Engine, pg: &Config) -> Result<()> {
         while let Some(msg) = messages.next().await {
             match msg {
                 Ok(AsyncMessage::Notification(n)) => {
-                    let cancel = n.channel() == CANCEL_CHANNEL;
-                    if tx.send((cancel, n.payload().to_string())).is_err() {
+                    if tx
+                        .send((n.channel().to_string(), n.payload().to_string()))
+                        .is_err()
+                    {
                         break;
                     }
                 }
@@ -50,13 +56,22 @@ async fn listen_once(engine: &Engine, pg: &Config) -> Result<()> {
         Ok(())
     });
     client
-        .batch_execute(&format!("LISTEN {TICK_CHANNEL}; LISTEN {CANCEL_CHANNEL}"))
+        .batch_execute(&format!(
+            "LISTEN {TICK_CHANNEL}; LISTEN {CANCEL_CHANNEL}; LISTEN {SEGMENT_CHANNEL}"
+        ))
         .await?;
-    while let Some((cancel, payload)) = rx.recv().await {
-        match payload.parse::<i64>() {
-            Ok(job_id) if cancel => engine.publish_cancel(job_id),
-            Ok(tick) => engine.publish_tick(tick),
-            Err(_) => {}
+    while let Some((channel, payload)) = rx.recv().await {
+        let Ok(n) = payload.parse::<i64>() else {
+            continue;
+        };
+        match channel.as_str() {
+            CANCEL_CHANNEL => engine.publish_cancel(n),
+            SEGMENT_CHANNEL => {
+                if let Ok(segment) = i16::try_from(n) {
+                    engine.observe_segment(segment);
+                }
+            }
+            _ => engine.publish_tick(n),
         }
     }
     drop(client);

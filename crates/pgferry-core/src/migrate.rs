@@ -42,6 +42,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0003_job_semantics.sql",
         sql: include_str!("../migrations/0003_job_semantics.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_fast_path.sql",
+        sql: include_str!("../migrations/0004_fast_path.sql"),
+    },
 ];
 
 /// Advisory lock key for migrations ("pgferry" in ASCII, truncated): not shared with any

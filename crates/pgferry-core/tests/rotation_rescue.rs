@@ -128,9 +128,20 @@ async fn open_writer_blocks_truncation() {
 async fn freeing_a_segment_never_blocks_the_hot_path() {
     let s = common::setup().await;
     s.run_through("q", 1).await;
-    rotator::advance(&s.db.connect().await, Duration::ZERO)
+    let rot = s.db.connect().await;
+    rotator::advance(&rot, Duration::ZERO).await.unwrap();
+    // What the rotator's NOTIFY tells every listening process: enqueues now go to the new
+    // segment (without it they keep writing the old one for a few seconds, which delays its
+    // freeing but loses nothing).
+    let current: i16 = rot
+        .query_one(
+            "SELECT segment FROM pgferry.segments WHERE state = 'current'",
+            &[],
+        )
         .await
-        .unwrap();
+        .unwrap()
+        .get(0);
+    s.engine.observe_segment(current);
     // A long reader holds a lock on every partition of the log (a report, a backup).
     let mut reader = s.db.connect().await;
     let rtx = reader.transaction().await.unwrap();

@@ -2,14 +2,14 @@
 -- cancellation request that claims honour (a pending job is closed, never handed out) and
 -- that running workers hear about through NOTIFY pgferry_cancel (sent at commit) and their
 -- heartbeats. Dead jobs and unknown ids are reported, not recorded.
--- Index ready_job (job_id) on every partition, scheduled and dead primary keys.
+-- ready_rows() (ready_by_id, ready_claim), scheduled and dead primary keys.
 -- $1 job id, $2 reason
 WITH sched AS (
     DELETE FROM pgferry.scheduled WHERE job_id = $1
     RETURNING job_id, lane, attempt, max_attempts, kind, args, meta
 ),
 found AS (
-    SELECT EXISTS (SELECT 1 FROM pgferry.ready r WHERE r.job_id = $1) AS in_log,
+    SELECT EXISTS (SELECT 1 FROM pgferry.ready_rows($1) r) AS in_log,
            EXISTS (SELECT 1 FROM pgferry.dead d WHERE d.job_id = $1) AS is_dead
 ),
 req AS (

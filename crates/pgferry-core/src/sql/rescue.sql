@@ -17,7 +17,7 @@ closed AS (
       FROM pgferry.completions c, unnest(c.job_ids, c.attempts) AS u(job_id, attempt)
      WHERE c.receipt_id = ANY ($1)
 ),
--- Per-attempt probes of ready_job as LATERAL ... LIMIT 1 (see pgferry.complete()); the
+-- Per-attempt probes of ready_rows() (index ready_by_id, then ready_claim) as LATERAL ... LIMIT 1 (see pgferry.complete()); the
 -- closed check is a hashed SubPlan.
 open AS (
     SELECT e.*, rd.lane, rd.max_attempts, rd.kind, rd.args, rd.meta,
@@ -25,8 +25,8 @@ open AS (
       FROM exp e
       CROSS JOIN LATERAL (
           SELECT r.lane, r.max_attempts, r.kind, r.args, r.meta
-            FROM pgferry.ready r
-           WHERE r.segment = e.segment AND r.job_id = e.job_id AND r.attempt = e.attempt
+            FROM pgferry.ready_rows(e.job_id) r
+           WHERE r.segment = e.segment AND r.attempt = e.attempt
            LIMIT 1) rd
      WHERE (e.receipt_id, e.job_id, e.attempt)
                NOT IN (SELECT c.receipt_id, c.job_id, c.attempt FROM closed c)
