@@ -268,10 +268,87 @@ LANGUAGE plpgsql VOLATILE
 -- every probe in it is written to be a probe under any estimate, with run-time pruning.
 SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $fn$
+DECLARE
+    v_receipts bigint[];
+    v_segments smallint[];
 BEGIN
     PERFORM pg_advisory_xact_lock(7267, k)
        FROM (SELECT DISTINCT (r & 2147483647)::int AS k FROM unnest(p_receipts) r ORDER BY 1) s;
+    -- The batch names a handful of receipts and segments, not 200: probe each once.
+    v_receipts := ARRAY(SELECT DISTINCT r FROM unnest(p_receipts) r);
+    v_segments := ARRAY(SELECT DISTINCT s FROM unnest(p_segments) s);
+
+    -- The common batch: only successes. Plpgsql plans each RETURN QUERY on first use, so this
+    -- statement's plan has no retry, dead-letter or job-row nodes at all — initialising them
+    -- over every partition cost more than executing the statement (perf).
+    IF 1 = ALL (p_outcomes) THEN
+        RETURN QUERY
+        WITH o AS (
+            SELECT *
+              FROM unnest(p_job_ids, p_attempts, p_segments, p_receipts, p_lanes, p_rsegs,
+                          p_results, p_durations)
+                   WITH ORDINALITY AS o(job_id, attempt, segment, receipt_id, lane, rseg,
+                                        result, duration_ms, ord)
+        ),
+        -- As below: the receipts named (receipts_cursor, one partition each), the attempts of
+        -- theirs already closed (completions_receipt), first outcome per attempt wins.
+        held AS (
+            SELECT k.receipt_id, u.job_id, u.attempt, u.segment
+              FROM (SELECT DISTINCT o.receipt_id, o.lane, o.rseg FROM o) k
+              CROSS JOIN LATERAL (
+                  SELECT rc.job_ids, rc.attempts, rc.job_segments
+                    FROM pgferry.receipts rc
+                   WHERE rc.segment = k.rseg AND rc.lane = k.lane
+                     AND rc.receipt_id = k.receipt_id
+                   LIMIT 1) r,
+              unnest(r.job_ids, r.attempts, r.job_segments) AS u(job_id, attempt, segment)
+        ),
+        closed AS (
+            SELECT c.receipt_id, u.job_id, u.attempt
+              FROM pgferry.completions c,
+                   unnest(c.job_ids, c.attempts) AS u(job_id, attempt)
+             WHERE c.receipt_id = ANY (v_receipts) AND c.segment = ANY (v_segments)
+        ),
+        win AS (
+            SELECT DISTINCT ON (o.job_id, o.attempt) o.*
+              FROM o
+             WHERE (o.receipt_id, o.job_id, o.attempt, o.segment)
+                       IN (SELECT h.receipt_id, h.job_id, h.attempt, h.segment FROM held h)
+               AND (o.receipt_id, o.job_id, o.attempt)
+                       NOT IN (SELECT c.receipt_id, c.job_id, c.attempt FROM closed c)
+             ORDER BY o.job_id, o.attempt, o.ord
+        ),
+        done AS (
+            INSERT INTO pgferry.completions (segment, receipt_id, outcome, job_ids, attempts,
+                                             durations)
+            SELECT w.segment, w.receipt_id, 1, array_agg(w.job_id), array_agg(w.attempt),
+                   CASE WHEN bool_or(w.duration_ms IS NOT NULL)
+                        THEN array_agg(w.duration_ms) END
+              FROM win w
+             GROUP BY w.segment, w.receipt_id
+        ),
+        kept AS (
+            INSERT INTO pgferry.results (segment, job_id, attempt, result)
+            SELECT w.segment, w.job_id, w.attempt, w.result
+              FROM win w WHERE w.result IS NOT NULL
+        ),
+        freed AS (
+            UPDATE pgferry.queue_running qr
+               SET running = greatest(0, qr.running - d.n)
+              FROM (SELECT l.queue_id, count(*)::int AS n
+                      FROM win w JOIN pgferry.lanes l ON l.lane = w.lane
+                     WHERE EXISTS (SELECT 1 FROM pgferry.queue_running)
+                     GROUP BY l.queue_id) d
+             WHERE qr.queue_id = d.queue_id
+        )
+        -- A hashed SubPlan: `ord = ANY(array of winners)` was quadratic in the batch.
+        SELECT o.ord, o.ord IN (SELECT w.ord FROM win w)
+          FROM o
+         ORDER BY o.ord;
+        RETURN;
+    END IF;
 
     RETURN QUERY
     WITH o AS (
@@ -298,7 +375,7 @@ BEGIN
         SELECT c.receipt_id, u.job_id, u.attempt
           FROM pgferry.completions c,
                unnest(c.job_ids, c.attempts) AS u(job_id, attempt)
-         WHERE c.receipt_id = ANY (p_receipts) AND c.segment = ANY (p_segments)
+         WHERE c.receipt_id = ANY (v_receipts) AND c.segment = ANY (v_segments)
     ),
     -- One winner per attempt (the first in the batch); both filters are hashed SubPlans,
     -- linear in the batch, whatever the row estimates of the CTEs.
@@ -370,12 +447,10 @@ BEGIN
           FROM failed f WHERE f.outcome = 3
         ON CONFLICT (job_id) DO UPDATE
            SET attempt = EXCLUDED.attempt, error = EXCLUDED.error, died_at = now()
-    ),
-    winners AS (
-        SELECT coalesce(array_agg(w.ord), '{}') AS ords FROM win w
     )
-    SELECT o.ord, o.ord = ANY (winners.ords)
-      FROM o, winners
+    -- A hashed SubPlan (0001 compared each outcome with an array of all winners: quadratic).
+    SELECT o.ord, o.ord IN (SELECT w.ord FROM win w)
+      FROM o
      ORDER BY o.ord;
 END
 $fn$;
