@@ -105,7 +105,6 @@ impl BenchArgs {
             shards: self.shards,
             tick_interval: Duration::from_millis(self.tick_ms),
             max_depth: self.max_depth,
-            ..BenchOpts::default()
         }
     }
 }
