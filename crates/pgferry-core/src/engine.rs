@@ -30,6 +30,8 @@ pub struct EngineConfig {
     pub max_payload_bytes: usize,
     /// Largest enqueue or complete batch.
     pub max_batch: usize,
+    /// Rows one statement of `list_jobs` reads at most (spread over the queue's lanes).
+    pub list_round_rows: i64,
 }
 
 impl Default for EngineConfig {
@@ -37,6 +39,7 @@ impl Default for EngineConfig {
         EngineConfig {
             max_payload_bytes: 1 << 20,
             max_batch: 10_000,
+            list_round_rows: 4_000,
         }
     }
 }

@@ -47,6 +47,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0004_fast_path.sql",
         sql: include_str!("../migrations/0004_fast_path.sql"),
     },
+    Migration {
+        version: 5,
+        name: "0005_listing_counters.sql",
+        sql: include_str!("../migrations/0005_listing_counters.sql"),
+    },
 ];
 
 /// Advisory lock key for migrations ("pgferry" in ASCII, truncated): not shared with any
