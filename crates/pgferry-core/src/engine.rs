@@ -22,6 +22,7 @@ const CLAIM: &str = include_str!("sql/claim.sql");
 const CLAIM_LIMITED: &str = include_str!("sql/claim_limited.sql");
 const COMPLETE: &str = include_str!("sql/complete.sql");
 const QUEUE_UPSERT: &str = include_str!("sql/queue_upsert.sql");
+const LANE_HEAD_AGE: &str = include_str!("sql/lane_head_age.sql");
 
 /// Limits and defaults of an engine.
 #[derive(Debug, Clone)]
@@ -133,6 +134,13 @@ impl Engine {
         let lanes = self.lanes.for_claim(&**client, queue).await?;
         if lanes.paused {
             return Ok(Vec::new());
+        }
+        // Claim-time aging: how long the heads of starved lower priorities have waited (a
+        // probe at most every aging/4 per queue, only while a priority is not being served).
+        for (p, lanes_p) in lanes.heads_to_probe() {
+            let stmt = client.prepare_cached(LANE_HEAD_AGE).await?;
+            let waited: Option<f64> = client.query_one(&stmt, &[&lanes_p]).await?.get(0);
+            lanes.record_head(p, waited.map(|s| Duration::from_secs_f64(s.max(0.0))));
         }
         // The tick known before the claim: a lane found empty now has nothing new until a
         // later tick (claims read the newest tick in the database, never an older one).

@@ -35,7 +35,8 @@ pub struct QueueLanes {
     /// A paused queue hands out nothing (claims see it within [`REFRESH`]).
     pub paused: bool,
     pub backoff: crate::job::Backoff,
-    /// A lower priority's head older than this is served before higher priorities.
+    /// A lower priority's oldest waiting job, once older than this, is served before higher
+    /// priorities (claim-time aging).
     pub aging: Duration,
     pub queue_id: i32,
     /// At most this many attempts running at once across servers (None: no limit).
@@ -46,6 +47,17 @@ pub struct QueueLanes {
     dry_at: Mutex<HashMap<i32, i64>>,
     /// Per priority: when a claim last visited its lanes (claim-time aging).
     visited: Mutex<[Instant; 4]>,
+    /// Per priority: what the last head-age probe found (claim-time aging).
+    heads: Mutex<[Head; 4]>,
+}
+
+/// The head of a priority's lanes as last probed.
+#[derive(Debug, Clone, Copy, Default)]
+struct Head {
+    /// When the probe ran.
+    checked: Option<Instant>,
+    /// When the oldest waiting job reaches the queue's `aging` (None: nothing waits).
+    aged_at: Option<Instant>,
 }
 
 impl QueueLanes {
@@ -59,24 +71,21 @@ impl QueueLanes {
     }
 
     /// Lanes worth visiting at `tick`, in claim order: priority 0 first — except that a
-    /// priority whose lanes no claim has visited for `aging` goes first (oldest wait first),
-    /// so a flood of urgent jobs delays a lower priority by at most about `aging` per batch
-    /// at its head. Within a priority, shards are rotated by a per-call offset so concurrent
-    /// claimers spread out.
+    /// priority whose oldest waiting job has waited longer than the queue's `aging` goes first
+    /// (the longest-waiting first), so a flood of urgent jobs delays a lower-priority job by
+    /// about `aging`, and never serves it before that. Within a priority, shards are rotated
+    /// by a per-call offset so concurrent claimers spread out.
     pub fn claim_order(&self, tick: i64) -> Vec<i32> {
         let offset = self.next_shard.fetch_add(1, Ordering::Relaxed);
         let dry = self.dry_at.lock().expect("dry lanes");
-        let visited = *self.visited.lock().expect("visited");
-        let mut prios: Vec<usize> = (0..4).collect();
+        let heads = *self.heads.lock().expect("heads");
         let now = Instant::now();
-        let aged = |p: usize| now.duration_since(visited[p]) >= self.aging;
+        let aged = |p: usize| heads[p].aged_at.filter(|at| *at <= now);
+        let mut prios: Vec<usize> = (0..4).collect();
         // Stable sort: aged priorities first, the longest-waiting of them first.
-        prios.sort_by_key(|&p| {
-            if aged(p) && !self.by_priority[p].is_empty() {
-                (0, Some(visited[p]))
-            } else {
-                (1, None)
-            }
+        prios.sort_by_key(|&p| match aged(p) {
+            Some(at) if !self.by_priority[p].is_empty() => (0, Some(at)),
+            _ => (1, None),
         });
         let mut order = Vec::new();
         for shards in prios.iter().map(|&p| &self.by_priority[p]) {
@@ -90,6 +99,40 @@ impl QueueLanes {
         order
     }
 
+    /// Priorities whose heads should be probed now: lower priorities no claim has reached
+    /// for aging/2, not probed for aging/4, whose head's age is not known yet. In a steady
+    /// flood that is one small statement per queue and process every aging/4; a queue whose
+    /// lower priorities get served normally never probes.
+    pub fn heads_to_probe(&self) -> Vec<(usize, Vec<i32>)> {
+        if self.aging.is_zero() {
+            return Vec::new();
+        }
+        let visited = *self.visited.lock().expect("visited");
+        let heads = *self.heads.lock().expect("heads");
+        let now = Instant::now();
+        (1..4)
+            .filter(|&p| {
+                !self.by_priority[p].is_empty()
+                    && now.duration_since(visited[p]) >= self.aging / 2
+                    && heads[p].aged_at.is_none()
+                    && heads[p]
+                        .checked
+                        .is_none_or(|at| now.duration_since(at) >= self.aging / 4)
+            })
+            .map(|p| (p, self.by_priority[p].clone()))
+            .collect()
+    }
+
+    /// Records a head-age probe of priority `p`: its oldest job had waited `waited` (None:
+    /// nothing waits).
+    pub fn record_head(&self, p: usize, waited: Option<Duration>) {
+        let now = Instant::now();
+        self.heads.lock().expect("heads")[p] = Head {
+            checked: Some(now),
+            aged_at: waited.map(|w| now + self.aging.saturating_sub(w)),
+        };
+    }
+
     /// Records which lanes a claim found empty. `asked` in order, `got` rows per lane, the
     /// claim wanted `max` and the process knew tick `tick` before it ran. Lanes visited and
     /// left short are dry; the lane that filled the batch and those after it are unknown.
@@ -98,9 +141,12 @@ impl QueueLanes {
         let mut dry = self.dry_at.lock().expect("dry lanes");
         let mut visited = self.visited.lock().expect("visited");
         let now = Instant::now();
+        let mut heads = self.heads.lock().expect("heads");
         for lane in asked {
             if let Some(p) = (0..4).find(|&p| self.by_priority[p].contains(lane)) {
                 visited[p] = now;
+                // Served: its head moved, its age must be probed again if it starves again.
+                heads[p] = Head::default();
             }
             let n = got.get(lane).copied().unwrap_or(0);
             if total >= max && n > 0 {
@@ -195,8 +241,12 @@ impl LaneCache {
             .map(|q| q.dry_at.lock().expect("dry lanes").clone())
             .unwrap_or_default();
         let visited = cached
+            .as_ref()
             .map(|q| *q.visited.lock().expect("visited"))
             .unwrap_or([Instant::now(); 4]);
+        let heads = cached
+            .map(|q| *q.heads.lock().expect("heads"))
+            .unwrap_or_default();
         let lanes = Arc::new(QueueLanes {
             by_priority,
             max_attempts,
@@ -210,6 +260,7 @@ impl LaneCache {
             next_shard: AtomicUsize::new(0),
             dry_at: Mutex::new(dry),
             visited: Mutex::new(visited),
+            heads: Mutex::new(heads),
         });
         self.queues
             .write()

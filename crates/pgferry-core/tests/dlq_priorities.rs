@@ -164,6 +164,21 @@ async fn flood_of_urgent_jobs_cannot_starve_a_low_priority_job() {
         after >= aging,
         "served before its aging threshold: {after:?}"
     );
+    // Aging is by the job's own wait: a fresh low-priority job does not jump the queue while
+    // urgent ones wait.
+    let young = s
+        .engine
+        .enqueue(&[NewJob::new("q", "low", json!({})).priority(3)])
+        .await
+        .unwrap()[0];
+    s.engine.enqueue(&flood()).await.unwrap();
+    s.tick().await;
+    let c = s.engine.claim("q", 5, "w").await.unwrap();
+    assert_eq!(c.len(), 5);
+    assert!(
+        c.iter().all(|j| j.job_id != young && j.kind == "urgent"),
+        "a fresh low-priority job went before urgent ones"
+    );
 }
 
 #[tokio::test]
