@@ -68,11 +68,12 @@ BEGIN
     END LOOP;
 END $$;
 
--- 2. claim(lane, max, worker, lease_ms), set-based -------------------------------------------
--- Same contract as in 0001 (DESIGN §3.1-3.2), without a per-row plpgsql loop: plpgsql takes
--- the lane lock, reads the cursor with a snapshot taken after the lock (a later statement of
--- a VOLATILE function), and picks the ranges; ONE statement then reads the rows, appends the
--- receipt, closes cancelled jobs and returns the rest.
+-- 2. claim_lanes(lanes, max, worker, lease_ms), set-based --------------------------------
+-- Same contract as in 0001 (DESIGN §3.1-3.2), without a per-row plpgsql loop and without the
+-- per-lane function layer (each layer copied every row into one more tuplestore): for each
+-- lane in turn plpgsql takes the lane lock, reads the cursor with a snapshot taken after the
+-- lock (a later statement of a VOLATILE function), and picks the ranges; ONE statement then
+-- reads the rows, appends the receipt, closes cancelled jobs and returns the rest.
 --
 -- A call reads at most two ranges: the rest of the cursor's range (range 1, unless it is
 -- exhausted), then (cursor.hi, latest tick] (range 2, if a newer tick exists). Each range is
@@ -85,11 +86,12 @@ END $$;
 --   range step: lo.xmax <= xid < hi.xmax — Merge Append of index scans, stops at LIMIT.
 -- Never `xid >= lo.xmin`: an old open transaction would make every claim rescan everything
 -- since it began. The four parts are appended in claim order and the Append stops pulling
--- once p_max rows came through.
-CREATE OR REPLACE FUNCTION pgferry.claim(p_lane int, p_max int, p_worker text, p_lease_ms int)
+-- once the rows still needed came through.
+CREATE OR REPLACE FUNCTION pgferry.claim_lanes(p_lanes int[], p_max int, p_worker text,
+                                               p_lease_ms int)
 RETURNS TABLE (receipt_id bigint, job_id bigint, attempt int, job_segment smallint,
                max_attempts int, kind text, args jsonb, meta jsonb, enqueued_at timestamptz,
-               receipt_segment smallint)
+               receipt_segment smallint, lane int)
 LANGUAGE plpgsql VOLATILE
 -- Every statement has an index made for it; a reused segment's statistics are stale.
 SET enable_seqscan = off
@@ -104,6 +106,9 @@ SET plan_cache_mode = force_generic_plan
 SET jit = off
 AS $fn$
 DECLARE
+    p_lane      int;
+    v_need      int := p_max;
+    v_n         bigint;
     v_lo1       pg_snapshot;
     v_hi1       pg_snapshot;
     v_tick1     bigint;
@@ -116,10 +121,12 @@ DECLARE
     v_xip2      xid8[] := '{}';
     v_cancels   boolean;
 BEGIN
+  -- Lanes in the caller's order (priority order, shards rotated) until the batch is full.
+  FOREACH p_lane IN ARRAY p_lanes LOOP
+    EXIT WHEN v_need <= 0;
     -- One claimer per lane at a time; the others move on to other lanes instead of waiting.
-    IF NOT pg_try_advisory_xact_lock(7266, p_lane) THEN
-        RETURN;
-    END IF;
+    CONTINUE WHEN NOT pg_try_advisory_xact_lock(7266, p_lane);
+    v_exhausted := NULL; v_xip1 := '{}'; v_xip2 := '{}'; v_tick2 := NULL; v_hi2 := NULL;
     -- The cursor: index receipts_cursor (lane, receipt_id DESC), one probe per partition.
     SELECT r.lo_snap, r.hi_snap, r.hi_tick, r.last_xid, r.last_seq, r.exhausted
       INTO v_lo1, v_hi1, v_tick1, v_last_xid, v_last_seq, v_exhausted
@@ -135,9 +142,7 @@ BEGIN
     SELECT t.tick_id, t.snap INTO v_tick2, v_hi2
       FROM pgferry.ticks t ORDER BY t.tick_id DESC LIMIT 1;
     IF v_tick2 IS NULL OR v_tick2 <= v_tick1 THEN
-        IF v_exhausted THEN
-            RETURN;   -- nothing new: an idle claim writes nothing
-        END IF;
+        CONTINUE WHEN v_exhausted;   -- nothing new in this lane: an idle claim writes nothing
         v_tick2 := NULL; v_hi2 := NULL;
     ELSE
         v_xip2 := ARRAY(SELECT x FROM pg_snapshot_xip(v_hi1) x
@@ -167,9 +172,9 @@ BEGIN
                     WHERE r.lane = p_lane AND r.xid = x.xid
                       AND (r.xid, r.seq) > (v_last_xid, v_last_seq)
                     ORDER BY r.seq
-                    LIMIT p_max) r
+                    LIMIT v_need) r
               ORDER BY r.xid, r.seq
-              LIMIT p_max)
+              LIMIT v_need)
             UNION ALL
             (SELECT 1, r.job_id, r.attempt, r.segment, r.max_attempts, r.kind, r.args,
                     r.meta, r.enqueued_at, r.xid, r.seq
@@ -180,7 +185,7 @@ BEGIN
                 AND (r.xid, r.seq) > (v_last_xid, v_last_seq)
                 AND pg_visible_in_snapshot(r.xid, v_hi1)
               ORDER BY r.xid, r.seq
-              LIMIT p_max)
+              LIMIT v_need)
             UNION ALL
             (SELECT 2, r.*
                FROM unnest(v_xip2) AS x(xid)
@@ -190,9 +195,9 @@ BEGIN
                      FROM pgferry.ready r
                     WHERE r.lane = p_lane AND r.xid = x.xid
                     ORDER BY r.seq
-                    LIMIT p_max) r
+                    LIMIT v_need) r
               ORDER BY r.xid, r.seq
-              LIMIT p_max)
+              LIMIT v_need)
             UNION ALL
             (SELECT 2, r.job_id, r.attempt, r.segment, r.max_attempts, r.kind, r.args,
                     r.meta, r.enqueued_at, r.xid, r.seq
@@ -202,15 +207,15 @@ BEGIN
                 AND r.xid >= pg_snapshot_xmax(v_hi1) AND r.xid < pg_snapshot_xmax(v_hi2)
                 AND pg_visible_in_snapshot(r.xid, v_hi2)
               ORDER BY r.xid, r.seq
-              LIMIT p_max)
-            LIMIT p_max
+              LIMIT v_need)
+            LIMIT v_need
           ) p
     ),
     -- Where the cursor ends: if the batch is full, at its last row (in that row's range);
     -- otherwise everything visible was taken, so at the end of the latest range.
     tail AS (
-        SELECT l.total < p_max AS exhausted,
-               v_hi2 IS NOT NULL AND (l.total < p_max OR l.part = 2) AS in2,
+        SELECT l.total < v_need AS exhausted,
+               v_hi2 IS NOT NULL AND (l.total < v_need OR l.part = 2) AS in2,
                l.part, l.xid, l.seq
           FROM (SELECT c.part, c.xid, c.seq, c.n AS total FROM c ORDER BY c.n DESC LIMIT 1) l
     ),
@@ -246,12 +251,26 @@ BEGIN
          WHERE c.cancelled
          GROUP BY c.segment, rec.receipt_id
     )
+    -- Rows leave in claim order: the CTE's order (no sort; rec is a single row).
     SELECT rec.receipt_id, c.job_id, c.attempt, c.segment, c.max_attempts, c.kind, c.args,
-           c.meta, c.enqueued_at, rec.segment
-      FROM c, rec
-     WHERE NOT c.cancelled
-     ORDER BY c.n;
+           c.meta, c.enqueued_at, rec.segment, p_lane
+      FROM rec, c
+     WHERE NOT c.cancelled;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_need := v_need - v_n;
+  END LOOP;
 END
+$fn$;
+
+-- claim(lane, ...): one lane (tests, tools); the engine calls claim_lanes.
+CREATE OR REPLACE FUNCTION pgferry.claim(p_lane int, p_max int, p_worker text, p_lease_ms int)
+RETURNS TABLE (receipt_id bigint, job_id bigint, attempt int, job_segment smallint,
+               max_attempts int, kind text, args jsonb, meta jsonb, enqueued_at timestamptz,
+               receipt_segment smallint)
+LANGUAGE sql VOLATILE AS $fn$
+    SELECT c.receipt_id, c.job_id, c.attempt, c.job_segment, c.max_attempts, c.kind, c.args,
+           c.meta, c.enqueued_at, c.receipt_segment
+      FROM pgferry.claim_lanes(ARRAY[p_lane], p_max, p_worker, p_lease_ms) c
 $fn$;
 
 -- 3. complete(): unchanged but for the failure path, which finds the job row through
@@ -273,12 +292,37 @@ AS $fn$
 DECLARE
     v_receipts bigint[];
     v_segments smallint[];
+    v_whole    bigint;
 BEGIN
-    PERFORM pg_advisory_xact_lock(7267, k)
-       FROM (SELECT DISTINCT (r & 2147483647)::int AS k FROM unnest(p_receipts) r ORDER BY 1) s;
     -- The batch names a handful of receipts and segments, not 200: probe each once.
-    v_receipts := ARRAY(SELECT DISTINCT r FROM unnest(p_receipts) r);
+    v_receipts := ARRAY(SELECT DISTINCT r FROM unnest(p_receipts) r ORDER BY 1);
     v_segments := ARRAY(SELECT DISTINCT s FROM unnest(p_segments) s);
+    PERFORM pg_advisory_xact_lock(7267, (r & 2147483647)::int) FROM unnest(v_receipts) r;
+
+    -- A worker reporting its whole claimed batch, all successes, in claim order: the batch
+    -- IS one receipt's arrays. Array equality proves every attempt is held, one probe that
+    -- nothing of the receipt is closed yet (after the lock: a fresh snapshot), and the
+    -- completion row is the arrays themselves — no per-outcome work at all. Batches with
+    -- results, failures, other receipts, or queues under a concurrency limit take the
+    -- set-based paths below.
+    IF cardinality(v_receipts) = 1 AND cardinality(v_segments) = 1 AND 1 = ALL (p_outcomes)
+       AND p_results IS NULL AND NOT EXISTS (SELECT 1 FROM pgferry.queue_running) THEN
+        INSERT INTO pgferry.completions (segment, receipt_id, outcome, job_ids, attempts,
+                                         durations)
+        SELECT p_segments[1], rc.receipt_id, 1, p_job_ids, p_attempts, p_durations
+          FROM pgferry.receipts rc
+         WHERE rc.segment = p_rsegs[1] AND rc.lane = p_lanes[1]
+           AND rc.receipt_id = p_receipts[1]
+           AND rc.job_ids = p_job_ids AND rc.attempts = p_attempts
+           AND rc.job_segments = p_segments
+           AND NOT EXISTS (SELECT 1 FROM pgferry.completions c
+                            WHERE c.receipt_id = p_receipts[1] AND c.segment = p_segments[1]);
+        GET DIAGNOSTICS v_whole = ROW_COUNT;
+        IF v_whole = 1 THEN
+            RETURN QUERY SELECT g::bigint, true FROM generate_series(1, cardinality(p_job_ids)) g;
+            RETURN;
+        END IF;
+    END IF;
 
     -- The common batch: only successes. Plpgsql plans each RETURN QUERY on first use, so this
     -- statement's plan has no retry, dead-letter or job-row nodes at all — initialising them

@@ -226,6 +226,13 @@ impl Engine {
             results.push(o.result.as_ref());
             durations.push(o.duration_ms);
         }
+        // Columns nobody set travel as NULL arrays: cheaper to send, and the whole-receipt
+        // fast path of pgferry.complete() requires results to be NULL.
+        fn some<T: Copy>(v: Vec<Option<T>>) -> Option<Vec<Option<T>>> {
+            v.iter().any(Option::is_some).then_some(v)
+        }
+        let (errors, delays) = (some(errors), some(delays));
+        let (results, durations) = (some(results), some(durations));
         let client = self.pool.get().await?;
         let stmt = client.prepare_cached(COMPLETE).await?;
         let rows = client

@@ -225,3 +225,59 @@ async fn receipts(c: &tokio_postgres::Client) -> i64 {
         .unwrap()
         .get(0)
 }
+
+/// A worker reporting its whole claimed batch takes pgferry.complete()'s whole-receipt path
+/// (array equality instead of per-outcome checks). First outcome still wins: the same batch
+/// again is all stale, and after part of a batch was reported, the whole batch wins only the
+/// rest — exactly one outcome per attempt either way.
+#[tokio::test]
+async fn whole_batch_completion_keeps_first_outcome_wins() {
+    let s = common::setup().await;
+    let jobs: Vec<_> = (0..50).map(job).collect();
+    s.engine.enqueue(&jobs).await.unwrap();
+    s.tick().await;
+    let c = s.engine.claim("emails", 20, "w").await.unwrap();
+    assert_eq!(c.len(), 20);
+    let all: Vec<_> = c.iter().map(|j| j.completed(None)).collect();
+    let first = s.engine.complete(&all).await.unwrap();
+    assert!(first.iter().all(|d| !d.stale));
+    let again = s.engine.complete(&all).await.unwrap();
+    assert!(again.iter().all(|d| d.stale), "a batch reported twice");
+
+    // Part first (3 of the batch, one of them failed), then the whole batch.
+    let c = s.engine.claim("emails", 20, "w").await.unwrap();
+    let part = [
+        c[0].completed(None),
+        c[5].failed("boom", Duration::ZERO),
+        c[19].completed(None),
+    ];
+    assert!(s
+        .engine
+        .complete(&part)
+        .await
+        .unwrap()
+        .iter()
+        .all(|d| !d.stale));
+    let whole: Vec<_> = c.iter().map(|j| j.completed(None)).collect();
+    let done = s.engine.complete(&whole).await.unwrap();
+    let stale: Vec<usize> = (0..20).filter(|&i| done[i].stale).collect();
+    assert_eq!(
+        stale,
+        vec![0, 5, 19],
+        "only the attempts not reported before win"
+    );
+
+    let client = s.db.connect().await;
+    let dups: i64 = client
+        .query_one(
+            "SELECT count(*) FROM (
+                 SELECT c.receipt_id, u.job_id, u.attempt
+                   FROM pgferry.completions c, unnest(c.job_ids, c.attempts) u(job_id, attempt)
+                  GROUP BY 1, 2, 3 HAVING count(*) > 1) d",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(dups, 0, "an attempt with two outcomes");
+}
