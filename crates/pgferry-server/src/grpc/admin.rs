@@ -7,10 +7,13 @@
 // tonic's service methods return `Status` by value; the helpers here feed them directly.
 #![allow(clippy::result_large_err)]
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pgferry_core::{DeadFilter, Error as EngineError, JobFilter, JobInfo, JobState, QueueSettings};
+use pgferry_core::{
+    DeadFilter, Error as EngineError, JobFilter, JobInfo, JobState, QueueCounts, QueueSettings,
+};
 use tonic::{Request, Response, Status};
 
 use super::convert::new_job;
@@ -128,7 +131,13 @@ impl AdminService {
             .await
             .map_err(|e| status(&e.into(), ""))?
             .ok_or_else(|| not_found("queue"))?;
-        queue_pb(p, &row).ok_or_else(|| not_found("queue"))
+        let counts = self
+            .state
+            .engine
+            .queue_counts(&[engine_name.to_string()])
+            .await
+            .map_err(|e| status(&e, ""))?;
+        queue_pb(p, &row, &counts).ok_or_else(|| not_found("queue"))
     }
 
     /// A dead-letter filter limited to the caller's queues.
@@ -188,10 +197,15 @@ fn job_pb(info: JobInfo, queue: String) -> pb::JobInfo {
     }
 }
 
-/// A row of queues_list.sql / queue_get.sql as the API shows it (user name).
-fn queue_pb(p: &Principal, row: &tokio_postgres::Row) -> Option<pb::QueueInfo> {
+/// A row of queues_list.sql / queue_get.sql as the API shows it (user name), with its counts.
+fn queue_pb(
+    p: &Principal,
+    row: &tokio_postgres::Row,
+    counts: &HashMap<String, QueueCounts>,
+) -> Option<pb::QueueInfo> {
     let engine_name: String = row.get(0);
     let name = user_queue(p.tenant_id, &engine_name)?.to_string();
+    let c = counts.get(&engine_name).copied().unwrap_or_default();
     let ms = |i: usize| row.get::<_, i32>(i).max(0) as u64;
     Some(pb::QueueInfo {
         name,
@@ -205,8 +219,16 @@ fn queue_pb(p: &Principal, row: &tokio_postgres::Row) -> Option<pb::QueueInfo> {
             retention_ms: Some(row.get::<_, i64>(7).max(0) as u64),
             aging_ms: Some(ms(8)),
         }),
-        // Per-queue counts need counters the engine does not keep yet: absent, not zero.
-        counts: None,
+        counts: Some(pb::QueueCounts {
+            pending: c.pending,
+            scheduled: c.scheduled,
+            running: c.running,
+            completed: c.completed,
+            failed: c.failed,
+            dead: c.dead,
+            cancelled: c.cancelled,
+            enqueued: c.enqueued,
+        }),
     })
 }
 
@@ -368,8 +390,19 @@ impl pb::admin_server::Admin for AdminService {
             .query(QUEUES_LIST, &[&tenant_prefix(p.tenant_id)])
             .await
             .map_err(|e| status(&e.into(), ""))?;
+        drop(client);
+        let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let counts = self
+            .state
+            .engine
+            .queue_counts(&names)
+            .await
+            .map_err(|e| status(&e, ""))?;
         Ok(Response::new(pb::ListQueuesResponse {
-            queues: rows.iter().filter_map(|r| queue_pb(&p, r)).collect(),
+            queues: rows
+                .iter()
+                .filter_map(|r| queue_pb(&p, r, &counts))
+                .collect(),
         }))
     }
 
