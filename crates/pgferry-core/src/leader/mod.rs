@@ -67,11 +67,25 @@ pub struct Leader {
     engine: Arc<Engine>,
     pg: Config,
     config: LeaderConfig,
+    rescues: rescuer::RescueFeed,
 }
 
 impl Leader {
     pub fn new(engine: Arc<Engine>, pg: Config, config: LeaderConfig) -> Leader {
-        Leader { engine, pg, config }
+        Leader {
+            engine,
+            pg,
+            config,
+            rescues: tokio::sync::broadcast::channel(64).0,
+        }
+    }
+
+    /// What the rescuer rescues while this process leads (one report per pass that rescued
+    /// something): the server counts it per queue in its metrics.
+    pub fn subscribe_rescues(
+        &self,
+    ) -> tokio::sync::broadcast::Receiver<Arc<rescuer::RescueReport>> {
+        self.rescues.subscribe()
     }
 
     /// Campaigns for leadership until `shutdown` turns true; runs the duties while leader.
@@ -104,7 +118,11 @@ impl Leader {
         let c = &self.config;
         duties.spawn(ticker::run(self.engine.clone(), self.pg.clone(), c.clone()));
         duties.spawn(promoter::run(self.pg.clone(), c.clone()));
-        duties.spawn(rescuer::run(self.pg.clone(), c.clone()));
+        duties.spawn(rescuer::run(
+            self.pg.clone(),
+            c.clone(),
+            self.rescues.clone(),
+        ));
         duties.spawn(rotator::run(self.pg.clone(), c.clone()));
         duties.spawn(recounter::run(
             self.engine.clone(),

@@ -40,6 +40,7 @@ fn status(e: &EngineError, field_prefix: &str) -> Status {
         format!("{}: {} ({})", pb.code, pb.message, pb.field)
     };
     match e {
+        _ if e.is_unavailable() => Status::unavailable(msg),
         EngineError::NotFound { .. } => Status::not_found(msg),
         EngineError::Conflict(_) => Status::failed_precondition(msg),
         EngineError::PayloadTooLarge { .. } | EngineError::BatchTooLarge { .. } => {
@@ -83,6 +84,7 @@ impl AdminService {
             .authenticate(key)
             .await
             .map_err(auth_status)?;
+        self.state.rate_limit(&p)?;
         p.require(scope).map_err(auth_status)?;
         Ok(p)
     }
@@ -273,16 +275,33 @@ impl pb::admin_server::Admin for AdminService {
         req: Request<pb::EnqueueRequest>,
     ) -> Result<Response<pb::EnqueueResponse>, Status> {
         let p = self.principal(&req, Scope::Produce).await?;
-        let specs = req.into_inner().jobs;
+        let traceparent = super::traceparent(req.metadata());
+        let mut specs = req.into_inner().jobs;
+        if let Some(tp) = &traceparent {
+            specs
+                .iter_mut()
+                .for_each(|s| super::inherit_traceparent(s, tp));
+        }
         let max = self.state.config.max_batch;
-        if specs.is_empty() || specs.len() > max {
-            return Err(invalid("jobs", &format!("must hold 1 to {max} jobs")));
+        if specs.is_empty() {
+            return Err(invalid("jobs", "must hold at least one job"));
+        }
+        if specs.len() > max {
+            return Err(Status::resource_exhausted(format!(
+                "batch_too_large: batch of {} jobs is over the limit of {max} (jobs)",
+                specs.len()
+            )));
         }
         let max_payload = self.state.engine.config().max_payload_bytes;
+        let queues: Vec<String> = specs.iter().map(|s| s.queue.clone()).collect();
         let mut jobs = Vec::with_capacity(specs.len());
         for (i, spec) in specs.into_iter().enumerate() {
             let job = new_job(&p, spec, &format!("jobs[{i}]"), i, max_payload).map_err(|e| {
-                Status::invalid_argument(format!("{}: {} ({})", e.code, e.message, e.field))
+                let msg = format!("{}: {} ({})", e.code, e.message, e.field);
+                match e.code.as_str() {
+                    "payload_too_large" | "batch_too_large" => Status::resource_exhausted(msg),
+                    _ => Status::invalid_argument(msg),
+                }
             })?;
             jobs.push(job);
         }
@@ -292,6 +311,7 @@ impl pb::admin_server::Admin for AdminService {
             .enqueue_many(&jobs)
             .await
             .map_err(|e| status(&e, ""))?;
+        super::producer::count_enqueued(&self.state, &p, &queues, |i| !done[i].duplicate);
         Ok(Response::new(pb::EnqueueResponse {
             job_ids: done.iter().map(|e| e.id).collect(),
             duplicates: done.iter().map(|e| e.duplicate).collect(),
@@ -565,6 +585,6 @@ impl AdminService {
             serde_json::json!({"via": "grpc"}),
         )
         .await
-        .map_err(|e| Status::internal(format!("database: {e}")))
+        .map_err(|e| status(&e.into(), ""))
     }
 }

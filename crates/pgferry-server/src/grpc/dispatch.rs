@@ -26,6 +26,7 @@ use super::convert::job_message;
 use super::GrpcConfig;
 use crate::auth::token::{Attempt, TokenKey};
 use crate::coalesce::Coalescers;
+use crate::metrics::{JobCounter, Latency};
 use crate::proto::v1 as pb;
 
 const QUEUE_LEASE: &str = include_str!("sql/queue_lease.sql");
@@ -48,6 +49,8 @@ pub(crate) struct Held {
 /// What dispatchers and the stream's own task share about one worker stream.
 pub(crate) struct StreamShared {
     pub tenant_id: i64,
+    /// The tenant's name (metrics labels).
+    pub tenant: String,
     pub credits: AtomicU64,
     pub draining: AtomicBool,
     /// Empty: every kind.
@@ -93,6 +96,7 @@ struct Dispatcher {
     /// The name the tenant knows.
     user_queue: String,
     tenant_id: i64,
+    tenant: String,
     subs: Mutex<Vec<Arc<StreamShared>>>,
     wake: Notify,
 }
@@ -174,6 +178,7 @@ impl Registry {
                     queue: engine_queue.to_string(),
                     user_queue: user_queue.to_string(),
                     tenant_id: stream.tenant_id,
+                    tenant: stream.tenant.clone(),
                     subs: Mutex::new(Vec::new()),
                     wake: Notify::new(),
                 });
@@ -284,8 +289,14 @@ async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
             // Marks the current tick seen: an empty claim then sleeps until a newer one.
             ticks.borrow_and_update();
             let claimed_at = SystemTime::now();
-            match inner.engine.claim(&d.queue, want, &inner.worker).await {
+            let started = Instant::now();
+            let claimed = inner.engine.claim(&d.queue, want, &inner.worker).await;
+            let metrics = &inner.coalescers.metrics;
+            metrics.observe(Latency::Claim, started.elapsed());
+            match claimed {
                 Ok(jobs) if !jobs.is_empty() => {
+                    let n = jobs.len() as u64;
+                    metrics.add(JobCounter::Claimed, &d.tenant, &d.user_queue, n);
                     buffer.extend(jobs.into_iter().map(|job| Buffered {
                         job,
                         lease_until: claimed_at + lease,

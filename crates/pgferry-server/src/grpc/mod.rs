@@ -7,6 +7,7 @@
 //! jobs out strictly within the credits each stream granted.
 
 mod admin;
+pub mod codec;
 mod convert;
 pub mod dispatch;
 mod producer;
@@ -24,6 +25,7 @@ use tonic::Status;
 use crate::auth::token::TokenKey;
 use crate::auth::{Auth, AuthError, Principal, Scope};
 use crate::coalesce::Coalescers;
+use crate::http::extract::RateLimiter;
 use crate::proto::v1 as pb;
 
 /// Limits and timings of the gRPC front.
@@ -76,6 +78,8 @@ pub struct GrpcState {
     pub tokens: Arc<TokenKey>,
     pub config: GrpcConfig,
     pub dispatchers: dispatch::Registry,
+    /// The HTTP API's per-key rate limits: Admin calls and stream opens take a token.
+    pub limiter: Arc<RateLimiter>,
     /// Becomes true when the server stops: streams end with UNAVAILABLE, dispatchers hand
     /// back what they hold.
     stopping: watch::Receiver<bool>,
@@ -89,6 +93,7 @@ impl GrpcState {
         coalescers: Arc<Coalescers>,
         tokens: Arc<TokenKey>,
         config: GrpcConfig,
+        limiter: Arc<RateLimiter>,
     ) -> Arc<GrpcState> {
         let (stop, stopping) = watch::channel(false);
         Arc::new(GrpcState {
@@ -104,6 +109,7 @@ impl GrpcState {
             coalescers,
             tokens,
             config,
+            limiter,
             stopping,
             stop,
         })
@@ -124,14 +130,32 @@ impl GrpcState {
             app.coalescers.clone(),
             Arc::new(tokens),
             config,
+            app.http.limiter.clone(),
         ))
     }
 
     /// Authenticates a hello: the key must exist, be live and hold `scope`.
     pub(crate) async fn hello(&self, api_key: &str, scope: Scope) -> Result<Principal, Status> {
         let p = self.auth.authenticate(api_key).await.map_err(auth_status)?;
+        // Like HTTP: every authenticated request takes a token, allowed or not.
+        self.rate_limit(&p)?;
         p.require(scope).map_err(auth_status)?;
         Ok(p)
+    }
+
+    // tonic's handlers return `Status` by value.
+    #[allow(clippy::result_large_err)]
+    /// Takes one of the key's tokens: RESOURCE_EXHAUSTED with a `retry-after` (seconds)
+    /// in the status metadata when the bucket is empty, like HTTP's 429.
+    pub(crate) fn rate_limit(&self, p: &Principal) -> Result<(), Status> {
+        self.limiter.check(p.key_id).map_err(|e| {
+            let mut s = Status::resource_exhausted(format!("{}: {}", e.code, e.message));
+            if let Some(secs) = e.retry_after {
+                s.metadata_mut()
+                    .insert("retry-after", tonic::metadata::MetadataValue::from(secs));
+            }
+            s
+        })
     }
 
     fn stopping(&self) -> watch::Receiver<bool> {
@@ -147,6 +171,19 @@ fn auth_status(e: AuthError) -> Status {
         AuthError::Forbidden { .. } => Status::permission_denied(e.to_string()),
         AuthError::Unavailable(_) => Status::unavailable(e.to_string()),
     }
+}
+
+/// A well-formed `traceparent` in a request's metadata (see [`crate::trace`]).
+pub(crate) fn traceparent(md: &tonic::metadata::MetadataMap) -> Option<String> {
+    let v = md.get(crate::trace::TRACEPARENT)?.to_str().ok()?;
+    crate::trace::valid(v).map(str::to_string)
+}
+
+/// Gives a job the request's trace context unless it carries its own.
+pub(crate) fn inherit_traceparent(spec: &mut pb::JobSpec, traceparent: &str) {
+    spec.meta
+        .entry(crate::trace::TRACEPARENT.to_string())
+        .or_insert_with(|| traceparent.to_string());
 }
 
 /// A typed error for an ack.
@@ -215,6 +252,17 @@ pub async fn serve_grpc(
         .http2_keepalive_interval(Some(state.config.keepalive))
         .http2_keepalive_timeout(Some(state.config.keepalive))
         .tcp_nodelay(true)
+        // Log lines of a call (errors, warnings) name its RPC and trace id.
+        .trace_fn(|req| {
+            let trace = req
+                .headers()
+                .get(crate::trace::TRACEPARENT)
+                .and_then(|v| v.to_str().ok())
+                .and_then(crate::trace::valid)
+                .map(crate::trace::trace_id)
+                .unwrap_or_default();
+            tracing::info_span!("grpc", rpc = %req.uri().path(), trace_id = trace)
+        })
         .add_service(producer)
         .add_service(worker)
         .add_service(admin)

@@ -68,7 +68,12 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, t
             )));
             return;
         }
-        Some(Err(_)) | None => return,
+        Some(Err(s)) => {
+            // A hello that does not decode is answered (INVALID_ARGUMENT).
+            let _ = tx.send(Err(s));
+            return;
+        }
+        None => return,
     };
     let principal = match state.hello(&hello.api_key, Scope::Consume).await {
         Ok(p) => p,
@@ -101,6 +106,7 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, t
     }
     let shared = Arc::new(StreamShared {
         tenant_id: principal.tenant_id,
+        tenant: principal.tenant.clone(),
         credits: AtomicU64::new(0),
         draining: AtomicBool::new(false),
         kinds: hello.kinds.iter().cloned().collect::<HashSet<_>>(),
@@ -168,7 +174,15 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, t
                 let _ = tx.send(Err(Status::invalid_argument("empty request")));
                 break;
             }
-            Some(Err(_)) | None => break,
+            Some(Err(s)) => {
+                // A message that does not decode (grpc::codec) ends the stream with its
+                // status; results in flight may be resent (answered stale if recorded).
+                if s.code() == tonic::Code::InvalidArgument {
+                    let _ = tx.send(Err(s));
+                }
+                break;
+            }
+            None => break,
         };
         match m {
             Msg::Hello(_) => {
@@ -271,7 +285,11 @@ impl Session {
     }
 
     /// The outcome a result asks for, or the error to ack it with.
-    fn prepare(&self, r: pb::JobResult) -> Result<(pb::AttemptRef, Outcome), pb::ResultAck> {
+    /// Also the attempt's user queue (metrics).
+    fn prepare(
+        &self,
+        r: pb::JobResult,
+    ) -> Result<(pb::AttemptRef, Outcome, String), pb::ResultAck> {
         let Some(aref) = r.r#ref.clone() else {
             return Err(result_error(
                 None,
@@ -291,7 +309,7 @@ impl Session {
             .filter(|h| h.attempt.attempt == aref.attempt);
         let backoff = held.as_ref().map_or_else(Backoff::default, |h| h.backoff);
         match outcome_of(&attempt, backoff, r) {
-            Ok(o) => Ok((aref, o)),
+            Ok(o) => Ok((aref, o, attempt.queue)),
             Err(e) => Err(result_error(Some(aref), e)),
         }
     }
@@ -303,18 +321,27 @@ impl Session {
         let mut outcomes = Vec::new();
         for r in rs {
             match self.prepare(r) {
-                Ok((aref, o)) => {
+                Ok((aref, o, queue)) => {
                     acks.push(None);
-                    refs.push((acks.len() - 1, aref));
+                    refs.push((acks.len() - 1, aref, queue));
                     outcomes.push(o);
                 }
                 Err(ack) => acks.push(Some(ack)),
             }
         }
         if !outcomes.is_empty() {
+            let kinds: Vec<OutcomeKind> = outcomes.iter().map(|o| o.kind).collect();
             match self.state.coalescers.complete(outcomes).await {
                 Ok(done) => {
-                    for ((i, aref), d) in refs.into_iter().zip(done) {
+                    self.state.coalescers.metrics.count_outcomes(
+                        &self.principal.tenant,
+                        refs.iter()
+                            .zip(&kinds)
+                            .zip(&done)
+                            .filter(|(_, d)| !d.stale)
+                            .map(|(((_, _, q), k), _)| (q.as_str(), k)),
+                    );
+                    for ((i, aref, _), d) in refs.into_iter().zip(done) {
                         self.forget(aref.id, aref.attempt);
                         acks[i] = Some(pb::ResultAck {
                             r#ref: Some(aref),
@@ -328,7 +355,7 @@ impl Session {
                         Some(ee) => engine_error(ee, ""),
                         None => pb_error(e.code(), e.to_string(), ""),
                     };
-                    for (i, aref) in refs {
+                    for (i, aref, _) in refs {
                         acks[i] = Some(result_error(Some(aref), err.clone()));
                     }
                 }
