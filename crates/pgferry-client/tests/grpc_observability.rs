@@ -309,6 +309,13 @@ async fn trace_context_reaches_workers_and_grpc_traffic_is_counted() {
             "{name} {q} in\n{text}"
         );
     }
+    // Every enqueue request (stream batch, Admin call, HTTP, stream single) went through
+    // group commit.
+    assert_eq!(
+        sample(&text, "pgferry_coalescer_requests_total{kind=\"enqueue\"}"),
+        Some(4.0),
+        "{text}"
+    );
     // Latencies of the gRPC paths: claims by dispatchers, commits of the coalescers.
     for h in [
         "pgferry_claim_seconds_count",

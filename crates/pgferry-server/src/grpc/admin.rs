@@ -305,16 +305,28 @@ impl pb::admin_server::Admin for AdminService {
             })?;
             jobs.push(job);
         }
-        let done = self
-            .state
-            .engine
-            .enqueue_many(&jobs)
-            .await
-            .map_err(|e| status(&e, ""))?;
-        super::producer::count_enqueued(&self.state, &p, &queues, |i| !done[i].duplicate);
+        // Like HTTP: through group commit, unless unique keys need the engine's duplicate
+        // answers.
+        let done: Vec<(i64, bool)> = if jobs.iter().any(|j| j.unique_key.is_some()) {
+            let done = self.state.engine.enqueue_many(&jobs).await;
+            let done = done.map_err(|e| status(&e, ""))?;
+            done.iter().map(|e| (e.id, e.duplicate)).collect()
+        } else {
+            let ids = self
+                .state
+                .coalescers
+                .enqueue(jobs)
+                .await
+                .map_err(|e| match e.engine() {
+                    Some(e) => status(e, ""),
+                    None => Status::unavailable(format!("{}: {e}", e.code())),
+                })?;
+            ids.into_iter().map(|id| (id, false)).collect()
+        };
+        super::producer::count_enqueued(&self.state, &p, &queues, |i| !done[i].1);
         Ok(Response::new(pb::EnqueueResponse {
-            job_ids: done.iter().map(|e| e.id).collect(),
-            duplicates: done.iter().map(|e| e.duplicate).collect(),
+            job_ids: done.iter().map(|e| e.0).collect(),
+            duplicates: done.iter().map(|e| e.1).collect(),
         }))
     }
 
