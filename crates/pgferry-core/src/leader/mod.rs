@@ -5,6 +5,7 @@
 //! are aborted within a second of losing it (the lock connection is checked every second),
 //! after which another server's leader takes over.
 
+pub mod janitor;
 pub mod promoter;
 pub mod recounter;
 pub mod rescuer;
@@ -44,6 +45,10 @@ pub struct LeaderConfig {
     pub retention: Duration,
     /// Pause between two lanes' counter recounts (each also waits two flush intervals).
     pub recount_interval: Duration,
+    /// Pause between two passes of the janitor over unique keys.
+    pub prune_interval: Duration,
+    /// Unique keys examined per janitor statement.
+    pub prune_batch: i64,
 }
 
 impl Default for LeaderConfig {
@@ -59,6 +64,8 @@ impl Default for LeaderConfig {
             segment_duration: Duration::from_secs(10),
             retention: Duration::from_secs(60),
             recount_interval: Duration::from_secs(5),
+            prune_interval: Duration::from_secs(10),
+            prune_batch: 1000,
         }
     }
 }
@@ -124,6 +131,7 @@ impl Leader {
             self.rescues.clone(),
         ));
         duties.spawn(rotator::run(self.pg.clone(), c.clone()));
+        duties.spawn(janitor::run(self.pg.clone(), c.clone()));
         duties.spawn(recounter::run(
             self.engine.clone(),
             self.pg.clone(),
