@@ -561,6 +561,31 @@ impl pb::admin_server::Admin for AdminService {
         self.audit(&p, "dead.purge", &count.to_string()).await?;
         Ok(Response::new(pb::CountResponse { count }))
     }
+
+    async fn cancel_jobs(
+        &self,
+        req: Request<pb::CancelJobsRequest>,
+    ) -> Result<Response<pb::CancelJobsResponse>, Status> {
+        let p = self.principal(&req, Scope::Admin).await?;
+        let r = req.into_inner();
+        let name = p.queue(&r.queue).map_err(|e| status(&e, "queue"))?;
+        let (f, limit) = super::cancel::filter(&r)?;
+        // An unknown queue is NOT_FOUND, as for its other RPCs.
+        self.queue_info(&p, &name).await?;
+        let done = self
+            .state
+            .engine
+            .cancel_matching(&name, &f, Some("api"), limit)
+            .await
+            .map_err(|e| status(&e, ""))?;
+        self.audit(&p, "queue.cancel", &r.queue).await?;
+        Ok(Response::new(pb::CancelJobsResponse {
+            scheduled: done.scheduled,
+            pending: done.pending,
+            running: done.running,
+            has_more: done.has_more,
+        }))
+    }
 }
 
 impl AdminService {

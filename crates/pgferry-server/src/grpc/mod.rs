@@ -7,6 +7,7 @@
 //! jobs out strictly within the credits each stream granted.
 
 mod admin;
+mod cancel;
 pub mod codec;
 mod convert;
 pub mod dispatch;

@@ -11,7 +11,8 @@ use axum::extract::{Path, State};
 use axum::Json;
 use std::collections::HashMap;
 
-use pgferry_core::{QueueCounts, QueueOptions, QueueSettings};
+use pgferry_core::cancelling::MAX_CANCEL;
+use pgferry_core::{CancelFilter, JobState, QueueCounts, QueueOptions, QueueSettings};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -276,4 +277,80 @@ pub async fn resume(
     p.require(Scope::Admin)?;
     set_paused(&state, &p, &name, false).await?;
     load_existing(&state, &p, &name).await
+}
+
+/// Which of a queue's jobs to cancel (body of `POST /v1/queues/{name}/cancel`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelBody {
+    #[serde(default)]
+    kind: Option<String>,
+    /// Any of pending, scheduled, running; absent or empty: all three.
+    #[serde(default)]
+    states: Option<Vec<String>>,
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+impl Objects for CancelBody {}
+
+/// Cancels the queue's pending, scheduled and running jobs matching a filter, up to `limit`
+/// per call (`has_more` says to call again). Audited.
+pub async fn cancel_jobs(
+    State(state): State<AppState>,
+    Authed(p): Authed,
+    Path(name): Path<String>,
+    JsonBody(b): JsonBody<CancelBody>,
+) -> ApiResult<Json<Value>> {
+    p.require(Scope::Admin)?;
+    let engine_name = p.queue(&name)?;
+    if b.states.as_ref().is_some_and(|s| s.len() > 3) {
+        return Err(ApiError::bad_request("states", "at most 3 states"));
+    }
+    let mut states = Vec::new();
+    for (i, s) in b.states.iter().flatten().enumerate() {
+        states.push(
+            [JobState::Pending, JobState::Scheduled, JobState::Running]
+                .into_iter()
+                .find(|st| st.as_str() == s)
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        format!("states[{i}]"),
+                        "one of pending, scheduled, running",
+                    )
+                })?,
+        );
+    }
+    if let Some(k) = &b.kind {
+        pgferry_core::job::validate_kind(k)?;
+    }
+    let limit = match b.limit {
+        None => 10_000,
+        Some(l) if (1..=MAX_CANCEL).contains(&l) => l,
+        Some(_) => return Err(ApiError::bad_request("limit", "must be 1 to 100000")),
+    };
+    if load(&state, &p, &name).await?.is_none() {
+        return Err(ApiError::not_found("queue"));
+    }
+    let f = CancelFilter {
+        kind: b.kind.clone(),
+        states,
+    };
+    let done = state
+        .engine
+        .cancel_matching(&engine_name, &f, Some("api"), limit)
+        .await?;
+    let cancelled = json!({
+        "scheduled": done.scheduled,
+        "pending": done.pending,
+        "running": done.running,
+    });
+    let client = state.engine.pool().get().await.map_err(db)?;
+    let detail = json!({ "kind": b.kind, "states": b.states, "cancelled": cancelled });
+    admin::audit_api(&**client, &p, "queue.cancel", &name, detail)
+        .await
+        .map_err(db)?;
+    Ok(Json(
+        json!({ "cancelled": cancelled, "has_more": done.has_more }),
+    ))
 }
