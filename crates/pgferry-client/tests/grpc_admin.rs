@@ -160,16 +160,18 @@ async fn admin_rpcs_with_auth_and_tenant_isolation() {
         .unwrap()
         .into_inner();
     assert!(!p.paused);
-    let names: Vec<String> = c
+    // Counts come from the engine's counters (flushed now rather than within a second).
+    server.engine.flush_counters().await.unwrap();
+    let queues = c
         .list_queues(authed(&key_a, pb::ListQueuesRequest {}))
         .await
         .unwrap()
         .into_inner()
-        .queues
-        .into_iter()
-        .map(|q| q.name)
-        .collect();
-    assert_eq!(names, vec!["mail".to_string()]);
+        .queues;
+    let names: Vec<&str> = queues.iter().map(|q| q.name.as_str()).collect();
+    assert_eq!(names, vec!["mail"]);
+    let counts = queues[0].counts.expect("counts");
+    assert_eq!((counts.enqueued, counts.scheduled, counts.dead), (1, 0, 0));
     let none = c
         .list_queues(authed(&key_b, pb::ListQueuesRequest {}))
         .await

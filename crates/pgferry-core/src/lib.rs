@@ -3,6 +3,7 @@
 //! duties (ticker, promoter, rescuer, rotator). See DESIGN.md §2–§3.
 
 pub mod control;
+pub mod counters;
 pub mod db;
 pub mod dlq;
 pub mod engine;
@@ -18,6 +19,7 @@ pub mod queues;
 pub mod unique;
 
 pub use control::{AttemptRef, Beat};
+pub use counters::{QueueCounts, Recount};
 pub use dlq::{DeadFilter, DeadJob, DeadPage};
 pub use engine::{Engine, EngineConfig, QueueOptions};
 pub use error::{Error, Result};

@@ -389,3 +389,47 @@ async fn jobs_are_listed_per_tenant_queue_with_filters_and_pages() {
     assert_eq!(theirs["jobs"].as_array().unwrap().len(), 1, "{theirs}");
     assert!(!mine.contains(&theirs["jobs"][0]["id"]));
 }
+
+/// Queue answers carry counts from the engine's counters (flushed here instead of waiting
+/// for the next second), for one queue and in the list; another tenant's jobs never count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_answers_carry_counts_from_the_counters() {
+    let srv = TestServer::start(ServerConfig::default()).await;
+    let k = srv.key("acme", &["admin"]).await;
+    let other = srv.key("other", &["admin"]).await;
+    for i in 0..3 {
+        let (s, b) = enqueue(
+            &srv,
+            &k,
+            json!({"queue": "cq", "kind": "k", "args": {"i": i}}),
+        )
+        .await;
+        assert_eq!(s, 201, "{b}");
+    }
+    let (s, b) = enqueue(
+        &srv,
+        &k,
+        json!({"queue": "cq", "kind": "k", "delay_ms": 3_600_000}),
+    )
+    .await;
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = enqueue(&srv, &other, json!({"queue": "cq", "kind": "k"})).await;
+    assert_eq!(s, 201, "{b}");
+    let jobs = srv.claim_n(&k, "cq", 2).await;
+    assert_eq!(jobs.len(), 2);
+    complete(&srv, &k, json!({"token": jobs[0]["token"]})).await;
+    srv.state.engine.flush_counters().await.unwrap();
+    let want = json!({
+        "pending": 1, "running": 1, "scheduled": 1, "dead": 0,
+        "enqueued": 4, "completed": 1, "failed": 0, "cancelled": 0
+    });
+    let (s, q, _) = srv.call("GET", "/v1/queues/cq", Some(&k), None).await;
+    assert_eq!(s, 200, "{q}");
+    assert_eq!(q["counts"], want, "{q}");
+    let (s, list, _) = srv.call("GET", "/v1/queues", Some(&k), None).await;
+    assert_eq!(s, 200, "{list}");
+    assert_eq!(list["queues"][0]["counts"], want, "{list}");
+    let (_, theirs, _) = srv.call("GET", "/v1/queues/cq", Some(&other), None).await;
+    assert_eq!(theirs["counts"]["pending"], 1, "{theirs}");
+    assert_eq!(theirs["counts"]["enqueued"], 1, "{theirs}");
+}

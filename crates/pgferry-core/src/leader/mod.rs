@@ -6,6 +6,7 @@
 //! after which another server's leader takes over.
 
 pub mod promoter;
+pub mod recounter;
 pub mod rescuer;
 pub mod rotator;
 pub mod ticker;
@@ -41,6 +42,8 @@ pub struct LeaderConfig {
     pub segment_duration: Duration,
     /// Closed segments are kept at least this long (job history).
     pub retention: Duration,
+    /// Pause between two lanes' counter recounts (each also waits two flush intervals).
+    pub recount_interval: Duration,
 }
 
 impl Default for LeaderConfig {
@@ -55,6 +58,7 @@ impl Default for LeaderConfig {
             rotate_interval: Duration::from_secs(1),
             segment_duration: Duration::from_secs(10),
             retention: Duration::from_secs(60),
+            recount_interval: Duration::from_secs(5),
         }
     }
 }
@@ -120,6 +124,11 @@ impl Leader {
             self.rescues.clone(),
         ));
         duties.spawn(rotator::run(self.pg.clone(), c.clone()));
+        duties.spawn(recounter::run(
+            self.engine.clone(),
+            self.pg.clone(),
+            c.clone(),
+        ));
         let result = loop {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {

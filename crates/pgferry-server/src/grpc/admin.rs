@@ -94,7 +94,13 @@ impl AdminService {
             .await
             .map_err(|e| status(&e.into(), ""))?
             .ok_or_else(|| not_found("queue"))?;
-        queue_pb(p, &row).ok_or_else(|| not_found("queue"))
+        let counts = self
+            .state
+            .engine
+            .queue_counts(&[engine_name.to_string()])
+            .await
+            .map_err(|e| status(&e, ""))?;
+        queue_pb(p, &row, &counts).ok_or_else(|| not_found("queue"))
     }
 
     /// A dead-letter filter limited to the caller's queues.
@@ -267,8 +273,19 @@ impl pb::admin_server::Admin for AdminService {
             .query(QUEUES_LIST, &[&tenant_prefix(p.tenant_id)])
             .await
             .map_err(|e| status(&e.into(), ""))?;
+        drop(client);
+        let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let counts = self
+            .state
+            .engine
+            .queue_counts(&names)
+            .await
+            .map_err(|e| status(&e, ""))?;
         Ok(Response::new(pb::ListQueuesResponse {
-            queues: rows.iter().filter_map(|r| queue_pb(&p, r)).collect(),
+            queues: rows
+                .iter()
+                .filter_map(|r| queue_pb(&p, r, &counts))
+                .collect(),
         }))
     }
 

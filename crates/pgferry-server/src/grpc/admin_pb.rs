@@ -4,9 +4,10 @@
 // tonic's service methods return `Status` by value; these helpers feed them directly.
 #![allow(clippy::result_large_err)]
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pgferry_core::{Error as EngineError, JobInfo, JobState};
+use pgferry_core::{Error as EngineError, JobInfo, JobState, QueueCounts};
 use tonic::Status;
 
 use crate::auth::{user_queue, Principal};
@@ -92,10 +93,15 @@ pub(super) fn job_pb(info: JobInfo, queue: String) -> pb::JobInfo {
     }
 }
 
-/// A row of queues_list.sql / queue_get.sql as the API shows it (user name).
-pub(super) fn queue_pb(p: &Principal, row: &tokio_postgres::Row) -> Option<pb::QueueInfo> {
+/// A row of queues_list.sql / queue_get.sql as the API shows it (user name), with its counts.
+pub(super) fn queue_pb(
+    p: &Principal,
+    row: &tokio_postgres::Row,
+    counts: &HashMap<String, QueueCounts>,
+) -> Option<pb::QueueInfo> {
     let engine_name: String = row.get(0);
     let name = user_queue(p.tenant_id, &engine_name)?.to_string();
+    let c = counts.get(&engine_name).copied().unwrap_or_default();
     let ms = |i: usize| row.get::<_, i32>(i).max(0) as u64;
     Some(pb::QueueInfo {
         name,
@@ -109,8 +115,16 @@ pub(super) fn queue_pb(p: &Principal, row: &tokio_postgres::Row) -> Option<pb::Q
             retention_ms: Some(row.get::<_, i64>(7).max(0) as u64),
             aging_ms: Some(ms(8)),
         }),
-        // Per-queue counts need counters the engine does not keep yet: absent, not zero.
-        counts: None,
+        counts: Some(pb::QueueCounts {
+            pending: c.pending,
+            scheduled: c.scheduled,
+            running: c.running,
+            completed: c.completed,
+            failed: c.failed,
+            dead: c.dead,
+            cancelled: c.cancelled,
+            enqueued: c.enqueued,
+        }),
     })
 }
 

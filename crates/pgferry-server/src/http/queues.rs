@@ -2,13 +2,16 @@
 //!
 //! Reads come from `pgferry.queues` directly (filtered by the tenant's prefix); writes go
 //! through the engine (`upsert_queue` for shards and creation, `update_queue` for the rest,
-//! `pause_queue`/`resume_queue`). Job counts per queue wait on an engine operation.
+//! `pause_queue`/`resume_queue`). Job counts come from the engine's counters
+//! (`queue_counts`: one statement for any number of queues, no table scan).
 
 use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::Json;
-use pgferry_core::{QueueOptions, QueueSettings};
+use std::collections::HashMap;
+
+use pgferry_core::{QueueCounts, QueueOptions, QueueSettings};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -21,11 +24,31 @@ use crate::AppState;
 const QUEUES_LIST: &str = include_str!("sql/queues_list.sql");
 const QUEUE_GET: &str = include_str!("sql/queue_get.sql");
 
-/// A queue row as the API shows it (user name, no tenant prefix).
-fn queue_json(p: &Principal, row: &tokio_postgres::Row) -> Option<Value> {
+/// A queue's counts as the API shows them.
+pub(super) fn counts_json(c: &QueueCounts) -> Value {
+    json!({
+        "pending": c.pending,
+        "running": c.running,
+        "scheduled": c.scheduled,
+        "dead": c.dead,
+        "enqueued": c.enqueued,
+        "completed": c.completed,
+        "failed": c.failed,
+        "cancelled": c.cancelled,
+    })
+}
+
+/// A queue row as the API shows it (user name, no tenant prefix), with its counts.
+fn queue_json(
+    p: &Principal,
+    row: &tokio_postgres::Row,
+    counts: &HashMap<String, QueueCounts>,
+) -> Option<Value> {
     let engine_name: String = row.get(0);
     let name = user_queue(p.tenant_id, &engine_name)?;
+    let c = counts.get(&engine_name).copied().unwrap_or_default();
     Some(json!({
+        "counts": counts_json(&c),
         "name": name,
         "paused": row.get::<_, bool>(4),
         "settings": {
@@ -52,7 +75,10 @@ async fn load(state: &AppState, p: &Principal, name: &str) -> ApiResult<Option<V
         .query_opt(QUEUE_GET, &[&engine_name])
         .await
         .map_err(db)?;
-    Ok(row.and_then(|r| queue_json(p, &r)))
+    drop(client);
+    let Some(row) = row else { return Ok(None) };
+    let counts = state.engine.queue_counts(&[engine_name]).await?;
+    Ok(queue_json(p, &row, &counts))
 }
 
 async fn load_existing(state: &AppState, p: &Principal, name: &str) -> ApiResult<Json<Value>> {
@@ -79,7 +105,13 @@ pub async fn list(State(state): State<AppState>, Authed(p): Authed) -> ApiResult
         .query(QUEUES_LIST, &[&tenant_prefix(p.tenant_id)])
         .await
         .map_err(db)?;
-    let queues: Vec<Value> = rows.iter().filter_map(|r| queue_json(&p, r)).collect();
+    drop(client);
+    let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    let counts = state.engine.queue_counts(&names).await?;
+    let queues: Vec<Value> = rows
+        .iter()
+        .filter_map(|r| queue_json(&p, r, &counts))
+        .collect();
     Ok(Json(json!({ "queues": queues })))
 }
 
