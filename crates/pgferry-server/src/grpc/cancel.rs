@@ -7,11 +7,8 @@ use pgferry_core::cancelling::MAX_CANCEL;
 use pgferry_core::{CancelFilter, JobState};
 use tonic::Status;
 
+use super::admin_pb::invalid;
 use crate::proto::v1 as pb;
-
-fn invalid(field: &str, message: &str) -> Status {
-    Status::invalid_argument(format!("invalid_argument: {message} ({field})"))
-}
 
 /// The engine filter and limit of a request (the queue is resolved by the caller).
 pub(super) fn filter(r: &pb::CancelJobsRequest) -> Result<(CancelFilter, u32), Status> {
