@@ -427,3 +427,51 @@ async fn keys_scopes_revocation_and_rate_limits() {
     assert_eq!(r.unwrap_err().code(), Code::Unauthenticated);
     server.stop().await;
 }
+
+/// A service whose handler panics, named like the Admin service.
+#[derive(Clone)]
+struct Boom;
+
+impl tonic::server::NamedService for Boom {
+    const NAME: &'static str = "pgferry.v1.Admin";
+}
+
+impl tonic::codegen::Service<tonic::codegen::http::Request<tonic::body::Body>> for Boom {
+    type Response = tonic::codegen::http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: tonic::codegen::http::Request<tonic::body::Body>) -> Self::Future {
+        panic!("handler bug")
+    }
+}
+
+/// The server's gRPC panic guard (installed by `serve_grpc`) answers a panicking handler
+/// with INTERNAL, and the connection keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_answers_internal() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .layer(pgferry_server::grpc::panic_guard())
+            .add_service(Boom)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let mut admin = pb::admin_client::AdminClient::connect(url).await.unwrap();
+    for _ in 0..2 {
+        let e = admin
+            .get_job(Request::new(pb::GetJobRequest { id: 1 }))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Internal, "{e:?}");
+        assert!(e.message().starts_with("internal"), "{e:?}");
+    }
+}

@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokio::sync::{watch, Notify};
 use tokio_postgres::types::ToSql;
 
+use crate::counters::Counters;
 use crate::error::{Error, Result};
 use crate::ids::{IdBlocks, SegmentCache};
 use crate::job::{ClaimedJob, Completed, Outcome, OutcomeKind};
@@ -33,6 +34,8 @@ pub struct EngineConfig {
     pub max_batch: usize,
     /// Rows one statement of `list_jobs` reads at most (spread over the queue's lanes).
     pub list_round_rows: i64,
+    /// How often this process writes its counter deltas (see counters.rs).
+    pub counter_flush: Duration,
 }
 
 impl Default for EngineConfig {
@@ -41,6 +44,7 @@ impl Default for EngineConfig {
             max_payload_bytes: 1 << 20,
             max_batch: 10_000,
             list_round_rows: 4_000,
+            counter_flush: Duration::from_secs(1),
         }
     }
 }
@@ -77,11 +81,14 @@ pub struct Engine {
     cancels: tokio::sync::broadcast::Sender<i64>,
     /// Signalled after each enqueue so an in-process ticker ticks without waiting.
     log_grew: Arc<Notify>,
+    /// Per-lane deltas of this process's committed statements (queue counts).
+    counters: Counters,
 }
 
 impl Engine {
     pub fn new(pool: Pool, config: EngineConfig) -> Arc<Engine> {
         Arc::new(Engine {
+            counters: Counters::new(pool.clone(), config.counter_flush),
             pool,
             lanes: LaneCache::default(),
             ids: IdBlocks::default(),
@@ -99,6 +106,10 @@ impl Engine {
 
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     /// Creates or reconfigures a queue.
@@ -174,6 +185,7 @@ impl Engine {
             *per_lane.entry(r.get(9)).or_default() += 1;
         }
         lanes.record_claim(&order, &per_lane, max as usize, tick);
+        self.counters.claimed(&per_lane);
         if let Some(r) = rows.first() {
             // The receipt went to the current segment: what COPYs should write to (ids.rs).
             self.segment.observe(r.get(10));
@@ -244,6 +256,13 @@ impl Engine {
                 ],
             )
             .await?;
+        self.counters.finished(
+            outcomes
+                .iter()
+                .zip(rows.iter())
+                .filter(|(_, r)| r.get::<_, bool>(1))
+                .map(|(o, _)| o),
+        );
         // One row per outcome, in input order (ORDER BY ord).
         Ok(outcomes
             .iter()

@@ -69,6 +69,8 @@ impl Engine {
             let stmt = client.prepare_cached(COPY_READY).await?;
             self.copy_fresh(&client, &stmt, jobs, &batch).await?
         };
+        self.counters()
+            .enqueued(batch.lanes.iter().zip(&batch.run_ats));
         self.log_grew().notify_one();
         Ok(ids)
     }
@@ -100,10 +102,17 @@ impl Engine {
                 .zip(SCHEDULED_TYPES)
                 .collect();
             let rows = client.query_typed(ENQUEUE_SCHEDULED, &typed).await?;
+            // Counted now: a rolled-back caller transaction leaves drift for the recount.
+            self.counters()
+                .enqueued(batch.lanes.iter().zip(&batch.run_ats));
             return Ok(rows.iter().map(|r| r.get(0)).collect());
         }
         let stmt = client.prepare(COPY_READY).await?;
-        self.copy_fresh(client.client(), &stmt, jobs, &batch).await
+        let ids = self.copy_fresh(client.client(), &stmt, jobs, &batch).await?;
+        // Counted now: a rolled-back caller transaction leaves drift for the recount.
+        self.counters()
+            .enqueued(batch.lanes.iter().zip(&batch.run_ats));
+        Ok(ids)
     }
 
     /// Writes a batch of jobs to run now with one COPY; returns their ids in input order.
@@ -269,7 +278,7 @@ pub(crate) struct EnqueueBatch<'a> {
     args: Vec<&'a Value>,
     metas: Vec<Option<&'a Value>>,
     max_attempts: Vec<i32>,
-    run_ats: Vec<Option<SystemTime>>,
+    pub(crate) run_ats: Vec<Option<SystemTime>>,
     /// Some job runs later: the statement that also writes `scheduled` is needed.
     any_future: bool,
     queues: Vec<&'a str>,
@@ -278,6 +287,11 @@ pub(crate) struct EnqueueBatch<'a> {
 }
 
 impl EnqueueBatch<'_> {
+    /// Lane and run time of the batch's job `i` (counters).
+    pub(crate) fn job_at(&self, i: usize) -> (&i32, &Option<SystemTime>) {
+        (&self.lanes[i], &self.run_ats[i])
+    }
+
     pub(crate) fn params_unique(&self) -> [&(dyn ToSql + Sync); 9] {
         [
             &self.lanes,

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 use serde_json::Value;
 use tokio_postgres::Row;
 
+use crate::counters::Delta;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::job::outcome_code as oc;
@@ -97,9 +98,10 @@ fn outcome_name(code: i16) -> &'static str {
     }
 }
 
-/// One job as read by `jobs_detail.sql`.
+/// One job as read by `jobs_detail.sql`, with the lane it lives in (counters).
 pub(crate) struct Detail {
     pub info: JobInfo,
+    pub lane: Option<i32>,
 }
 
 /// Builds a job from its rows of `jobs_detail.sql` (one per attempt, attempts ascending);
@@ -110,6 +112,7 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
     let run_at: Option<SystemTime> = first.get(13);
     let dead_attempt: Option<i32> = first.get(20);
     let cancel_requested: bool = first.get(21);
+    let lane: Option<i32> = first.get(23);
     let attempt: Option<i32> = first.get(1);
     if attempt.is_none() {
         // Never promoted into the log: scheduled, cancelled while scheduled, or unknown.
@@ -134,6 +137,7 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
                 cancel_requested,
                 result: None,
             },
+            lane,
         });
     }
     let last = rows.last().expect("not empty");
@@ -184,6 +188,7 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
             cancel_requested,
             result: last.get(22),
         },
+        lane,
     })
 }
 
@@ -231,9 +236,9 @@ impl Engine {
     pub async fn cancel(&self, id: i64, reason: Option<&str>) -> Result<CancelResult> {
         // A finished job cannot be cancelled. (Checked first; a job finishing in between is
         // harmless: its cancellation request is simply never acted on.)
-        let state = match self.get_job(id).await {
-            Ok(info) => Some(info.state),
-            Err(Error::NotFound { .. }) => None,
+        let (state, lane) = match self.job_detail(id).await {
+            Ok(d) => (Some(d.info.state), d.lane),
+            Err(Error::NotFound { .. }) => (None, None),
             Err(e) => return Err(e),
         };
         if let Some(s @ (JobState::Completed | JobState::Dead | JobState::Cancelled)) = state {
@@ -254,6 +259,21 @@ impl Engine {
                 what: "job",
                 id: id.to_string(),
             });
+        }
+        // A running job's outcome is counted when its worker reports it.
+        let moved = match (was_scheduled, recorded, state) {
+            (true, _, _) => Some(Delta {
+                scheduled: -1,
+                ..Delta::default()
+            }),
+            (false, true, Some(JobState::Pending)) => Some(Delta {
+                pending: -1,
+                ..Delta::default()
+            }),
+            _ => None,
+        };
+        if let (Some(d), Some(lane)) = (moved, lane) {
+            self.counters().add(lane, Delta { cancelled: 1, ..d });
         }
         Ok(match (was_scheduled, recorded) {
             (true, _) => CancelResult::Unscheduled,

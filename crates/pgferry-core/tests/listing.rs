@@ -196,7 +196,7 @@ async fn bad_cursors_and_limits_are_refused() {
 #[tokio::test]
 async fn statements_per_page_are_bounded() {
     let _turn = COUNTING.lock().await;
-    let s = common::setup().await;
+    let s = common::setup_with(common::quiet_counters()).await;
     s.engine
         .upsert_queue(
             "big",

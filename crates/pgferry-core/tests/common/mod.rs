@@ -17,11 +17,24 @@ pub struct Setup {
 }
 
 pub async fn setup() -> Setup {
+    setup_with(EngineConfig::default()).await
+}
+
+pub async fn setup_with(config: EngineConfig) -> Setup {
     let db = pgferry_testkit::test_db().await;
     let mut client = db.connect().await;
     migrate::up(&mut client).await.expect("migrate");
-    let engine = Engine::new(db.pool(16), EngineConfig::default());
+    let engine = Engine::new(db.pool(16), config);
     Setup { db, engine }
+}
+
+/// An engine whose counter flushes never come on their own (tests that count statements
+/// flush explicitly, if at all).
+pub fn quiet_counters() -> EngineConfig {
+    EngineConfig {
+        counter_flush: std::time::Duration::from_secs(3600),
+        ..EngineConfig::default()
+    }
 }
 
 impl Setup {

@@ -7,6 +7,8 @@
 //! jobs out strictly within the credits each stream granted.
 
 mod admin;
+mod admin_pb;
+mod cancel;
 pub mod codec;
 mod convert;
 pub mod dispatch;
@@ -221,6 +223,46 @@ pub(crate) fn engine_error(e: &pgferry_core::Error, prefix: &str) -> pb::Error {
     pb_error(e.code(), e.to_string(), field)
 }
 
+/// Runs a stream's task; if it panics, the stream ends with INTERNAL (logged) rather than
+/// looking like a clean end to the client. The task keeps the call's span.
+pub(crate) fn spawn_stream<T: Send + 'static>(
+    task: impl Future<Output = ()> + Send + 'static,
+    tx: tokio::sync::mpsc::UnboundedSender<Result<T, Status>>,
+) {
+    use futures_util::FutureExt;
+    let task = std::panic::AssertUnwindSafe(tracing::Instrument::in_current_span(task));
+    tokio::spawn(async move {
+        if let Err(err) = task.catch_unwind().await {
+            let _ = grpc_panic(err);
+            let _ = tx.send(Err(Status::internal(
+                "internal: internal error (logged on the server)",
+            )));
+        }
+    });
+}
+
+/// How [`panic_guard`] answers a panic.
+pub type PanicAnswer =
+    fn(Box<dyn std::any::Any + Send>) -> tonic::codegen::http::Response<tonic::body::Body>;
+
+/// The layer that answers a panicking gRPC handler with INTERNAL (and logs the panic)
+/// instead of dropping the connection, like the HTTP API's panic guard.
+pub fn panic_guard() -> tower_http::catch_panic::CatchPanicLayer<PanicAnswer> {
+    tower_http::catch_panic::CatchPanicLayer::custom(grpc_panic as fn(_) -> _)
+}
+
+fn grpc_panic(
+    err: Box<dyn std::any::Any + Send + 'static>,
+) -> tonic::codegen::http::Response<tonic::body::Body> {
+    let detail = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic");
+    tracing::error!(panic = detail, "gRPC handler panicked");
+    Status::internal("internal: internal error (logged on the server)").into_http()
+}
+
 /// Serves the Producer, Worker and Admin services on `listener` until `shutdown` resolves; then
 /// ends every open stream (UNAVAILABLE, so clients reconnect elsewhere), hands back the
 /// jobs dispatchers claimed but did not deliver, and returns.
@@ -252,6 +294,7 @@ pub async fn serve_grpc(
         .http2_keepalive_interval(Some(state.config.keepalive))
         .http2_keepalive_timeout(Some(state.config.keepalive))
         .tcp_nodelay(true)
+        .layer(panic_guard())
         // Log lines of a call (errors, warnings) name its RPC and trace id.
         .trace_fn(|req| {
             let trace = req
@@ -274,4 +317,26 @@ pub async fn serve_grpc(
     let _ = state.stop.send(true);
     state.dispatchers.close_all().await;
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_stream_task_ends_its_stream_with_internal() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Result<(), Status>>();
+        let task_tx = tx.clone();
+        spawn_stream(
+            async move {
+                let _ = task_tx.send(Ok(()));
+                panic!("stream bug");
+            },
+            tx,
+        );
+        assert!(rx.recv().await.unwrap().is_ok());
+        let e = rx.recv().await.unwrap().unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Internal);
+        assert!(rx.recv().await.is_none(), "the stream ends there");
+    }
 }

@@ -39,12 +39,8 @@ impl pb::producer_server::Producer for ProducerService {
         let traceparent = super::traceparent(request.metadata());
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
-        // The call's span (RPC, trace id) follows the stream's task.
-        let task = run(self.state.clone(), inbound, tx, traceparent);
-        tokio::spawn(tracing::Instrument::instrument(
-            task,
-            tracing::Span::current(),
-        ));
+        let task = run(self.state.clone(), inbound, tx.clone(), traceparent);
+        super::spawn_stream(task, tx);
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
     }
 }

@@ -37,7 +37,7 @@ impl pb::worker_server::Worker for WorkerService {
     ) -> Result<Response<Self::StreamStream>, Status> {
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(self.state.clone(), inbound, tx));
+        super::spawn_stream(run(self.state.clone(), inbound, tx.clone()), tx);
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
     }
 }

@@ -116,6 +116,11 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             "/v1/queues/{name}/resume",
             post(queues::resume),
         ),
+        (
+            Method::POST,
+            "/v1/queues/{name}/cancel",
+            post(queues::cancel_jobs),
+        ),
         (Method::GET, "/v1/dead", get(dead::list)),
         (Method::POST, "/v1/dead/retry", post(dead::retry)),
         (Method::POST, "/v1/dead/purge", post(dead::purge)),
