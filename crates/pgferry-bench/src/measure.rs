@@ -182,3 +182,13 @@ async fn dead_tuples(admin: &Client, schema: &str, tables: &str) -> anyhow::Resu
     }
     Ok((last.0, last.1))
 }
+
+/// Decodes the jobs a reference queue handed to a worker (kind and JSON args), as pgferry's
+/// claim does for its workers: the same work per job for every variant. The values are only
+/// passed through `black_box`, so the decoding cannot be optimised away.
+pub fn take_jobs(rows: &[tokio_postgres::Row], kind: usize, args: usize) {
+    for r in rows {
+        let job: (String, serde_json::Value) = (r.get(kind), r.get(args));
+        std::hint::black_box(job);
+    }
+}

@@ -33,8 +33,10 @@ CREATE INDEX events_read ON ref_log.events (shard, id);";
 
 const COPY_IN: &str = "COPY ref_log.events (shard, kind, args) FROM STDIN BINARY";
 
+// The job itself (kind, args) goes to the reader, like every queue hands a worker its job.
 const READ: &str = "
-SELECT id, enqueued_at FROM ref_log.events WHERE shard = $1 AND id > $2 ORDER BY id LIMIT $3";
+SELECT id, enqueued_at, kind, args FROM ref_log.events
+ WHERE shard = $1 AND id > $2 ORDER BY id LIMIT $3";
 
 pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     measure::connect(config, "setup")
@@ -98,6 +100,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
                     continue;
                 }
                 counters.record_latencies(rows.iter().map(|r| r.get::<_, SystemTime>(1)));
+                measure::take_jobs(&rows, 2, 3);
                 cursor = rows.last().map(|r| r.get(0)).unwrap_or(cursor);
                 counters.add_finished(rows.len() as u64);
             }

@@ -36,7 +36,7 @@ UPDATE ref_skiplocked.jobs
                ORDER BY priority, id
                LIMIT $1
                FOR UPDATE SKIP LOCKED)
-RETURNING id, enqueued_at";
+RETURNING id, enqueued_at, kind, args";
 
 const COMPLETE: &str = "DELETE FROM ref_skiplocked.jobs WHERE id = ANY($1)";
 
@@ -84,6 +84,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
                     continue;
                 }
                 counters.record_latencies(rows.iter().map(|r| r.get::<_, SystemTime>(1)));
+                measure::take_jobs(&rows, 2, 3);
                 let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
                 let n = client.execute(&complete, &[&ids]).await?;
                 counters.add_finished(n);
