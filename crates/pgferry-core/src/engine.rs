@@ -17,7 +17,7 @@ use crate::counters::Counters;
 use crate::error::{Error, Result};
 use crate::ids::{IdBlocks, SegmentCache};
 use crate::job::{ClaimedJob, Completed, Outcome, OutcomeKind};
-use crate::lanes::LaneCache;
+use crate::lanes::{BusyLanes, LaneCache};
 
 const CLAIM: &str = include_str!("sql/claim.sql");
 const CLAIM_LIMITED: &str = include_str!("sql/claim_limited.sql");
@@ -70,6 +70,8 @@ impl Default for QueueOptions {
 pub struct Engine {
     pool: Pool,
     pub(crate) lanes: LaneCache,
+    /// Lanes this process's claims hold right now (lanes.rs).
+    busy: BusyLanes,
     /// Job id blocks reserved by this process (enqueue.rs, ids.rs).
     pub(crate) ids: IdBlocks,
     /// The segment this process's COPYs write to.
@@ -91,6 +93,7 @@ impl Engine {
             counters: Counters::new(pool.clone(), config.counter_flush),
             pool,
             lanes: LaneCache::default(),
+            busy: BusyLanes::default(),
             ids: IdBlocks::default(),
             segment: SegmentCache::default(),
             config,
@@ -156,15 +159,16 @@ impl Engine {
         // The tick known before the claim: a lane found empty now has nothing new until a
         // later tick (claims read the newest tick in the database, never an older one).
         let tick = *self.ticks.borrow();
-        let order = lanes.claim_order(tick);
-        if order.is_empty() {
+        let held = self.busy.take(lanes.claim_order(tick));
+        if held.lanes.is_empty() {
             return Ok(Vec::new());
         }
+        let order = &held.lanes;
         let rows = match lanes.concurrency {
             None => {
                 let stmt = client.prepare_cached(CLAIM).await?;
                 client
-                    .query(&stmt, &[&order, &max, &worker, &lanes.lease_ms])
+                    .query(&stmt, &[order, &max, &worker, &lanes.lease_ms])
                     .await?
             }
             Some(limit) => {
@@ -172,7 +176,7 @@ impl Engine {
                 let params: [&(dyn ToSql + Sync); 6] = [
                     &lanes.queue_id,
                     &limit,
-                    &order,
+                    order,
                     &max,
                     &worker,
                     &lanes.lease_ms,
@@ -184,7 +188,8 @@ impl Engine {
         for r in &rows {
             *per_lane.entry(r.get(9)).or_default() += 1;
         }
-        lanes.record_claim(&order, &per_lane, max as usize, tick);
+        lanes.record_claim(order, &per_lane, max as usize, tick);
+        drop(held);
         self.counters.claimed(&per_lane);
         if let Some(r) = rows.first() {
             // The receipt went to the current segment: what COPYs should write to (ids.rs).

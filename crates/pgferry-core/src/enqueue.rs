@@ -108,7 +108,9 @@ impl Engine {
             return Ok(rows.iter().map(|r| r.get(0)).collect());
         }
         let stmt = client.prepare(COPY_READY).await?;
-        let ids = self.copy_fresh(client.client(), &stmt, jobs, &batch).await?;
+        let ids = self
+            .copy_fresh(client.client(), &stmt, jobs, &batch)
+            .await?;
         // Counted now: a rolled-back caller transaction leaves drift for the recount.
         self.counters()
             .enqueued(batch.lanes.iter().zip(&batch.run_ats));
