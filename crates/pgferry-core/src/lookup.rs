@@ -53,6 +53,9 @@ pub struct AttemptInfo {
     pub outcome: &'static str,
     pub error: Option<String>,
     pub duration_ms: Option<i32>,
+    /// When the claim that handed this attempt out was made, and by which worker.
+    pub claimed_at: Option<SystemTime>,
+    pub worker: Option<String>,
     pub finished_at: Option<SystemTime>,
 }
 
@@ -148,6 +151,8 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
             outcome: r.get::<_, Option<i16>>(4).map_or("pending", outcome_name),
             error: r.get(5),
             duration_ms: r.get(6),
+            claimed_at: r.get(24),
+            worker: r.get(25),
             finished_at: r.get(7),
         })
         .collect();

@@ -9,6 +9,10 @@
 --   - outcomes: only of claimed attempts, by array overlap in their segments' completions
 --     (one pass over each such partition for the whole set: completions hold one row per
 --     receipt batch and carry no per-job index, which would cost complete() an entry per job);
+--   - the claiming receipt (claimed_at, worker): named by the outcome's completion row, or,
+--     for a running attempt, the newest receipt of its lane holding it among those that can
+--     hold an open attempt (after the rescue mark or named by a long lease, as in
+--     list_claimed.sql); one probe of receipts_cursor (lane, receipt_id) either way;
 --   - side rows: primary keys of scheduled, cancels, dead; results_job for the result.
 -- $1 job ids
 WITH ids AS (
@@ -46,7 +50,7 @@ a2 AS MATERIALIZED (
 ),
 outc AS MATERIALIZED (
     SELECT u.job_id, u.attempt, c.outcome, c.errors[u.i] AS error,
-           c.durations[u.i] AS duration_ms, c.finished_at
+           c.durations[u.i] AS duration_ms, c.finished_at, c.receipt_id
       FROM pgferry.completions c,
            unnest(c.job_ids, c.attempts) WITH ORDINALITY AS u(job_id, attempt, i)
      WHERE c.segment = ANY (ARRAY(SELECT DISTINCT a.segment FROM a2 a WHERE a.claimed))
@@ -61,7 +65,7 @@ SELECT k.job_id, a.attempt, a.claimed, a.last, o.outcome, o.error, o.duration_ms
        coalesce(s.max_attempts, x.max_attempts) AS side_max_attempts,
        q.name AS queue, l.priority, d.attempt AS dead_attempt,
        x.job_id IS NOT NULL AS cancel_requested, res.result,
-       coalesce(a.lane, s.lane, x.lane) AS lane
+       coalesce(a.lane, s.lane, x.lane) AS lane, rcp.claimed_at, rcp.worker
   FROM ids k
   LEFT JOIN a2 a ON a.job_id = k.job_id
   LEFT JOIN outc o ON o.job_id = a.job_id AND o.attempt = a.attempt
@@ -74,4 +78,19 @@ SELECT k.job_id, a.attempt, a.claimed, a.last, o.outcome, o.error, o.duration_ms
       SELECT r.result FROM pgferry.results r
        WHERE a.last AND o.outcome = 1 AND r.job_id = a.job_id AND r.attempt = a.attempt
        LIMIT 1) res ON true
+  LEFT JOIN LATERAL (
+      SELECT rc.claimed_at, rc.worker
+        FROM pgferry.receipts rc
+       WHERE o.receipt_id IS NOT NULL AND rc.lane = a.lane AND rc.receipt_id = o.receipt_id
+      UNION ALL
+      (SELECT rc.claimed_at, rc.worker
+         FROM pgferry.receipts rc
+        WHERE a.claimed AND o.outcome IS NULL AND rc.lane = a.lane
+          AND rc.receipt_id > least((SELECT ls.rescue_mark FROM pgferry.leader_state ls),
+                                    (SELECT min(ll.receipt_id) - 1 FROM pgferry.long_leases ll
+                                      WHERE ll.lane = a.lane))
+          AND rc.job_ids @> ARRAY[a.job_id]
+        ORDER BY rc.receipt_id DESC
+        LIMIT 1)
+      LIMIT 1) rcp ON true
  ORDER BY k.job_id, a.attempt
