@@ -50,6 +50,8 @@ pub(crate) struct StreamShared {
     pub tenant_id: i64,
     pub credits: AtomicU64,
     pub draining: AtomicBool,
+    /// Most jobs per JobBatch; 0: the worker did not ask for batches (one Job each).
+    pub batch: usize,
     /// Empty: every kind.
     pub kinds: HashSet<String>,
     pub tx: Tx,
@@ -309,7 +311,9 @@ async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
     }
 }
 
-/// Hands buffered jobs to streams with credit, round-robin, in claim order.
+/// Hands buffered jobs to streams with credit, round-robin, in claim order. Each stream gets
+/// what this pass picked for it in as few messages as its batching allows: whatever is
+/// ready now, never held back to fill a batch.
 fn deliver(
     inner: &Inner,
     d: &Dispatcher,
@@ -318,60 +322,116 @@ fn deliver(
     rr: &mut usize,
     lease: Duration,
 ) {
+    let mut picked: Vec<Vec<Buffered>> = subs.iter().map(|_| Vec::new()).collect();
     let mut kept = VecDeque::new();
     while let Some(b) = buffer.pop_front() {
         if !subs.iter().any(|s| s.demand() > 0) {
             kept.push_back(b);
             break;
         }
-        let mut delivered = false;
-        for k in 0..subs.len() {
-            let s = &subs[(*rr + k) % subs.len()];
-            if !s.accepts(&b.job.kind) || !s.take_credit() {
-                continue;
+        let target = (0..subs.len())
+            .map(|k| (*rr + k) % subs.len())
+            .find(|&i| subs[i].accepts(&b.job.kind) && subs[i].take_credit());
+        match target {
+            Some(i) => {
+                *rr = (i + 1) % subs.len();
+                picked[i].push(b);
             }
-            if send_job(inner, d, s, &b, lease) {
-                *rr = (*rr + k + 1) % subs.len();
-                delivered = true;
-                break;
-            }
-        }
-        if !delivered {
-            kept.push_back(b);
+            None => kept.push_back(b),
         }
     }
     kept.extend(buffer.drain(..));
     *buffer = kept;
+    for (s, jobs) in subs.iter().zip(picked) {
+        if jobs.is_empty() {
+            continue;
+        }
+        // A stream that went away meanwhile: its jobs go back to the front, in order.
+        for b in send_jobs(inner, d, s, jobs, lease).into_iter().rev() {
+            buffer.push_front(b);
+        }
+    }
 }
 
-/// Sends one job on a stream; false when the stream is gone (the job stays buffered).
-fn send_job(
+/// Largest JobBatch in encoded bytes (a single bigger job still goes, alone): far below
+/// the 4 MiB default receive limit of gRPC clients.
+const JOB_BATCH_BYTES: usize = 1 << 20;
+
+/// Sends jobs on a stream (one message each, or JobBatch messages when the stream
+/// negotiated batches); returns those that could not be sent because the stream is gone.
+fn send_jobs(
     inner: &Inner,
     d: &Dispatcher,
     s: &StreamShared,
-    b: &Buffered,
+    jobs: Vec<Buffered>,
     lease: Duration,
-) -> bool {
-    let attempt = Attempt::from_claimed(d.tenant_id, &d.user_queue, &b.job);
-    let token = inner.tokens.sign(&attempt);
-    let msg = job_message(&b.job, &d.user_queue, token.clone(), b.lease_until);
-    s.held.lock().expect("held").insert(
-        b.job.job_id,
-        Held {
-            attempt,
-            backoff: b.job.backoff,
-            lease,
-            token,
-        },
-    );
-    let out = pb::WorkerResponse {
-        msg: Some(pb::worker_response::Msg::Job(msg)),
-    };
-    if s.tx.send(Ok(out)).is_err() {
-        s.held.lock().expect("held").remove(&b.job.job_id);
-        return false;
+) -> Vec<Buffered> {
+    use pb::worker_response::Msg;
+    let mut msgs = Vec::with_capacity(jobs.len());
+    {
+        let mut held = s.held.lock().expect("held");
+        for b in &jobs {
+            let attempt = Attempt::from_claimed(d.tenant_id, &d.user_queue, &b.job);
+            let token = inner.tokens.sign(&attempt);
+            msgs.push(job_message(
+                &b.job,
+                &d.user_queue,
+                token.clone(),
+                b.lease_until,
+            ));
+            held.insert(
+                b.job.job_id,
+                Held {
+                    attempt,
+                    backoff: b.job.backoff,
+                    lease,
+                    token,
+                },
+            );
+        }
     }
-    true
+    let send = |msg: Msg| s.tx.send(Ok(pb::WorkerResponse { msg: Some(msg) })).is_ok();
+    // Jobs [0, sent) are on their way; the rest go back to the buffer.
+    let mut sent = 0;
+    if s.batch == 0 {
+        for m in msgs {
+            if !send(Msg::Job(m)) {
+                break;
+            }
+            sent += 1;
+        }
+    } else {
+        let mut chunk: Vec<pb::Job> = Vec::new();
+        let mut bytes = 0;
+        let mut msgs = msgs.into_iter().peekable();
+        while let Some(m) = msgs.next() {
+            bytes += prost::Message::encoded_len(&m);
+            chunk.push(m);
+            let full = chunk.len() >= s.batch
+                || msgs
+                    .peek()
+                    .is_some_and(|n| bytes + prost::Message::encoded_len(n) > JOB_BATCH_BYTES);
+            if full || msgs.peek().is_none() {
+                let n = chunk.len();
+                if !send(Msg::Jobs(pb::JobBatch {
+                    jobs: std::mem::take(&mut chunk),
+                })) {
+                    break;
+                }
+                sent += n;
+                bytes = 0;
+            }
+        }
+    }
+    if sent == jobs.len() {
+        return Vec::new();
+    }
+    let failed: Vec<Buffered> = jobs.into_iter().skip(sent).collect();
+    let mut held = s.held.lock().expect("held");
+    for b in &failed {
+        held.remove(&b.job.job_id);
+    }
+    failed
 }
 
 /// Extends the lease of buffered jobs past half their lease (a slow consumer is holding the
