@@ -2,8 +2,14 @@
 
 Every Job the server sends has a slot (the server never exceeds the credits granted), so a
 job starts the moment it arrives and there is no local queue. When a handler finishes, its
-Result goes out and one credit is returned; credits are coalesced into one Credit message
-per write burst."""
+result goes out and one credit is returned.
+
+The worker asks for batches in its hello (docs/protocol.md): a server that grants them
+sends jobs as JobBatch and acks as ResultAckBatch, and the results of every handler that
+finished since the last write go out as one ResultBatch carrying the freed slots' credits
+— a few messages per event-loop turn instead of three per job, which is what a Python
+process pays most for. Against a server without batches, results go one message each and
+credits are coalesced into one Credit message per write burst."""
 
 from __future__ import annotations
 
@@ -45,6 +51,8 @@ log = logging.getLogger("pgferry.worker")
 
 _WORKER_STREAM = "/pgferry.v1.Worker/Stream"
 _MAX_ERROR_CHARS = 8000
+# Most items per batch this worker asks for (the server may grant fewer).
+_MAX_BATCH = 500
 
 F = TypeVar("F", bound=Callable[..., Any])
 # Errors that end `run` instead of a reconnect: another try would get the same answer.
@@ -125,8 +133,12 @@ class Worker:
 
     def _reset_runtime(self) -> None:
         self._running: dict[Key, tuple[JobContext, asyncio.Task[None]]] = {}
+        # Control messages (credits, heartbeats, drains) waiting for the writer.
         self._outbox: collections.deque[worker_pb2.WorkerRequest] = collections.deque()
-        self._unacked: dict[Key, worker_pb2.WorkerRequest] = {}
+        # Results waiting for the writer, and those written but not yet acked.
+        self._results: list[worker_pb2.JobResult] = []
+        self._unacked: dict[Key, worker_pb2.JobResult] = {}
+        self._batch = 0  # items per batch granted on this stream; 0: single messages
         self._credits = 0  # freed slots not yet granted to the server
         self._server_credits = 0  # granted on this stream and not yet used by a Job
         self._hb_pending: dict[Key, list[asyncio.Future[bool]]] = {}
@@ -225,6 +237,7 @@ class Worker:
         return (
             not self._running
             and not self._outbox
+            and not self._results
             and not self._unacked
             and not self._unstarted
             and ((self._drain_sent and self._drains_unanswered == 0) or self._call is None)
@@ -287,6 +300,7 @@ class Worker:
         self.stats["abandoned"] += len(self._running)
         self._running.clear()
         self._outbox.clear()
+        self._results.clear()
         self._unacked.clear()
         self._unstarted.clear()
 
@@ -300,7 +314,11 @@ class Worker:
         )
         call: Any = method(metadata=_conn.auth_metadata(self._api_key))
         hello = worker_pb2.WorkerHello(
-            api_key=self._api_key, worker_id=self.worker_id, queues=self.queues, kinds=self.kinds
+            api_key=self._api_key,
+            worker_id=self.worker_id,
+            queues=self.queues,
+            kinds=self.kinds,
+            max_batch=_MAX_BATCH,
         )
         try:
             await call.write(worker_pb2.WorkerRequest(hello=hello))
@@ -312,13 +330,15 @@ class Worker:
             call.cancel()
             raise ProtocolError("worker stream: expected hello_ack")
         self._hello_ack = first.hello_ack
+        # Never more than asked for, whatever the server says.
+        self._batch = min(first.hello_ack.max_batch, _MAX_BATCH)
         self._call = call
         self._backoff.reset()
         # Results sent on a lost stream may not have been recorded: send them again (the
         # server keeps the first outcome of an attempt, so a repeat is answered stale).
         # Control messages of the old stream (credits, heartbeats, drain) mean nothing here.
-        kept = [m for m in self._outbox if m.WhichOneof("msg") == "result"]
-        self._outbox = collections.deque(list(self._unacked.values()) + kept)
+        self._results = list(self._unacked.values()) + self._results
+        self._outbox.clear()
         self._unacked.clear()
         self._drain_sent = False
         self._drains_unanswered = 0
@@ -343,7 +363,13 @@ class Worker:
                     return
                 raise Unavailable("worker stream closed by the server")
             which = resp.WhichOneof("msg")
-            if which == "job":
+            if which == "jobs":
+                for job in resp.jobs.jobs:
+                    self._on_job(job)
+            elif which == "result_acks":
+                for ack in resp.result_acks.acks:
+                    self._on_result_ack(ack)
+            elif which == "job":
                 self._on_job(resp.job)
             elif which == "result_ack":
                 self._on_result_ack(resp.result_ack)
@@ -372,16 +398,33 @@ class Worker:
                 self.stats["released"] += len(release)
                 self._drains_unanswered += 1
                 self._outbox.append(worker_pb2.WorkerRequest(drain=worker_pb2.Drain(release=release)))
+            if self._results:
+                self._queue_results()
             if self._credits > 0 and not self._draining and self._credit_due():
                 n, self._credits = self._credits, 0
                 self._server_credits += n
                 self._outbox.append(worker_pb2.WorkerRequest(credit=worker_pb2.Credit(n=n)))
             while self._outbox:
-                msg = self._outbox.popleft()
-                if msg.WhichOneof("msg") == "result":
-                    r = msg.result.ref
-                    self._unacked[(r.id, r.attempt)] = msg
-                await call.write(msg)
+                await call.write(self._outbox.popleft())
+
+    def _queue_results(self) -> None:
+        """Moves finished results to the outbox: every one finished since the last write in
+        ResultBatch messages (with the freed slots' credits) when batching, else one each.
+        From here they count as sent: a lost stream sends them again."""
+        results, self._results = self._results, []
+        for r in results:
+            self._unacked[(r.ref.id, r.ref.attempt)] = r
+        if not self._batch:
+            self._outbox.extend(worker_pb2.WorkerRequest(result=r) for r in results)
+            return
+        credit = 0
+        if not self._draining:
+            credit, self._credits = self._credits, 0
+            self._server_credits += credit
+        for i in range(0, len(results), self._batch):
+            batch = worker_pb2.ResultBatch(results=results[i : i + self._batch], credit=credit)
+            self._outbox.append(worker_pb2.WorkerRequest(results=batch))
+            credit = 0
 
     def _credit_due(self) -> bool:
         """Grant freed slots in bunches: each message costs a write, so while the server
@@ -539,7 +582,7 @@ class Worker:
 
     def _finish(self, ctx: JobContext, result: worker_pb2.JobResult) -> None:
         self._running.pop((ctx.id, ctx.attempt), None)
-        self._outbox.append(worker_pb2.WorkerRequest(result=result))
+        self._results.append(result)
         if not self._draining:
             self._credits += 1
         self._kick()
