@@ -13,10 +13,13 @@
 //! only until the rescuer retries it after its lease.)
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use futures_util::future::OptionFuture;
 use pgferry_core::{AttemptRef, Backoff, ClaimedJob, Engine, Outcome};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
@@ -230,7 +233,41 @@ async fn lease_of(inner: &Inner, queue: &str) -> Duration {
     read.await.unwrap_or(inner.config.default_lease)
 }
 
+/// A claim running in the background: when it started, and what it got.
+type Claim = Pin<Box<dyn Future<Output = (SystemTime, pgferry_core::Result<Vec<ClaimedJob>>)> + Send>>;
+
+fn start_claim(inner: &Inner, d: &Dispatcher, want: usize) -> Claim {
+    let (engine, queue, worker) = (
+        inner.engine.clone(),
+        d.queue.clone(),
+        inner.worker.clone(),
+    );
+    Box::pin(async move {
+        let at = SystemTime::now();
+        (at, engine.claim(&queue, want, &worker).await)
+    })
+}
+
+fn buffered(jobs: Vec<ClaimedJob>, at: SystemTime, lease: Duration) -> impl Iterator<Item = Buffered> {
+    jobs.into_iter().map(move |job| Buffered {
+        job,
+        lease_until: at + lease,
+    })
+}
+
+/// Waits for a claim still running and buffers what it got (to be delivered or handed
+/// back: claimed jobs are never dropped on the floor).
+async fn settle(claiming: &mut Option<Claim>, buffer: &mut VecDeque<Buffered>, lease: Duration) {
+    if let Some(claim) = claiming.take() {
+        if let (at, Ok(jobs)) = claim.await {
+            buffer.extend(buffered(jobs, at, lease));
+        }
+    }
+}
+
 /// The dispatcher's loop: deliver, claim when demand exceeds the buffer, sleep on ticks.
+/// A claim runs alongside delivery: credits that come back while a claim is in the
+/// database are served from the buffer at once, not after the claim's round trip.
 async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
     let mut ticks = inner.engine.subscribe_ticks();
     let mut stopping = inner.stopping.clone();
@@ -239,8 +276,13 @@ async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
     let mut lease_read = Instant::now();
     let mut rr = 0usize;
     let mut empty_since: Option<Instant> = None;
+    let mut claiming: Option<Claim> = None;
+    // The last claim came back empty: claim again only after something happened (a tick,
+    // more credit, the idle poll), never in a loop.
+    let mut dry = false;
     loop {
         if *stopping.borrow() {
+            settle(&mut claiming, &mut buffer, lease).await;
             hand_back(&inner, &d, buffer.drain(..).collect()).await;
             return;
         }
@@ -250,6 +292,7 @@ async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
         }
         let subs = d.subs.lock().expect("subscribers").clone();
         if subs.is_empty() {
+            settle(&mut claiming, &mut buffer, lease).await;
             if !buffer.is_empty() {
                 hand_back(&inner, &d, buffer.drain(..).collect()).await;
             }
@@ -281,28 +324,25 @@ async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
         } else {
             0
         };
-        if buffer.len() < target {
+        if claiming.is_none() && !dry && buffer.len() < target {
             let want = (target - buffer.len()).min(inner.config.max_claim);
             // Marks the current tick seen: an empty claim then sleeps until a newer one.
             ticks.borrow_and_update();
-            let claimed_at = SystemTime::now();
-            match inner.engine.claim(&d.queue, want, &inner.worker).await {
-                Ok(jobs) if !jobs.is_empty() => {
-                    buffer.extend(jobs.into_iter().map(|job| Buffered {
-                        job,
-                        lease_until: claimed_at + lease,
-                    }));
-                    continue;
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(queue = %d.queue, error = %e, "claim failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
+            claiming = Some(start_claim(&inner, &d, want));
+        }
+        dry = false;
+        tokio::select! {
+            Some((at, res)) = OptionFuture::from(claiming.as_mut()) => {
+                claiming = None;
+                match res {
+                    Ok(jobs) if !jobs.is_empty() => buffer.extend(buffered(jobs, at, lease)),
+                    Ok(_) => dry = true,
+                    Err(e) => {
+                        tracing::warn!(queue = %d.queue, error = %e, "claim failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
                 }
             }
-        }
-        tokio::select! {
             _ = ticks.changed() => {}
             _ = d.wake.notified() => {}
             _ = tokio::time::sleep(inner.config.idle_poll) => {}

@@ -298,8 +298,8 @@ impl Session {
     }
 
     /// The outcome a result asks for, or the error to ack it with.
-    fn prepare(&self, r: pb::JobResult) -> Result<(pb::AttemptRef, Outcome), pb::ResultAck> {
-        let Some(aref) = r.r#ref.clone() else {
+    fn prepare(&self, mut r: pb::JobResult) -> Result<(pb::AttemptRef, Outcome), pb::ResultAck> {
+        let Some(aref) = r.r#ref.take() else {
             return Err(result_error(
                 None,
                 pb_error("invalid_argument", "result without ref", "ref"),
@@ -313,10 +313,14 @@ impl Session {
             );
             return Err(result_error(Some(aref), e));
         };
-        let held = self
-            .held(aref.id)
-            .filter(|h| h.attempt.attempt == aref.attempt);
-        let backoff = held.as_ref().map_or_else(Backoff::default, |h| h.backoff);
+        let backoff = self
+            .shared
+            .held
+            .lock()
+            .expect("held")
+            .get(&aref.id)
+            .filter(|h| h.attempt.attempt == aref.attempt)
+            .map_or_else(Backoff::default, |h| h.backoff);
         match outcome_of(&attempt, backoff, r) {
             Ok(o) => Ok((aref, o)),
             Err(e) => Err(result_error(Some(aref), e)),
@@ -341,8 +345,9 @@ impl Session {
         if !outcomes.is_empty() {
             match self.state.coalescers.complete(outcomes).await {
                 Ok(done) => {
+                    let mut held = self.shared.held.lock().expect("held");
                     for ((i, aref), d) in refs.into_iter().zip(done) {
-                        self.forget(aref.id, aref.attempt);
+                        forget(&mut held, aref.id, aref.attempt);
                         acks[i] = Some(pb::ResultAck {
                             r#ref: Some(aref),
                             stale: d.stale,
@@ -381,13 +386,7 @@ impl Session {
     }
 
     fn forget(&self, job_id: i64, attempt: i32) {
-        let mut held = self.shared.held.lock().expect("held");
-        if held
-            .get(&job_id)
-            .is_some_and(|h| h.attempt.attempt == attempt)
-        {
-            held.remove(&job_id);
-        }
+        forget(&mut self.shared.held.lock().expect("held"), job_id, attempt);
     }
 
     async fn heartbeat(&self, refs: Vec<pb::AttemptRef>) -> pb::HeartbeatAck {
@@ -492,6 +491,16 @@ fn grant(shared: &StreamShared, subs: &[Subscription], n: u32, max: u64) {
             Some(cur.saturating_add(u64::from(n)).min(max))
         });
     subs.iter().for_each(Subscription::wake);
+}
+
+/// Drops a held attempt once its outcome is recorded (a newer attempt of the job stays).
+fn forget(held: &mut HashMap<i64, Held>, job_id: i64, attempt: i32) {
+    if held
+        .get(&job_id)
+        .is_some_and(|h| h.attempt.attempt == attempt)
+    {
+        held.remove(&job_id);
+    }
 }
 
 fn engine_ref(a: &Attempt) -> AttemptRef {

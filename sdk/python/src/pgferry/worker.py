@@ -18,20 +18,19 @@ import collections
 import concurrent.futures
 import contextvars
 import functools
-import inspect
 import logging
 import os
 import signal
 import socket
 import time
-import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 
 from pgferry import _conn, _tracing
+from pgferry._handlers import Handler, call_args, failure_text
 from pgferry._types import dumps, loads
 from pgferry.context import JobCancelled, JobContext
 from pgferry.errors import (
@@ -50,7 +49,6 @@ from pgferry.v1 import common_pb2, worker_pb2
 log = logging.getLogger("pgferry.worker")
 
 _WORKER_STREAM = "/pgferry.v1.Worker/Stream"
-_MAX_ERROR_CHARS = 8000
 # Most items per batch this worker asks for (the server may grant fewer).
 _MAX_BATCH = 500
 
@@ -58,33 +56,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 # Errors that end `run` instead of a reconnect: another try would get the same answer.
 _FATAL = (AuthError, InvalidArgument, NotFound, Conflict)
 Key = tuple[int, int]
-
-
-class _Handler:
-    __slots__ = ("fn", "is_async")
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-        self.is_async = inspect.iscoroutinefunction(fn)
-
-
-def _call_args(args: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    # A JSON object becomes keyword arguments, an array positional ones, null nothing.
-    if isinstance(args, dict):
-        return (), args
-    if isinstance(args, list):
-        return tuple(args), {}
-    if args is None:
-        return (), {}
-    return (args,), {}
-
-
-def _failure_text(e: BaseException) -> str:
-    # The exception class travels separately (Failure.kind; the server puts it in front),
-    # so the message is the exception text followed by the traceback.
-    text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    head = str(e) or repr(e)
-    return f"{head}\n\n{text}"[:_MAX_ERROR_CHARS]
 
 
 class Worker:
@@ -125,7 +96,7 @@ class Worker:
         # hard_cancel: a server Cancel also cancels the handler's asyncio task.
         self.hard_cancel = hard_cancel
         self._backoff = _conn.Backoff(base=0.1, cap=reconnect_cap)
-        self._handlers: dict[str, _Handler] = {}
+        self._handlers: dict[str, Handler] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.stats: collections.Counter[str] = collections.Counter()
         self._ran = False
@@ -170,7 +141,7 @@ class Worker:
     def register(self, kind: str, fn: Callable[..., Any]) -> None:
         if kind in self._handlers:
             raise ValueError(f"handler for {kind!r} already registered")
-        self._handlers[kind] = _Handler(fn)
+        self._handlers[kind] = Handler(fn)
 
     @property
     def kinds(self) -> list[str]:
@@ -364,15 +335,13 @@ class Worker:
                 raise Unavailable("worker stream closed by the server")
             which = resp.WhichOneof("msg")
             if which == "jobs":
-                for job in resp.jobs.jobs:
-                    self._on_job(job)
+                self._on_jobs(resp.jobs.jobs)
             elif which == "result_acks":
-                for ack in resp.result_acks.acks:
-                    self._on_result_ack(ack)
+                self._on_result_acks(resp.result_acks.acks)
             elif which == "job":
-                self._on_job(resp.job)
+                self._on_jobs((resp.job,))
             elif which == "result_ack":
-                self._on_result_ack(resp.result_ack)
+                self._on_result_acks((resp.result_ack,))
             elif which == "cancel":
                 self._on_cancel(resp.cancel.ref)
             elif which == "heartbeat_ack":
@@ -439,40 +408,54 @@ class Worker:
 
     # -- incoming ----------------------------------------------------------------------
 
-    def _on_job(self, job: worker_pb2.Job) -> None:
-        self.stats["received"] += 1
-        self._server_credits -= 1
+    def _on_jobs(self, jobs: Iterable[worker_pb2.Job]) -> None:
+        """Starts the jobs of one message (a Job, or a JobBatch): a task each."""
+        loop = asyncio.get_running_loop()
+        # Once per message, not per job: whether a tracer provider is configured.
+        traced = _tracing.enabled()
+        n = 0
+        for job in jobs:
+            n += 1
+            ref = job.ref
+            if self._draining:
+                self._unstarted.append(ref)
+                continue
+            ctx = JobContext(
+                ref=ref,
+                queue=job.queue,
+                kind=job.kind,
+                args=None,
+                meta=dict(job.meta),
+                max_attempts=job.max_attempts,
+                priority=job.priority,
+                enqueued_at_ms=job.enqueued_at_unix_ms,
+                lease_until_ms=job.lease_until_unix_ms,
+                worker_id=self.worker_id,
+                heartbeat=self._heartbeat,
+                loop=loop,
+            )
+            task = loop.create_task(self._execute(ctx, job.args, traced))
+            self._running[(ref.id, ref.attempt)] = (ctx, task)
+        self.stats["received"] += n
+        self._server_credits -= n
         if self._draining:
-            self._unstarted.append(job.ref)
             self._kick()
-            return
-        key = (job.ref.id, job.ref.attempt)
-        ctx = JobContext(
-            ref=job.ref,
-            queue=job.queue,
-            kind=job.kind,
-            args=None,
-            meta=dict(job.meta),
-            max_attempts=job.max_attempts,
-            priority=job.priority,
-            enqueued_at_ms=job.enqueued_at_unix_ms,
-            lease_until_ms=job.lease_until_unix_ms,
-            worker_id=self.worker_id,
-            heartbeat=self._heartbeat,
-            loop=asyncio.get_running_loop(),
-        )
-        task = asyncio.create_task(self._execute(ctx, job.args))
-        self._running[key] = (ctx, task)
 
-    def _on_result_ack(self, ack: worker_pb2.ResultAck) -> None:
-        self._unacked.pop((ack.ref.id, ack.ref.attempt), None)
-        self.stats["acked"] += 1
-        if ack.stale:
-            self.stats["stale"] += 1
-        if ack.HasField("error") and ack.error.code:
-            self.stats["result_errors"] += 1
-            log.warning("pgferry worker: result for job %d rejected: %s %s",
-                        ack.ref.id, ack.error.code, ack.error.message)
+    def _on_result_acks(self, acks: Iterable[worker_pb2.ResultAck]) -> None:
+        n = stale = 0
+        for ack in acks:
+            n += 1
+            ref = ack.ref
+            self._unacked.pop((ref.id, ref.attempt), None)
+            if ack.stale:
+                stale += 1
+            if ack.HasField("error") and ack.error.code:
+                self.stats["result_errors"] += 1
+                log.warning("pgferry worker: result for job %d rejected: %s %s",
+                            ref.id, ack.error.code, ack.error.message)
+        self.stats["acked"] += n
+        if stale:
+            self.stats["stale"] += stale
 
     def _on_cancel(self, ref: common_pb2.AttemptRef) -> None:
         entry = self._running.get((ref.id, ref.attempt))
@@ -533,7 +516,7 @@ class Worker:
 
     # -- execution ---------------------------------------------------------------------
 
-    async def _execute(self, ctx: JobContext, args_json: str) -> None:
+    async def _execute(self, ctx: JobContext, args_json: str, traced: bool) -> None:
         started = time.monotonic()
         result = worker_pb2.JobResult(ref=ctx.ref)
         try:
@@ -541,8 +524,8 @@ class Worker:
             if handler is None:
                 raise Fail(f"no handler registered for kind {ctx.kind!r}", kind="UnknownKind")
             ctx.args = loads(args_json)
-            pos, kw = _call_args(ctx.args)
-            if _tracing.enabled():
+            pos, kw = call_args(ctx.args)
+            if traced:
                 with _tracing.job_span(ctx.kind, ctx.queue, ctx.id, ctx.meta):
                     value = await self._invoke(handler, ctx, pos, kw)
             elif handler.is_async:
@@ -572,7 +555,7 @@ class Worker:
             result.cancelled.message = "cancelled by the server"
             self.stats["cancelled"] += 1
         except Exception as e:  # any other exception: a retryable failure
-            result.error.message = _failure_text(e)
+            result.error.message = failure_text(e)
             result.error.kind = type(e).__name__
             result.error.retryable = True
             self.stats["failed"] += 1
@@ -588,7 +571,7 @@ class Worker:
         self._kick()
 
     async def _invoke(
-        self, handler: _Handler, ctx: JobContext, pos: tuple[Any, ...], kw: dict[str, Any]
+        self, handler: Handler, ctx: JobContext, pos: tuple[Any, ...], kw: dict[str, Any]
     ) -> Any:
         if handler.is_async:
             return await handler.fn(ctx, *pos, **kw)
