@@ -11,6 +11,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_build::configure()
         .build_client(false)
         .build_server(true)
+        // Undecodable messages are INVALID_ARGUMENT, not INTERNAL (src/grpc/codec.rs).
+        .codec_path("crate::grpc::codec::ServerCodec")
         .compile_protos(&files, std::slice::from_ref(&root))?;
     println!("cargo:rerun-if-changed={}", root.display());
     Ok(())

@@ -154,6 +154,27 @@ pub async fn grpc_vs_inprocess(
     }))
 }
 
+/// The cycle through the HTTP API and in process, one after the other on one cluster,
+/// with the ratios of completed and of enqueued jobs per second.
+pub async fn http_vs_inprocess(
+    base: &Config,
+    opts: &BenchOpts,
+) -> anyhow::Result<serde_json::Value> {
+    let inprocess = run(Variant::Cycle, base, "bench_cycle", opts).await?;
+    let http = run(Variant::CycleHttp, base, "bench_cycle_http", opts).await?;
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+    Ok(serde_json::json!({
+        "options": opts,
+        "http": http,
+        "inprocess": inprocess,
+        "ratios": {
+            "http_vs_inprocess_jobs_per_s": ratio(http.jobs_per_s, inprocess.jobs_per_s),
+            "http_vs_inprocess_enqueued_per_s":
+                ratio(http.enqueued_per_s, inprocess.enqueued_per_s),
+        },
+    }))
+}
+
 /// Drops and recreates `dbname`; returns a config pointing at it.
 async fn fresh_database(base: &Config, dbname: &str) -> anyhow::Result<Config> {
     let mut admin = base.clone();

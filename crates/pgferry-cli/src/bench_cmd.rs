@@ -46,10 +46,15 @@ pub struct BenchArgs {
     /// cycle --via grpc: execution slots over all worker streams (`--workers` streams).
     #[arg(long, default_value_t = 128)]
     pub worker_slots: usize,
-    /// cycle --via grpc: also run the in-process cycle on the same cluster and report the
-    /// ratio of completed jobs per second.
+    /// cycle --via grpc|http: also run the in-process cycle on the same cluster and report
+    /// the ratio of completed jobs per second.
     #[arg(long)]
     pub compare_inprocess: bool,
+    /// Producers pause while more jobs than this wait (enqueued, not finished). A large
+    /// value lets them run free: `enqueued_per_s` is then the enqueue rate the path allows
+    /// while workers run.
+    #[arg(long, default_value_t = 20_000)]
+    pub max_depth: usize,
     /// Use this database instead of a private cluster.
     #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
     pub database_url: Option<String>,
@@ -99,7 +104,7 @@ impl BenchArgs {
             hold_xmin: self.hold_xmin,
             shards: self.shards,
             tick_interval: Duration::from_millis(self.tick_ms),
-            ..BenchOpts::default()
+            max_depth: self.max_depth,
         }
     }
 }
@@ -134,6 +139,9 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     let out = match cmd {
         BenchCmd::Cycle(_) if args.via == Via::Grpc && args.compare_inprocess => {
             pgferry_bench::grpc_vs_inprocess(&base, &opts).await?
+        }
+        BenchCmd::Cycle(_) if args.via == Via::Http && args.compare_inprocess => {
+            pgferry_bench::http_vs_inprocess(&base, &opts).await?
         }
         BenchCmd::Cycle(_) if args.via == Via::Http => serde_json::to_value(
             pgferry_bench::run(Variant::CycleHttp, &base, "bench_cycle_http", &opts).await?,

@@ -72,18 +72,7 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PGFERRY_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colour codes only for a terminal, not in redirected logs (files, journald).
-        .with_ansi(
-            std::io::IsTerminal::is_terminal(&std::io::stderr())
-                && std::env::var_os("NO_COLOR").unwrap_or_default().is_empty(),
-        )
-        .init();
+    init_logging();
     let result = match Cli::parse().command {
         Command::Dev { data_dir, server } => dev::run(data_dir, server).await,
         Command::Serve {
@@ -109,6 +98,41 @@ async fn main() -> std::process::ExitCode {
         Err(e) => {
             eprintln!("pgferry: error: {e:#}");
             std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr: plain text by default, one JSON object per line with
+/// `PGFERRY_LOG_FORMAT=json` (for log shippers); `PGFERRY_LOG` filters (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PGFERRY_LOG")
+        .unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match std::env::var("PGFERRY_LOG_FORMAT").as_deref() {
+        Ok("json") => builder
+            .json()
+            // Each line carries the fields of the span it happened in (request, RPC).
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+        other => {
+            builder
+                // Colour codes only for a terminal, not in redirected logs (files, journald).
+                .with_ansi(
+                    std::io::IsTerminal::is_terminal(&std::io::stderr())
+                        && std::env::var_os("NO_COLOR").unwrap_or_default().is_empty(),
+                )
+                .init();
+            if let Ok(f) = other {
+                if !f.is_empty() && f != "text" {
+                    tracing::warn!(
+                        format = f,
+                        "unknown PGFERRY_LOG_FORMAT (text or json); using text"
+                    );
+                }
+            }
         }
     }
 }

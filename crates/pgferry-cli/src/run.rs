@@ -38,6 +38,16 @@ pub struct ServerArgs {
     /// Longest HTTP claim long-poll, in milliseconds.
     #[arg(long, default_value_t = 30_000)]
     pub max_claim_wait_ms: u64,
+    /// Group commit: most rows of one enqueue or completion statement (requests from all
+    /// streams and HTTP calls are merged up to this).
+    #[arg(long, env = "PGFERRY_GROUP_COMMIT_ROWS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub group_commit_rows: u64,
+    /// Group commit: longest a request waits for others to share its statement, in
+    /// microseconds (0: only requests already waiting are merged).
+    #[arg(long, env = "PGFERRY_GROUP_COMMIT_WAIT_US", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub group_commit_wait_us: u64,
 }
 
 impl ServerArgs {
@@ -47,6 +57,8 @@ impl ServerArgs {
         c.http.rate_burst = self.rate_burst;
         c.http.max_job_bytes = self.max_job_bytes;
         c.http.max_claim_wait = std::time::Duration::from_millis(self.max_claim_wait_ms);
+        c.coalesce.max_rows = self.group_commit_rows as usize;
+        c.coalesce.max_wait = std::time::Duration::from_micros(self.group_commit_wait_us);
         c
     }
 
@@ -85,6 +97,7 @@ pub async fn serve(
     );
     let (stop_tx, stop_rx) = watch::channel(false);
     let leader = Leader::new(engine.clone(), config.clone(), LeaderConfig::default());
+    let rescues = leader.subscribe_rescues();
     let leader_task = tokio::spawn(leader.run(stop_rx));
     // Ticks from whichever server leads reach this server's claimers through LISTEN.
     let tick_feed = tokio::spawn(pgferry_core::listen::run_tick_listener(
@@ -101,6 +114,10 @@ pub async fn serve(
     let state = AppState::new(Arc::clone(&engine), args.server_config())
         .await
         .context("preparing the API")?;
+    tokio::spawn(pgferry_server::metrics::feed_rescues(
+        state.clone(),
+        rescues,
+    ));
     let grpc_listener = tokio::net::TcpListener::bind(args.grpc_addr)
         .await
         .with_context(|| format!("binding gRPC on {}", args.grpc_addr))?;
@@ -164,4 +181,38 @@ pub fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>
         }
         tracing::info!("shutdown requested");
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServerArgs;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        server: ServerArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<ServerArgs, clap::Error> {
+        Args::try_parse_from(std::iter::once("serve").chain(args.iter().copied())).map(|a| a.server)
+    }
+
+    #[test]
+    fn group_commit_defaults_and_flags() {
+        let d = parse(&[]).unwrap().server_config().coalesce;
+        assert_eq!((d.max_rows, d.max_wait.as_micros()), (1000, 1000));
+        let c = parse(&["--group-commit-rows", "50", "--group-commit-wait-us", "0"])
+            .unwrap()
+            .server_config()
+            .coalesce;
+        assert_eq!((c.max_rows, c.max_wait.as_micros()), (50, 0));
+        for bad in [
+            ["--group-commit-rows", "0"],
+            ["--group-commit-rows", "10001"],
+            ["--group-commit-wait-us", "1000001"],
+        ] {
+            assert!(parse(&bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -160,16 +160,18 @@ async fn admin_rpcs_with_auth_and_tenant_isolation() {
         .unwrap()
         .into_inner();
     assert!(!p.paused);
-    let names: Vec<String> = c
+    // Counts come from the engine's counters (flushed now rather than within a second).
+    server.engine.flush_counters().await.unwrap();
+    let queues = c
         .list_queues(authed(&key_a, pb::ListQueuesRequest {}))
         .await
         .unwrap()
         .into_inner()
-        .queues
-        .into_iter()
-        .map(|q| q.name)
-        .collect();
-    assert_eq!(names, vec!["mail".to_string()]);
+        .queues;
+    let names: Vec<&str> = queues.iter().map(|q| q.name.as_str()).collect();
+    assert_eq!(names, vec!["mail"]);
+    let counts = queues[0].counts.expect("counts");
+    assert_eq!((counts.enqueued, counts.scheduled, counts.dead), (1, 0, 0));
     let none = c
         .list_queues(authed(&key_b, pb::ListQueuesRequest {}))
         .await
@@ -314,5 +316,62 @@ async fn a_read_only_key_cannot_administer() {
         .list_queues(authed(&key, pb::ListQueuesRequest {}))
         .await
         .is_ok());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_jobs_by_filter() {
+    let db = pgferry_testkit::test_db().await;
+    let (_, key_a) = common::tenant_key(&db, "a").await;
+    let (_, key_b) = common::tenant_key(&db, "b").await;
+    let server = common::Server::start(&db, common::loopback(), Default::default()).await;
+    let mut c = AdminClient::connect(server.url.clone()).await.unwrap();
+    let ids = c
+        .enqueue(authed(
+            &key_a,
+            pb::EnqueueRequest {
+                jobs: vec![
+                    spec("cx", "a", None),
+                    spec("cx", "a", None),
+                    spec("cx", "b", None),
+                ],
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .job_ids;
+    let req = |key: &str, states: Vec<&str>| {
+        authed(
+            key,
+            pb::CancelJobsRequest {
+                queue: "cx".into(),
+                kind: "a".into(),
+                states: states.into_iter().map(String::from).collect(),
+                limit: 0,
+            },
+        )
+    };
+    let e = c.cancel_jobs(req(&key_a, vec!["dead"])).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    let e = c.cancel_jobs(req(&key_b, vec![])).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "another tenant's queue");
+    let r = c
+        .cancel_jobs(req(&key_a, vec!["pending", "scheduled"]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (r.pending, r.scheduled, r.running, r.has_more),
+        (2, 0, 0, false)
+    );
+    for (id, want) in ids.iter().zip(["cancelled", "cancelled", "pending"]) {
+        let j = c
+            .get_job(authed(&key_a, pb::GetJobRequest { id: *id }))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(j.state, want, "job {id}");
+    }
     server.stop().await;
 }

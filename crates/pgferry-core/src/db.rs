@@ -8,6 +8,9 @@ use tokio_postgres::{Config, NoTls};
 
 use crate::error::{Error, Result};
 
+/// Connection attempts give up after this unless the URL sets `connect_timeout`.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Parses a libpq URL or key=value string.
 pub fn parse_config(url: &str) -> Result<Config> {
     Config::from_str(url).map_err(|e| Error::InvalidArgument {
@@ -24,6 +27,11 @@ pub fn parse_config(url: &str) -> Result<Config> {
 pub fn session_config(config: &Config, role: &str) -> Config {
     let mut cfg = config.clone();
     cfg.application_name(format!("pgferry-{role}"));
+    // An unreachable host (packets dropped, not refused) must fail a request in bounded
+    // time instead of hanging it for the OS's TCP timeout; a URL's own setting wins.
+    if cfg.get_connect_timeout().is_none() {
+        cfg.connect_timeout(CONNECT_TIMEOUT);
+    }
     let options = match config.get_options() {
         Some(user) if !user.is_empty() => format!("{user} -c jit=off"),
         _ => "-c jit=off".to_string(),

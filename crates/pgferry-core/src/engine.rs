@@ -14,6 +14,7 @@ use tokio::sync::{watch, Notify};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::GenericClient;
 
+use crate::counters::Counters;
 use crate::error::{Error, Result};
 use crate::job::{ClaimedJob, Completed, NewJob, Outcome, OutcomeKind};
 use crate::lanes::{LaneCache, QueueLanes};
@@ -32,6 +33,10 @@ pub struct EngineConfig {
     pub max_payload_bytes: usize,
     /// Largest enqueue or complete batch.
     pub max_batch: usize,
+    /// Rows one statement of `list_jobs` reads at most (spread over the queue's lanes).
+    pub list_round_rows: i64,
+    /// How often this process writes its counter deltas (see counters.rs).
+    pub counter_flush: Duration,
 }
 
 impl Default for EngineConfig {
@@ -39,6 +44,8 @@ impl Default for EngineConfig {
         EngineConfig {
             max_payload_bytes: 1 << 20,
             max_batch: 10_000,
+            list_round_rows: 4_000,
+            counter_flush: Duration::from_secs(1),
         }
     }
 }
@@ -71,11 +78,14 @@ pub struct Engine {
     cancels: tokio::sync::broadcast::Sender<i64>,
     /// Signalled after each enqueue so an in-process ticker ticks without waiting.
     log_grew: Arc<Notify>,
+    /// Per-lane deltas of this process's committed statements (queue counts).
+    counters: Counters,
 }
 
 impl Engine {
     pub fn new(pool: Pool, config: EngineConfig) -> Arc<Engine> {
         Arc::new(Engine {
+            counters: Counters::new(pool.clone(), config.counter_flush),
             pool,
             lanes: LaneCache::default(),
             config,
@@ -91,6 +101,10 @@ impl Engine {
 
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     /// Creates or reconfigures a queue.
@@ -133,6 +147,8 @@ impl Engine {
             let stmt = client.prepare_cached(ENQUEUE).await?;
             client.query(&stmt, &batch.params()).await?
         };
+        self.counters
+            .enqueued(batch.lanes.iter().zip(&batch.run_ats));
         self.log_grew.notify_one();
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
@@ -174,6 +190,9 @@ impl Engine {
                 batch.params().into_iter().zip(types).collect();
             client.query_typed(ENQUEUE, &typed).await?
         };
+        // Counted now: a rolled-back caller transaction leaves drift for the recount.
+        self.counters
+            .enqueued(batch.lanes.iter().zip(&batch.run_ats));
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
@@ -285,6 +304,7 @@ impl Engine {
             *per_lane.entry(r.get(9)).or_default() += 1;
         }
         lanes.record_claim(&order, &per_lane, max as usize, tick);
+        self.counters.claimed(&per_lane);
         Ok(rows
             .iter()
             .map(|r| row_to_claimed(r, lanes.backoff))
@@ -344,6 +364,13 @@ impl Engine {
                 ],
             )
             .await?;
+        self.counters.finished(
+            outcomes
+                .iter()
+                .zip(rows.iter())
+                .filter(|(_, r)| r.get::<_, bool>(1))
+                .map(|(o, _)| o),
+        );
         // One row per outcome, in input order (ORDER BY ord).
         Ok(outcomes
             .iter()
@@ -436,6 +463,11 @@ pub(crate) struct EnqueueBatch<'a> {
 }
 
 impl EnqueueBatch<'_> {
+    /// Lane and run time of the batch's job `i` (counters).
+    pub(crate) fn job_at(&self, i: usize) -> (&i32, &Option<SystemTime>) {
+        (&self.lanes[i], &self.run_ats[i])
+    }
+
     pub(crate) fn params_unique(&self) -> [&(dyn ToSql + Sync); 9] {
         [
             &self.lanes,

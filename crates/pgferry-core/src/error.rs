@@ -40,9 +40,16 @@ impl Error {
             Error::BatchTooLarge { .. } => "batch_too_large",
             Error::NotFound { .. } => "not_found",
             Error::Conflict(_) => "conflict",
+            Error::Db(e) if connection_lost(e) => "unavailable",
             Error::Db(_) => "database",
             Error::Pool(_) => "unavailable",
         }
+    }
+
+    /// True when the database could not be reached or the session was lost (the server
+    /// is down, restarting or refusing connections): retrying later may succeed.
+    pub fn is_unavailable(&self) -> bool {
+        self.code() == "unavailable"
     }
 
     /// True for bad input (the caller's fault), false for infrastructure failures.
@@ -52,3 +59,17 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A failure of the connection rather than of the statement: the session closed, an I/O
+/// error, SQLSTATE class 08 (connection exception) or 57P01-57P03 (the server is shutting
+/// down, crashed, or not yet accepting connections).
+fn connection_lost(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    if let Some(state) = e.code() {
+        let c = state.code();
+        return c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03");
+    }
+    std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+}

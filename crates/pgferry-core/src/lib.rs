@@ -2,7 +2,9 @@
 //! with tick visibility batches, receipts as cursors, batched completions, and the leader's
 //! duties (ticker, promoter, rescuer, rotator). See DESIGN.md §2–§3.
 
+pub mod cancelling;
 pub mod control;
+pub mod counters;
 pub mod db;
 pub mod dlq;
 pub mod engine;
@@ -17,7 +19,9 @@ pub mod migrate;
 pub mod queues;
 pub mod unique;
 
+pub use cancelling::{CancelFilter, CancelMatched};
 pub use control::{AttemptRef, Beat};
+pub use counters::{QueueCounts, Recount};
 pub use dlq::{DeadFilter, DeadJob, DeadPage};
 pub use engine::{Engine, EngineConfig, QueueOptions};
 pub use error::{Error, Result};

@@ -7,16 +7,15 @@
 use std::time::SystemTime;
 
 use serde_json::Value;
+use tokio_postgres::Row;
 
+use crate::counters::Delta;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::job::outcome_code as oc;
 
-const JOB_ATTEMPTS: &str = include_str!("sql/job_attempts.sql");
-const JOB_SIDE: &str = include_str!("sql/job_side.sql");
-const JOB_CLAIMED: &str = include_str!("sql/job_claimed.sql");
+const JOBS_DETAIL: &str = include_str!("sql/jobs_detail.sql");
 const CANCEL: &str = include_str!("sql/cancel.sql");
-const JOB_RESULT: &str = include_str!("sql/job_result.sql");
 
 /// Where a job is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,115 +98,136 @@ fn outcome_name(code: i16) -> &'static str {
     }
 }
 
-impl Engine {
-    /// The job with this id, its state and attempts. `NotFound` for an unknown id (or one
-    /// whose history was truncated away after its retention).
-    pub async fn get_job(&self, id: i64) -> Result<JobInfo> {
-        let client = self.pool().get().await?;
-        let rows = client.query(JOB_ATTEMPTS, &[&id]).await?;
-        let side = client.query_one(JOB_SIDE, &[&id]).await?;
-        let run_at: Option<SystemTime> = side.get(0);
-        let dead_attempt: Option<i32> = side.get(8);
-        let cancel_requested: bool = side.get(10);
-        let not_found = || Error::NotFound {
-            what: "job",
-            id: id.to_string(),
-        };
-        let Some(last) = rows.last() else {
-            // Never promoted into the log: scheduled, cancelled while scheduled, or unknown.
-            let kind: Option<String> = side.get(2);
-            let Some(kind) = kind else {
-                return Err(not_found());
-            };
-            return Ok(JobInfo {
+/// One job as read by `jobs_detail.sql`, with the lane it lives in (counters).
+pub(crate) struct Detail {
+    pub info: JobInfo,
+    pub lane: Option<i32>,
+}
+
+/// Builds a job from its rows of `jobs_detail.sql` (one per attempt, attempts ascending);
+/// None when the job is unknown (or its history was truncated away).
+fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
+    let first = rows.first()?;
+    let id: i64 = first.get(0);
+    let run_at: Option<SystemTime> = first.get(13);
+    let dead_attempt: Option<i32> = first.get(20);
+    let cancel_requested: bool = first.get(21);
+    let lane: Option<i32> = first.get(23);
+    let attempt: Option<i32> = first.get(1);
+    if attempt.is_none() {
+        // Never promoted into the log: scheduled, cancelled while scheduled, or unknown.
+        let kind: String = first.get::<_, Option<String>>(14)?;
+        return Some(Detail {
+            info: JobInfo {
                 id,
-                queue: side.get(6),
+                queue: first.get(18),
                 kind,
                 state: if run_at.is_some() {
                     JobState::Scheduled
                 } else {
                     JobState::Cancelled
                 },
-                args: side.get(3),
-                meta: side.get(4),
-                priority: side.get(7),
-                max_attempts: side.get(5),
+                args: first.get(15),
+                meta: first.get(16),
+                priority: first.get(19),
+                max_attempts: first.get(17),
                 enqueued_at: None,
                 run_at,
                 attempts: Vec::new(),
                 cancel_requested,
                 result: None,
-            });
-        };
-        let mut attempts: Vec<AttemptInfo> = rows
-            .iter()
-            .map(|r| AttemptInfo {
-                attempt: r.get(0),
-                outcome: r.get::<_, Option<i16>>(10).map_or("pending", outcome_name),
-                error: r.get(11),
-                duration_ms: r.get(12),
-                finished_at: r.get(13),
-            })
-            .collect();
-        let last_outcome: Option<i16> = last.get(10);
-        let state = match last_outcome {
-            Some(oc::COMPLETED) => JobState::Completed,
-            Some(oc::CANCELLED) => JobState::Cancelled,
-            Some(oc::DEAD | oc::RESCUED_DEAD) => JobState::Dead,
-            // A retry or snooze whose next attempt is not in the log yet.
-            Some(_) if run_at.is_some() => JobState::Scheduled,
-            Some(_) if dead_attempt.is_some() => JobState::Dead,
-            // Cancelled while waiting for its retry (cancel removed it from `scheduled`).
-            Some(_) if cancel_requested => JobState::Cancelled,
-            Some(_) => JobState::Scheduled,
-            None => {
-                let claimed: Option<bool> = client
-                    .query_opt(
-                        JOB_CLAIMED,
-                        &[
-                            &last.get::<_, i32>(2),
-                            &last.get::<_, String>(3),
-                            &last.get::<_, i64>(4),
-                        ],
-                    )
-                    .await?
-                    .map(|r| r.get(0));
-                if claimed == Some(true) {
-                    if let Some(a) = attempts.last_mut() {
-                        a.outcome = "running";
-                    }
-                    JobState::Running
-                } else if cancel_requested {
-                    // Closed by the next claim that meets it; never handed out.
-                    JobState::Cancelled
-                } else {
-                    JobState::Pending
-                }
+            },
+            lane,
+        });
+    }
+    let last = rows.last().expect("not empty");
+    let mut attempts: Vec<AttemptInfo> = rows
+        .iter()
+        .map(|r| AttemptInfo {
+            attempt: r.get(1),
+            outcome: r.get::<_, Option<i16>>(4).map_or("pending", outcome_name),
+            error: r.get(5),
+            duration_ms: r.get(6),
+            finished_at: r.get(7),
+        })
+        .collect();
+    let last_outcome: Option<i16> = last.get(4);
+    let state = match last_outcome {
+        Some(oc::COMPLETED) => JobState::Completed,
+        Some(oc::CANCELLED) => JobState::Cancelled,
+        Some(oc::DEAD | oc::RESCUED_DEAD) => JobState::Dead,
+        // A retry or snooze whose next attempt is not in the log yet.
+        Some(_) if run_at.is_some() => JobState::Scheduled,
+        Some(_) if dead_attempt.is_some() => JobState::Dead,
+        // Cancelled while waiting for its retry (cancel removed it from `scheduled`).
+        Some(_) if cancel_requested => JobState::Cancelled,
+        Some(_) => JobState::Scheduled,
+        None if last.get::<_, bool>(2) => {
+            if let Some(a) = attempts.last_mut() {
+                a.outcome = "running";
             }
-        };
-        let result: Option<Value> = if state == JobState::Completed {
-            client
-                .query_opt(JOB_RESULT, &[&id, &last.get::<_, i32>(0)])
-                .await?
-                .map(|r| r.get(0))
-        } else {
-            None
-        };
-        Ok(JobInfo {
+            JobState::Running
+        }
+        // Closed by the next claim that meets it; never handed out.
+        None if cancel_requested => JobState::Cancelled,
+        None => JobState::Pending,
+    };
+    Some(Detail {
+        info: JobInfo {
             id,
-            queue: last.get(15),
-            kind: last.get(5),
+            queue: last.get(18),
+            kind: last.get(8),
             state,
-            args: last.get(6),
-            meta: last.get(7),
-            priority: last.get(16),
-            max_attempts: last.get(8),
-            enqueued_at: rows.first().map(|r| r.get(9)),
+            args: last.get(9),
+            meta: last.get(10),
+            priority: last.get(19),
+            max_attempts: last.get(11),
+            enqueued_at: Some(first.get(12)),
             run_at,
             attempts,
             cancel_requested,
-            result,
-        })
+            result: last.get(22),
+        },
+        lane,
+    })
+}
+
+impl Engine {
+    /// The job with this id, its state and attempts. `NotFound` for an unknown id (or one
+    /// whose history was truncated away after its retention). One statement.
+    pub async fn get_job(&self, id: i64) -> Result<JobInfo> {
+        self.job_detail(id).await.map(|d| d.info)
+    }
+
+    pub(crate) async fn job_detail(&self, id: i64) -> Result<Detail> {
+        self.jobs_detail(&[id])
+            .await?
+            .pop()
+            .ok_or_else(|| Error::NotFound {
+                what: "job",
+                id: id.to_string(),
+            })
+    }
+
+    /// Several jobs in one statement, ordered by id; unknown ids are left out.
+    pub(crate) async fn jobs_detail(&self, ids: &[i64]) -> Result<Vec<Detail>> {
+        let client = self.pool().get().await?;
+        let stmt = client.prepare_cached(JOBS_DETAIL).await?;
+        let rows = client.query(&stmt, &[&ids]).await?;
+        let mut out = Vec::new();
+        let mut group: Vec<&Row> = Vec::new();
+        for row in &rows {
+            if group
+                .first()
+                .is_some_and(|g| g.get::<_, i64>(0) != row.get::<_, i64>(0))
+            {
+                out.extend(job_from_rows(&group));
+                group.clear();
+            }
+            group.push(row);
+        }
+        out.extend(job_from_rows(&group));
+        Ok(out)
     }
 
     /// Cancels a job: a scheduled one never runs, a pending one is never handed to a worker,
@@ -216,9 +236,9 @@ impl Engine {
     pub async fn cancel(&self, id: i64, reason: Option<&str>) -> Result<CancelResult> {
         // A finished job cannot be cancelled. (Checked first; a job finishing in between is
         // harmless: its cancellation request is simply never acted on.)
-        let state = match self.get_job(id).await {
-            Ok(info) => Some(info.state),
-            Err(Error::NotFound { .. }) => None,
+        let (state, lane) = match self.job_detail(id).await {
+            Ok(d) => (Some(d.info.state), d.lane),
+            Err(Error::NotFound { .. }) => (None, None),
             Err(e) => return Err(e),
         };
         if let Some(s @ (JobState::Completed | JobState::Dead | JobState::Cancelled)) = state {
@@ -239,6 +259,21 @@ impl Engine {
                 what: "job",
                 id: id.to_string(),
             });
+        }
+        // A running job's outcome is counted when its worker reports it.
+        let moved = match (was_scheduled, recorded, state) {
+            (true, _, _) => Some(Delta {
+                scheduled: -1,
+                ..Delta::default()
+            }),
+            (false, true, Some(JobState::Pending)) => Some(Delta {
+                pending: -1,
+                ..Delta::default()
+            }),
+            _ => None,
+        };
+        if let (Some(d), Some(lane)) = (moved, lane) {
+            self.counters().add(lane, Delta { cancelled: 1, ..d });
         }
         Ok(match (was_scheduled, recorded) {
             (true, _) => CancelResult::Unscheduled,

@@ -42,6 +42,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0003_job_semantics.sql",
         sql: include_str!("../migrations/0003_job_semantics.sql"),
     },
+    Migration {
+        version: 5,
+        name: "0005_listing_counters.sql",
+        sql: include_str!("../migrations/0005_listing_counters.sql"),
+    },
 ];
 
 /// Advisory lock key for migrations ("pgferry" in ASCII, truncated): not shared with any

@@ -46,6 +46,12 @@ impl Engine {
             drop(client);
             self.log_grew().notify_one();
             let mut retry = Vec::new();
+            self.counters().enqueued(
+                rows.iter()
+                    .enumerate()
+                    .filter(|(_, r)| !r.get::<_, bool>(1))
+                    .map(|(k, _)| batch.job_at(k)),
+            );
             for (&i, row) in pending.iter().zip(rows.iter()) {
                 let (id, duplicate): (Option<i64>, bool) = (row.get(0), row.get(1));
                 if !duplicate {

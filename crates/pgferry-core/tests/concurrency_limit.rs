@@ -53,6 +53,11 @@ async fn at_most_the_limit_runs_across_servers() {
     let mut rc = s.db.connect().await;
     let rep = rescuer::rescue(&mut rc, Duration::ZERO).await.unwrap();
     assert_eq!(rep.retried, 3, "{rep:?}");
+    assert_eq!(
+        rep.per_queue,
+        vec![("q".to_string(), 3)],
+        "per queue, for metrics"
+    );
     s.tick().await;
     assert_eq!(s.engine.claim("q", 10, "a").await.unwrap().len(), 3);
     // Removing the limit: everything left is claimable.

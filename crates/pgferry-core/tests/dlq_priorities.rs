@@ -224,7 +224,7 @@ async fn list_jobs_pages_by_state_and_kind() {
     s.tick().await;
     let c = s.engine.claim("lq", 3, "w").await.unwrap();
     s.complete_all(&c).await;
-    // All of lq's logged jobs, newest first, pages of 3.
+    // All of lq's jobs, pages of 3: the scheduled one first, then the log newest first.
     let all = JobFilter::default();
     let mut seen = Vec::new();
     let mut cursor: Option<String> = None;
@@ -242,11 +242,9 @@ async fn list_jobs_pages_by_state_and_kind() {
         cursor = page.next;
     }
     let mut want = ids.clone();
+    want.push(later);
     want.reverse();
-    assert_eq!(
-        seen, want,
-        "every logged job of the queue once, newest first"
-    );
+    assert_eq!(seen, want, "every job of the queue once, newest first");
     // By state and kind.
     let done = JobFilter {
         state: Some(JobState::Completed),

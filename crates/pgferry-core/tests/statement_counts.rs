@@ -19,7 +19,7 @@ fn batch(n: usize) -> Vec<NewJob> {
 #[tokio::test]
 async fn one_statement_per_operation() {
     let _turn = COUNTING.lock().await;
-    let s = common::setup().await;
+    let s = common::setup_with(common::quiet_counters()).await;
     let admin = s.db.connect().await;
     // Warm the lane cache and prepared statements: steady state is what is counted.
     s.engine.enqueue(&batch(1)).await.unwrap();
@@ -60,6 +60,15 @@ async fn one_statement_per_operation() {
             common::statements(&admin).await
         );
     }
+    // What the operations did is counted apart: one statement per flush, for every lane.
+    common::reset_statements(&admin).await;
+    s.engine.flush_counters().await.unwrap();
+    let stmts = common::statements(&admin).await;
+    assert_eq!(stmts.len(), 1, "{stmts:?}");
+    assert!(
+        stmts[0].0.contains("lane_counters") && stmts[0].1 == 1,
+        "{stmts:?}"
+    );
 }
 
 /// Issue 4's operations on the hot side: a batch with scheduled jobs, heartbeats of a batch,
@@ -71,7 +80,7 @@ async fn one_statement_for_scheduled_enqueue_heartbeat_and_promotion() {
     use std::time::{Duration, SystemTime};
 
     let _turn = COUNTING.lock().await;
-    let s = common::setup().await;
+    let s = common::setup_with(common::quiet_counters()).await;
     let admin = s.db.connect().await;
     s.engine.enqueue(&batch(1)).await.unwrap();
     // Half now, half "due" in the past (promoted at once), one far in the future.

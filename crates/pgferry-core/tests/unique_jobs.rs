@@ -135,3 +135,96 @@ async fn bad_keys_and_transactional_use_are_refused() {
         })
     ));
 }
+
+/// The janitor releases exactly the keys whose holder no longer holds them (completed past
+/// its period, dead, cancelled), in batches of one statement each, and keeps the others.
+#[tokio::test]
+async fn janitor_releases_keys_of_finished_holders_in_batches() {
+    use pgferry_core::leader::janitor;
+    let s = common::setup_with(common::quiet_counters()).await;
+    let hour = Duration::from_secs(3600);
+    let e = &s.engine;
+    let ids: Vec<i64> = e
+        .enqueue_many(&[
+            keyed("pending"),
+            keyed("running"),
+            keyed("done"),
+            keyed("done-hour").unique_period(hour),
+            keyed("done-ms").unique_period(Duration::from_millis(1)),
+            keyed("dead"),
+            keyed("cancelled"),
+            keyed("retrying"),
+        ])
+        .await
+        .unwrap()
+        .iter()
+        .map(|x| x.id)
+        .collect();
+    let later = std::time::SystemTime::now() + hour;
+    e.enqueue_many(&[
+        keyed("scheduled").run_at(later),
+        keyed("unscheduled").run_at(later),
+    ])
+    .await
+    .unwrap();
+    let unscheduled = e.enqueue_many(&[keyed("unscheduled")]).await.unwrap()[0].id;
+    e.cancel(unscheduled, None).await.unwrap();
+    s.tick().await;
+    // Claim everything; "pending" is handed back at once (its next attempt is pending).
+    let c = e.claim("q", 10, "w").await.unwrap();
+    let by = |id: i64| c.iter().find(|j| j.job_id == id).unwrap();
+    e.cancel(ids[6], None).await.unwrap();
+    e.complete(&[
+        by(ids[0]).release(),
+        by(ids[2]).completed(None),
+        by(ids[3]).completed(None),
+        by(ids[4]).completed(None),
+        by(ids[5]).discarded("bad"),
+        by(ids[6]).cancelled("asked"),
+        by(ids[7]).failed("again", hour),
+    ])
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+
+    let client = s.db.connect().await;
+    let admin = s.db.connect().await;
+    common::reset_statements(&admin).await;
+    let mut after = None;
+    let (mut batches, mut released) = (0, 0);
+    loop {
+        let step = janitor::prune_unique(&client, after.as_ref(), 3)
+            .await
+            .unwrap();
+        batches += 1;
+        released += step.released;
+        after = step.after;
+        if after.is_none() {
+            break;
+        }
+    }
+    let stmts = common::statements(&admin).await;
+    let calls: i64 = stmts.iter().map(|(_, n)| n).sum();
+    assert_eq!(calls, batches, "one statement per batch: {stmts:?}");
+    assert_eq!(batches, 4, "10 keys in batches of 3");
+    let mut left: Vec<String> = client
+        .query("SELECT key FROM pgferry.unique_keys ORDER BY key", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        vec!["done-hour", "pending", "retrying", "running", "scheduled"]
+    );
+    assert_eq!(released, 5);
+    // A released key is free; a kept one still answers its holder.
+    let again = e
+        .enqueue_many(&[keyed("done"), keyed("running")])
+        .await
+        .unwrap();
+    assert!(!again[0].duplicate);
+    assert_eq!((again[1].id, again[1].duplicate), (ids[1], true));
+}

@@ -22,6 +22,8 @@ use pgferry_core::{Completed, Engine, NewJob, Outcome};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
 
+use crate::metrics::{Latency, Metrics};
+
 /// Limits of one coalescer.
 #[derive(Debug, Clone)]
 pub struct CoalesceConfig {
@@ -443,10 +445,16 @@ impl Writer for CompleteWriter {
 pub struct Coalescers {
     pub enqueue: Coalescer<EnqueueWriter>,
     pub complete: Coalescer<CompleteWriter>,
+    /// Commit latencies per request (what a caller waits, group-commit wait included).
+    pub metrics: Arc<Metrics>,
 }
 
 impl Coalescers {
-    pub fn new(engine: Arc<Engine>, config: CoalesceConfig) -> Arc<Coalescers> {
+    pub fn new(
+        engine: Arc<Engine>,
+        config: CoalesceConfig,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Coalescers> {
         Arc::new(Coalescers {
             enqueue: Coalescer::new(
                 EnqueueWriter {
@@ -455,16 +463,25 @@ impl Coalescers {
                 config.clone(),
             ),
             complete: Coalescer::new(CompleteWriter { engine }, config),
+            metrics,
         })
     }
 
     /// Enqueues one request's jobs (all or nothing); ids in order, after COMMIT.
     pub async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<i64>, SubmitError> {
-        self.enqueue.submit(jobs).await
+        let started = Instant::now();
+        let ids = self.enqueue.submit(jobs).await?;
+        self.metrics
+            .observe(Latency::EnqueueCommit, started.elapsed());
+        Ok(ids)
     }
 
     /// Records one request's outcomes; answers in order, after COMMIT.
     pub async fn complete(&self, outcomes: Vec<Outcome>) -> Result<Vec<Completed>, SubmitError> {
-        self.complete.submit(outcomes).await
+        let started = Instant::now();
+        let done = self.complete.submit(outcomes).await?;
+        self.metrics
+            .observe(Latency::CompleteCommit, started.elapsed());
+        Ok(done)
     }
 }

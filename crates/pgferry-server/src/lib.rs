@@ -8,6 +8,7 @@ mod health;
 pub mod http;
 pub mod metrics;
 pub mod proto;
+pub mod trace;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -40,11 +41,12 @@ impl AppState {
     /// Builds the state. Touches no database (a server starts before its schema is
     /// migrated; /readyz says when it is); async and fallible for what may need either.
     pub async fn new(engine: Arc<Engine>, config: ServerConfig) -> pgferry_core::Result<AppState> {
+        let metrics = Arc::new(metrics::Metrics::default());
         Ok(AppState {
             auth: Arc::new(auth::Auth::new(engine.pool().clone(), config.auth)),
-            metrics: Arc::new(metrics::Metrics::default()),
             http: Arc::new(http::HttpState::new(config.http)),
-            coalescers: coalesce::Coalescers::new(engine.clone(), config.coalesce),
+            coalescers: coalesce::Coalescers::new(engine.clone(), config.coalesce, metrics.clone()),
+            metrics,
             engine,
         })
     }
@@ -58,6 +60,13 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", axum::routing::get(metrics::handler))
         .merge(http::router(&state.http.config))
         .layer(http::error::panic_guard())
+        // Outermost: the request span covers the panic guard's log line too. Each response
+        // is logged at DEBUG, 5xx answers at ERROR.
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(trace::http_span as fn(&axum::http::Request<_>) -> _)
+                .on_request(()),
+        )
         .with_state(state)
 }
 

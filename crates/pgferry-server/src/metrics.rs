@@ -29,6 +29,18 @@ pub enum JobCounter {
 }
 
 impl JobCounter {
+    /// The counter a recorded outcome adds to: success is `Completed`; a failure (retried
+    /// or dead-lettered) and a cancellation are `Failed`; a snooze or a hand-back of an
+    /// undelivered job is neither.
+    pub fn of_outcome(kind: &pgferry_core::OutcomeKind) -> Option<JobCounter> {
+        use pgferry_core::OutcomeKind as K;
+        match kind {
+            K::Completed => Some(JobCounter::Completed),
+            K::Retry { .. } | K::Dead | K::Cancelled => Some(JobCounter::Failed),
+            K::Snooze { .. } => None,
+        }
+    }
+
     const ALL: [JobCounter; 5] = [
         JobCounter::Enqueued,
         JobCounter::Claimed,
@@ -53,10 +65,10 @@ impl JobCounter {
             JobCounter::Claimed => "Jobs handed to workers by this server.",
             JobCounter::Completed => "Attempts that ended in success, reported to this server.",
             JobCounter::Failed => {
-                "Attempts that failed (retried or dead-lettered), reported to this server."
+                "Attempts that failed (retried or dead-lettered) or were cancelled, reported to this server."
             }
             JobCounter::Rescued => {
-                "Attempts whose lease expired, rescued by this server as leader."
+                "Attempts whose lease expired, rescued (retried or dead-lettered) by this server as leader."
             }
         }
     }
@@ -161,6 +173,48 @@ impl Metrics {
             .jobs
             .entry((counter, tenant.to_string(), queue.to_string()))
             .or_default() += n;
+    }
+
+    /// Adds one to `counter` per item of `queues` (user queue names), one lock for all.
+    pub fn add_each<'a>(
+        &self,
+        counter: JobCounter,
+        tenant: &str,
+        queues: impl IntoIterator<Item = &'a str>,
+    ) {
+        let mut per: BTreeMap<&str, u64> = BTreeMap::new();
+        for q in queues {
+            *per.entry(q).or_default() += 1;
+        }
+        if per.is_empty() {
+            return;
+        }
+        let mut inner = self.inner.lock().expect("metrics");
+        for (q, n) in per {
+            *inner
+                .jobs
+                .entry((counter, tenant.to_string(), q.to_string()))
+                .or_default() += n;
+        }
+    }
+
+    /// Counts recorded outcomes: (user queue, outcome) of each one that was not stale.
+    pub fn count_outcomes<'a>(
+        &self,
+        tenant: &str,
+        outcomes: impl IntoIterator<Item = (&'a str, &'a pgferry_core::OutcomeKind)>,
+    ) {
+        let mut completed = Vec::new();
+        let mut failed = Vec::new();
+        for (q, kind) in outcomes {
+            match JobCounter::of_outcome(kind) {
+                Some(JobCounter::Completed) => completed.push(q),
+                Some(_) => failed.push(q),
+                None => {}
+            }
+        }
+        self.add_each(JobCounter::Completed, tenant, completed);
+        self.add_each(JobCounter::Failed, tenant, failed);
     }
 
     pub fn observe(&self, which: Latency, took: Duration) {
@@ -304,6 +358,59 @@ fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// Counts what the leader's rescuer rescues (only while this server leads) under the
+/// tenant's name and user queue name; engine queues outside any tenant (embedding
+/// applications, benchmarks) are labelled with an empty tenant and their engine name.
+/// Runs until the leader is dropped.
+pub async fn feed_rescues(
+    state: AppState,
+    mut rescues: tokio::sync::broadcast::Receiver<
+        std::sync::Arc<pgferry_core::leader::rescuer::RescueReport>,
+    >,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut names: std::collections::HashMap<i64, String> = Default::default();
+    loop {
+        let report = match rescues.recv().await {
+            Ok(r) => r,
+            Err(RecvError::Lagged(n)) => {
+                tracing::warn!(reports = n, "rescue metrics fell behind; some not counted");
+                continue;
+            }
+            Err(RecvError::Closed) => return,
+        };
+        for (engine_queue, n) in &report.per_queue {
+            let n = u64::try_from(*n).unwrap_or(0);
+            match crate::auth::namespace::split_engine_queue(engine_queue) {
+                Some((tenant_id, queue)) => {
+                    if !names.contains_key(&tenant_id) {
+                        refresh_tenant_names(&state, &mut names).await;
+                    }
+                    let tenant = names
+                        .get(&tenant_id)
+                        .cloned()
+                        .unwrap_or_else(|| tenant_id.to_string());
+                    state.metrics.add(JobCounter::Rescued, &tenant, queue, n);
+                }
+                None => state.metrics.add(JobCounter::Rescued, "", engine_queue, n),
+            }
+        }
+    }
+}
+
+async fn refresh_tenant_names(
+    state: &AppState,
+    names: &mut std::collections::HashMap<i64, String>,
+) {
+    let listed = match state.engine.pool().get().await {
+        Ok(client) => crate::auth::admin::list_tenants(&client).await.ok(),
+        Err(_) => None,
+    };
+    for t in listed.into_iter().flatten() {
+        names.insert(t.tenant_id, t.name);
+    }
 }
 
 pub async fn handler(State(state): State<AppState>) -> impl IntoResponse {

@@ -389,3 +389,129 @@ async fn jobs_are_listed_per_tenant_queue_with_filters_and_pages() {
     assert_eq!(theirs["jobs"].as_array().unwrap().len(), 1, "{theirs}");
     assert!(!mine.contains(&theirs["jobs"][0]["id"]));
 }
+
+/// Queue answers carry counts from the engine's counters (flushed here instead of waiting
+/// for the next second), for one queue and in the list; another tenant's jobs never count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_answers_carry_counts_from_the_counters() {
+    let srv = TestServer::start(ServerConfig::default()).await;
+    let k = srv.key("acme", &["admin"]).await;
+    let other = srv.key("other", &["admin"]).await;
+    for i in 0..3 {
+        let (s, b) = enqueue(
+            &srv,
+            &k,
+            json!({"queue": "cq", "kind": "k", "args": {"i": i}}),
+        )
+        .await;
+        assert_eq!(s, 201, "{b}");
+    }
+    let (s, b) = enqueue(
+        &srv,
+        &k,
+        json!({"queue": "cq", "kind": "k", "delay_ms": 3_600_000}),
+    )
+    .await;
+    assert_eq!(s, 201, "{b}");
+    let (s, b) = enqueue(&srv, &other, json!({"queue": "cq", "kind": "k"})).await;
+    assert_eq!(s, 201, "{b}");
+    let jobs = srv.claim_n(&k, "cq", 2).await;
+    assert_eq!(jobs.len(), 2);
+    complete(&srv, &k, json!({"token": jobs[0]["token"]})).await;
+    srv.state.engine.flush_counters().await.unwrap();
+    let want = json!({
+        "pending": 1, "running": 1, "scheduled": 1, "dead": 0,
+        "enqueued": 4, "completed": 1, "failed": 0, "cancelled": 0
+    });
+    let (s, q, _) = srv.call("GET", "/v1/queues/cq", Some(&k), None).await;
+    assert_eq!(s, 200, "{q}");
+    assert_eq!(q["counts"], want, "{q}");
+    let (s, list, _) = srv.call("GET", "/v1/queues", Some(&k), None).await;
+    assert_eq!(s, 200, "{list}");
+    assert_eq!(list["queues"][0]["counts"], want, "{list}");
+    let (_, theirs, _) = srv.call("GET", "/v1/queues/cq", Some(&other), None).await;
+    assert_eq!(theirs["counts"]["pending"], 1, "{theirs}");
+    assert_eq!(theirs["counts"]["enqueued"], 1, "{theirs}");
+}
+
+/// POST /v1/queues/{name}/cancel cancels the matching pending, scheduled and running jobs of
+/// the caller's queue only, is refused for bad filters and unknown queues, and is audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_cancel_by_filter() {
+    let srv = TestServer::start(ServerConfig::default()).await;
+    let k = srv.key("acme", &["admin"]).await;
+    let other = srv.key("other", &["admin"]).await;
+    let (_, run) = enqueue(&srv, &k, json!({"queue": "bc", "kind": "a"})).await;
+    let claimed = srv.claim_n(&k, "bc", 1).await;
+    assert_eq!(claimed[0]["id"], run["job_id"]);
+    let (_, pend) = enqueue(&srv, &k, json!({"queue": "bc", "kind": "a"})).await;
+    let (_, keep) = enqueue(&srv, &k, json!({"queue": "bc", "kind": "b"})).await;
+    let (_, sched) = enqueue(
+        &srv,
+        &k,
+        json!({"queue": "bc", "kind": "a", "delay_ms": 3_600_000}),
+    )
+    .await;
+    let (_, theirs) = enqueue(&srv, &other, json!({"queue": "bc", "kind": "a"})).await;
+
+    for (body, field) in [
+        (json!({"states": ["completed"]}), "states[0]"),
+        (json!({"limit": 0}), "limit"),
+        (json!({"kind": "no spaces"}), "kind"),
+        (
+            json!({"states": ["pending", "pending", "running", "scheduled"]}),
+            "states",
+        ),
+    ] {
+        let (s, b, _) = srv
+            .call("POST", "/v1/queues/bc/cancel", Some(&k), Some(body))
+            .await;
+        assert_eq!((s, error_of(&b).1.as_deref()), (400, Some(field)), "{b}");
+    }
+    let (s, _, _) = srv
+        .call(
+            "POST",
+            "/v1/queues/nosuch/cancel",
+            Some(&k),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(s, 404);
+
+    let (s, b, _) = srv
+        .call(
+            "POST",
+            "/v1/queues/bc/cancel",
+            Some(&k),
+            Some(json!({"kind": "a"})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b,
+        json!({"cancelled": {"scheduled": 1, "pending": 1, "running": 1}, "has_more": false})
+    );
+    for id in [&pend["job_id"], &sched["job_id"]] {
+        assert_eq!(job(&srv, &k, id).await["state"], "cancelled");
+    }
+    let r = job(&srv, &k, &run["job_id"]).await;
+    assert_eq!(
+        (&r["state"], &r["cancel_requested"]),
+        (&json!("running"), &json!(true))
+    );
+    assert_eq!(job(&srv, &k, &keep["job_id"]).await["state"], "pending");
+    assert_eq!(
+        job(&srv, &other, &theirs["job_id"]).await["state"],
+        "pending"
+    );
+    let c = srv.db.connect().await;
+    let n: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pgferry.audit_log WHERE action = 'queue.cancel'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+}

@@ -32,6 +32,9 @@ pub fn leader_config() -> LeaderConfig {
 pub struct Server {
     pub url: String,
     pub addr: SocketAddr,
+    /// The HTTP API of the same server (`http://127.0.0.1:<port>`, no trailing slash).
+    pub http_url: String,
+    pub app: AppState,
     pub engine: Arc<Engine>,
     pub grpc: Arc<GrpcState>,
     stop: watch::Sender<bool>,
@@ -42,20 +45,48 @@ pub struct Server {
 impl Server {
     /// Starts on `addr` (port 0: any free port).
     pub async fn start(db: &TestDb, addr: SocketAddr, config: GrpcConfig) -> Server {
-        let mut client = db.connect().await;
+        Server::start_with(db, addr, config, ServerConfig::default()).await
+    }
+
+    /// Starts with the given settings of the HTTP API, auth and group commit too (gRPC
+    /// shares the key cache and the rate limits); HTTP is served on a free port.
+    pub async fn start_with(
+        db: &TestDb,
+        addr: SocketAddr,
+        config: GrpcConfig,
+        server_config: ServerConfig,
+    ) -> Server {
+        Server::start_on(&db.config, addr, config, server_config).await
+    }
+
+    /// Starts on the database `pg` points to (not necessarily the testkit's).
+    pub async fn start_on(
+        pg: &tokio_postgres::Config,
+        addr: SocketAddr,
+        config: GrpcConfig,
+        server_config: ServerConfig,
+    ) -> Server {
+        let mut client = pgferry_core::db::connect(pg, "migrate")
+            .await
+            .expect("connect");
         migrate::up(&mut client).await.expect("migrate");
-        let engine = Engine::new(db.pool(16), EngineConfig::default());
+        let engine = Engine::new(
+            pgferry_core::db::pool(pg, "api", 16),
+            EngineConfig::default(),
+        );
         let (stop, stop_rx) = watch::channel(false);
-        let leader = Leader::new(engine.clone(), db.config.clone(), leader_config());
+        let leader = Leader::new(engine.clone(), pg.clone(), leader_config());
+        let rescues = leader.subscribe_rescues();
         let mut tasks = vec![tokio::spawn(leader.run(stop_rx.clone()))];
         // Cancellations (NOTIFY pgferry_cancel) reach this server's streams through it.
         let listener_task = tokio::spawn(pgferry_core::listen::run_tick_listener(
             engine.clone(),
-            db.config.clone(),
+            pg.clone(),
         ));
-        let app = AppState::new(engine.clone(), ServerConfig::default())
+        let app = AppState::new(engine.clone(), server_config)
             .await
             .expect("app state");
+        tokio::spawn(pgferry_server::metrics::feed_rescues(app.clone(), rescues));
         let grpc = GrpcState::from_app(&app, config).await.expect("grpc state");
         let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().unwrap();
@@ -68,9 +99,24 @@ impl Server {
             .await
             .expect("serve grpc");
         }));
+        let http_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind http");
+        let http_url = format!("http://{}", http_listener.local_addr().unwrap());
+        let mut rx = stop.subscribe();
+        let served = app.clone();
+        tasks.push(tokio::spawn(async move {
+            pgferry_server::serve_http(http_listener, served, async move {
+                let _ = rx.wait_for(|s| *s).await;
+            })
+            .await
+            .expect("serve http");
+        }));
         Server {
             url: format!("http://{addr}"),
             addr,
+            http_url,
+            app,
             engine,
             grpc,
             stop,

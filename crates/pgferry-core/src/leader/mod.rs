@@ -5,7 +5,9 @@
 //! are aborted within a second of losing it (the lock connection is checked every second),
 //! after which another server's leader takes over.
 
+pub mod janitor;
 pub mod promoter;
+pub mod recounter;
 pub mod rescuer;
 pub mod rotator;
 pub mod ticker;
@@ -41,6 +43,12 @@ pub struct LeaderConfig {
     pub segment_duration: Duration,
     /// Closed segments are kept at least this long (job history).
     pub retention: Duration,
+    /// Pause between two lanes' counter recounts (each also waits two flush intervals).
+    pub recount_interval: Duration,
+    /// Pause between two passes of the janitor over unique keys.
+    pub prune_interval: Duration,
+    /// Unique keys examined per janitor statement.
+    pub prune_batch: i64,
 }
 
 impl Default for LeaderConfig {
@@ -55,6 +63,9 @@ impl Default for LeaderConfig {
             rotate_interval: Duration::from_secs(1),
             segment_duration: Duration::from_secs(10),
             retention: Duration::from_secs(60),
+            recount_interval: Duration::from_secs(5),
+            prune_interval: Duration::from_secs(10),
+            prune_batch: 1000,
         }
     }
 }
@@ -63,11 +74,25 @@ pub struct Leader {
     engine: Arc<Engine>,
     pg: Config,
     config: LeaderConfig,
+    rescues: rescuer::RescueFeed,
 }
 
 impl Leader {
     pub fn new(engine: Arc<Engine>, pg: Config, config: LeaderConfig) -> Leader {
-        Leader { engine, pg, config }
+        Leader {
+            engine,
+            pg,
+            config,
+            rescues: tokio::sync::broadcast::channel(64).0,
+        }
+    }
+
+    /// What the rescuer rescues while this process leads (one report per pass that rescued
+    /// something): the server counts it per queue in its metrics.
+    pub fn subscribe_rescues(
+        &self,
+    ) -> tokio::sync::broadcast::Receiver<Arc<rescuer::RescueReport>> {
+        self.rescues.subscribe()
     }
 
     /// Campaigns for leadership until `shutdown` turns true; runs the duties while leader.
@@ -100,8 +125,18 @@ impl Leader {
         let c = &self.config;
         duties.spawn(ticker::run(self.engine.clone(), self.pg.clone(), c.clone()));
         duties.spawn(promoter::run(self.pg.clone(), c.clone()));
-        duties.spawn(rescuer::run(self.pg.clone(), c.clone()));
+        duties.spawn(rescuer::run(
+            self.pg.clone(),
+            c.clone(),
+            self.rescues.clone(),
+        ));
         duties.spawn(rotator::run(self.pg.clone(), c.clone()));
+        duties.spawn(janitor::run(self.pg.clone(), c.clone()));
+        duties.spawn(recounter::run(
+            self.engine.clone(),
+            self.pg.clone(),
+            c.clone(),
+        ));
         let result = loop {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {

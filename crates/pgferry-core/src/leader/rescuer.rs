@@ -1,5 +1,6 @@
 //! Rescuer: closes attempts whose lease expired without an outcome (retry or DLQ).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::{Client, Config};
@@ -16,7 +17,7 @@ const READ_MARK: &str = "SELECT rescue_mark FROM pgferry.leader_state";
 /// Receipts examined per statement.
 const RECEIPTS_PER_PASS: i64 = 500;
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RescueReport {
     /// Expired receipts looked at.
     pub receipts: i64,
@@ -24,7 +25,30 @@ pub struct RescueReport {
     pub examined: i64,
     pub retried: i64,
     pub dead: i64,
+    /// Rescued attempts (retried + dead) per engine queue name, for metrics.
+    pub per_queue: Vec<(String, i64)>,
 }
+
+impl RescueReport {
+    /// Adds one statement's answer (rescue.sql's columns).
+    fn add(&mut self, receipts: usize, row: &tokio_postgres::Row) {
+        self.receipts += receipts as i64;
+        self.examined += row.get::<_, i64>(0);
+        self.retried += row.get::<_, i64>(1);
+        self.dead += row.get::<_, i64>(2);
+        let names: Vec<String> = row.get(3);
+        let counts: Vec<i64> = row.get(4);
+        for (name, n) in names.into_iter().zip(counts) {
+            match self.per_queue.iter_mut().find(|(q, _)| *q == name) {
+                Some((_, m)) => *m += n,
+                None => self.per_queue.push((name, n)),
+            }
+        }
+    }
+}
+
+/// Where the rescuer reports what it rescued (the leader's subscribers: server metrics).
+pub type RescueFeed = tokio::sync::broadcast::Sender<Arc<RescueReport>>;
 
 /// One pass: lock the expired receipts after the mark, rescue their open attempts, then
 /// advance the mark. Locking first is what makes the first outcome win against a worker's
@@ -45,12 +69,7 @@ pub async fn rescue(client: &mut Client, settle: Duration) -> Result<RescueRepor
     if !ids.is_empty() {
         let (lo, hi): (i64, i64) = (locked.get(1), locked.get(2));
         let row = tx.query_one(RESCUE, &[&ids, &lo, &hi]).await?;
-        report = RescueReport {
-            receipts: ids.len() as i64,
-            examined: row.get(0),
-            retried: row.get(1),
-            dead: row.get(2),
-        };
+        report.add(ids.len(), &row);
     }
     // Without expired receipts the mark may still move over receipts closed normally.
     let upto: i64 = locked.get::<_, Option<i64>>(2).unwrap_or(i64::MAX);
@@ -68,35 +87,33 @@ pub async fn rescue(client: &mut Client, settle: Duration) -> Result<RescueRepor
     if !ids.is_empty() {
         let (lo, hi): (i64, i64) = (locked.get(1), locked.get(2));
         let row = tx.query_one(RESCUE, &[&ids, &lo, &hi]).await?;
-        report.receipts += ids.len() as i64;
-        report.examined += row.get::<_, i64>(0);
-        report.retried += row.get::<_, i64>(1);
-        report.dead += row.get::<_, i64>(2);
+        report.add(ids.len(), &row);
         tx.execute(LONG_LEASES_DROP, &[&ids]).await?;
     }
     tx.commit().await?;
     Ok(report)
 }
 
-pub async fn run(pg: Config, config: LeaderConfig) {
+pub async fn run(pg: Config, config: LeaderConfig, feed: RescueFeed) {
     let settle = config.claim_settle;
-    duty_loop(
-        pg,
-        "rescuer",
-        config.rescue_interval,
-        move |mut client| async move {
+    duty_loop(pg, "rescuer", config.rescue_interval, move |mut client| {
+        let feed = feed.clone();
+        async move {
             let r = rescue(&mut client, settle).await.map(|rep| {
+                let more = rep.receipts >= RECEIPTS_PER_PASS;
                 if rep.retried + rep.dead > 0 {
                     tracing::info!(
                         retried = rep.retried,
                         dead = rep.dead,
                         "rescued expired leases"
                     );
+                    // No subscriber is fine (an embedding application without metrics).
+                    let _ = feed.send(Arc::new(rep));
                 }
-                rep.receipts >= RECEIPTS_PER_PASS
+                more
             });
             (client, r)
-        },
-    )
+        }
+    })
     .await
 }

@@ -1,5 +1,6 @@
 -- Retry dead jobs: back into the log with the next attempt number and a fresh set of
--- attempts; the id and the history of earlier attempts stay. One statement.
+-- attempts; the id and the history of earlier attempts stay. One statement, counters
+-- included.
 -- $1 queue names (NULL: all), $2 kind, $3 error substring, $4 job ids (NULL: any), $5 limit
 WITH picked AS (
     DELETE FROM pgferry.dead d
@@ -22,5 +23,13 @@ again AS (
     SELECT (SELECT s.segment FROM pgferry.segments s WHERE s.state = 'current'),
            p.lane, p.job_id, p.attempt + 1, p.attempt + p.max_attempts, p.kind, p.args, p.meta
       FROM picked p
+),
+-- Counted in this statement (lanes in order, like every counter write).
+counted AS (
+    INSERT INTO pgferry.lane_counters AS c (lane, pending, dead, version)
+    SELECT p.lane, count(*), -count(*), 1 FROM picked p GROUP BY p.lane ORDER BY p.lane
+    ON CONFLICT (lane) DO UPDATE
+       SET pending = c.pending + EXCLUDED.pending, dead = c.dead + EXCLUDED.dead,
+           version = c.version + 1, updated_at = now()
 )
 SELECT count(*) FROM picked

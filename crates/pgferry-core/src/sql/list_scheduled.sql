@@ -1,7 +1,40 @@
--- list_jobs(state = scheduled): `scheduled` by job id, newest first (primary key backwards).
--- $1 the queue's lanes, $2 kind (NULL: any), $3 cursor (NULL: from the newest), $4 limit
-SELECT s.job_id FROM pgferry.scheduled s
- WHERE s.lane = ANY ($1) AND ($2::text IS NULL OR s.kind = $2)
-   AND ($3::bigint IS NULL OR s.job_id < $3)
- ORDER BY s.job_id DESC
- LIMIT $4
+-- list_jobs, phase "scheduled": a queue's jobs waiting in `scheduled` (first runs, delayed
+-- retries, snoozes), newest job first. Index scheduled_lane (lane, job_id) backwards per
+-- lane, at most n = max($5, $3 / lanes) rows per lane; the mark works as in list_pending.sql.
+-- $1 queue, $2 cursor job id (NULL: from the newest), $3 rows to read, $4 kind (NULL: any),
+-- $5 answers wanted
+WITH lanes AS MATERIALIZED (
+    SELECT l.lane
+      FROM pgferry.queues q JOIN pgferry.lanes l ON l.queue_id = q.queue_id
+     WHERE q.name = $1
+),
+lim AS (
+    SELECT greatest($5::bigint, $3::bigint / greatest(count(*), 1)) AS n FROM lanes
+),
+cand AS MATERIALIZED (
+    SELECT l.lane, s.*
+      FROM lanes l
+      CROSS JOIN LATERAL (
+          SELECT s.job_id, s.kind
+            FROM pgferry.scheduled s
+           WHERE s.lane = l.lane AND ($2::bigint IS NULL OR s.job_id < $2)
+           ORDER BY s.job_id DESC
+           LIMIT (SELECT lim.n FROM lim)) s
+),
+mark AS (
+    SELECT m.job_id
+      FROM (SELECT DISTINCT ON (c.lane) c.job_id, count(*) OVER (PARTITION BY c.lane) AS n
+              FROM cand c
+             ORDER BY c.lane, c.job_id) m
+     WHERE m.n >= (SELECT lim.n FROM lim)
+     ORDER BY m.job_id DESC
+     LIMIT 1
+)
+(SELECT false AS is_mark, c.job_id, 'scheduled' AS state
+   FROM cand c
+  WHERE NOT EXISTS (SELECT 1 FROM mark m WHERE c.job_id < m.job_id)
+    AND ($4::text IS NULL OR c.kind = $4)
+  ORDER BY c.job_id DESC
+  LIMIT $5)
+UNION ALL
+SELECT true, m.job_id, NULL FROM mark m

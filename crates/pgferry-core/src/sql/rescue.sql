@@ -64,7 +64,17 @@ buried AS (
       FROM open WHERE outcome = 6
     ON CONFLICT (job_id) DO UPDATE
        SET attempt = EXCLUDED.attempt, error = EXCLUDED.error, died_at = now()
+),
+-- Rescued attempts per queue, for the servers' metrics (lanes and queues are small).
+per_queue AS (
+    SELECT q.name, count(*) AS n
+      FROM open o
+      JOIN pgferry.lanes l ON l.lane = o.lane
+      JOIN pgferry.queues q ON q.queue_id = l.queue_id
+     GROUP BY q.name
 )
 SELECT (SELECT count(*) FROM exp) AS examined,
        (SELECT count(*) FROM open WHERE outcome = 5) AS retried,
-       (SELECT count(*) FROM open WHERE outcome = 6) AS dead
+       (SELECT count(*) FROM open WHERE outcome = 6) AS dead,
+       (SELECT coalesce(array_agg(name ORDER BY name), '{}') FROM per_queue) AS queues,
+       (SELECT coalesce(array_agg(n ORDER BY name), '{}') FROM per_queue) AS queue_counts

@@ -17,11 +17,24 @@ pub struct Setup {
 }
 
 pub async fn setup() -> Setup {
+    setup_with(EngineConfig::default()).await
+}
+
+pub async fn setup_with(config: EngineConfig) -> Setup {
     let db = pgferry_testkit::test_db().await;
     let mut client = db.connect().await;
     migrate::up(&mut client).await.expect("migrate");
-    let engine = Engine::new(db.pool(16), EngineConfig::default());
+    let engine = Engine::new(db.pool(16), config);
     Setup { db, engine }
+}
+
+/// An engine whose counter flushes never come on their own (tests that count statements
+/// flush explicitly, if at all).
+pub fn quiet_counters() -> EngineConfig {
+    EngineConfig {
+        counter_flush: std::time::Duration::from_secs(3600),
+        ..EngineConfig::default()
+    }
 }
 
 impl Setup {
@@ -165,4 +178,104 @@ pub async fn statements(client: &Client) -> Vec<(String, i64)> {
 
 pub async fn total_calls(client: &Client) -> i64 {
     statements(client).await.iter().map(|(_, c)| c).sum()
+}
+
+/// Job ids of [`mixed_workload`], by what happened to them.
+#[derive(Debug, Default)]
+pub struct Mixed {
+    pub all: Vec<i64>,
+    pub pending: Vec<i64>,
+    pub running: Vec<i64>,
+    pub completed: Vec<i64>,
+    pub scheduled: Vec<i64>,
+    pub dead: Vec<i64>,
+    pub cancelled: Vec<i64>,
+}
+
+/// A queue with jobs in every state, over two priorities and two shards: pending (first
+/// attempts, retried at once, retried from the DLQ), running (one with a cancel request),
+/// completed, scheduled (first runs, delayed retries, a snooze), dead (one purged),
+/// cancelled (pending, running-then-reported, scheduled first run).
+pub async fn mixed_workload(s: &Setup, queue: &str) -> Mixed {
+    use pgferry_core::{DeadFilter, QueueOptions};
+    use std::time::{Duration, SystemTime};
+
+    let e = &s.engine;
+    e.upsert_queue(
+        queue,
+        &QueueOptions {
+            shards: 2,
+            max_attempts: 3,
+            ..QueueOptions::default()
+        },
+    )
+    .await
+    .expect("queue");
+    let jobs: Vec<_> = (0..24)
+        .map(|i| {
+            NewJob::new(queue, if i % 3 == 0 { "b" } else { "a" }, json!({ "i": i }))
+                .priority(if i % 2 == 0 { 0 } else { 2 })
+        })
+        .collect();
+    let first = e.enqueue(&jobs).await.expect("enqueue");
+    let hour = Duration::from_secs(3600);
+    let later = SystemTime::now() + hour;
+    let sched: Vec<_> = (0..3)
+        .map(|i| NewJob::new(queue, "a", json!({ "s": i })).run_at(later))
+        .collect();
+    let sched = e.enqueue(&sched).await.expect("enqueue scheduled");
+    s.tick().await;
+    let c = e.claim(queue, 15, "w").await.expect("claim");
+    assert_eq!(c.len(), 15);
+    let mut m = Mixed::default();
+    m.all.extend(&first);
+    m.all.extend(&sched);
+    let outcomes = vec![
+        c[0].completed(Some(json!({ "ok": 1 }))),
+        c[1].completed(None),
+        c[2].completed(None),
+        c[3].completed(None),
+        c[4].failed("boom", Duration::ZERO),
+        c[5].failed("boom", Duration::ZERO),
+        c[6].failed("later", hour),
+        c[7].failed("later", hour),
+        c[8].snooze(hour),
+        c[9].discarded("bad"),
+        c[10].discarded("bad"),
+        c[11].discarded("bad"),
+        c[12].cancelled("stopped"),
+    ];
+    e.complete(&outcomes).await.expect("complete");
+    m.completed.extend(c[..4].iter().map(|j| j.job_id));
+    m.pending.extend(c[4..6].iter().map(|j| j.job_id));
+    m.scheduled.extend(c[6..9].iter().map(|j| j.job_id));
+    m.cancelled.push(c[12].job_id);
+    m.running.extend(c[13..15].iter().map(|j| j.job_id));
+    e.cancel(c[14].job_id, Some("please"))
+        .await
+        .expect("cancel running");
+    // DLQ: one retried (pending again, attempt 2), one purged, one stays.
+    let one = |id: i64| DeadFilter {
+        ids: Some(vec![id]),
+        ..DeadFilter::default()
+    };
+    assert_eq!(e.retry_dead(&one(c[9].job_id), 10).await.expect("retry"), 1);
+    assert_eq!(e.purge_dead(&one(c[10].job_id)).await.expect("purge"), 1);
+    m.pending.push(c[9].job_id);
+    m.dead.extend([c[10].job_id, c[11].job_id]);
+    // Unclaimed: one cancelled while pending, the rest pending.
+    let claimed: Vec<i64> = c.iter().map(|j| j.job_id).collect();
+    let unclaimed: Vec<i64> = first
+        .iter()
+        .copied()
+        .filter(|id| !claimed.contains(id))
+        .collect();
+    e.cancel(unclaimed[0], None).await.expect("cancel pending");
+    m.cancelled.push(unclaimed[0]);
+    m.pending.extend(&unclaimed[1..]);
+    // Scheduled: one cancelled before it ever ran.
+    e.cancel(sched[0], None).await.expect("cancel scheduled");
+    m.cancelled.push(sched[0]);
+    m.scheduled.extend(&sched[1..]);
+    m
 }

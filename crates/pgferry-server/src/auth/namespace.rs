@@ -41,6 +41,13 @@ pub fn user_queue(tenant_id: i64, engine_name: &str) -> Option<&str> {
         .then_some(name)
 }
 
+/// The tenant id and user name of an engine queue, if it is a tenant's (ADR 0003).
+pub fn split_engine_queue(engine_name: &str) -> Option<(i64, &str)> {
+    let (id, _) = engine_name.strip_prefix('t')?.split_once('.')?;
+    let tenant_id = id.parse::<i64>().ok()?;
+    Some((tenant_id, user_queue(tenant_id, engine_name)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,6 +62,10 @@ mod tests {
         assert_eq!(user_queue(7, "t07.emails"), None);
         assert_eq!(user_queue(7, "emails"), None);
         assert_eq!(user_queue(7, "t7."), None);
+        assert_eq!(split_engine_queue(&e), Some((7, "emails.v2")));
+        for other in ["t07.emails", "t7.", "emails", "tx.emails"] {
+            assert_eq!(split_engine_queue(other), None, "{other}");
+        }
     }
 
     #[test]

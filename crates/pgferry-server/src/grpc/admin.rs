@@ -8,11 +8,14 @@
 #![allow(clippy::result_large_err)]
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pgferry_core::{DeadFilter, Error as EngineError, JobFilter, JobInfo, JobState, QueueSettings};
+use pgferry_core::{DeadFilter, JobFilter, JobInfo, JobState, QueueSettings};
 use tonic::{Request, Response, Status};
 
+use super::admin_pb::{
+    from_unix_ms, invalid, job_pb, ms_setting, not_found, page_limit, parse_state, queue_pb,
+    status, unix_ms,
+};
 use super::convert::new_job;
 use super::{auth_status, GrpcState};
 use crate::auth::namespace::tenant_prefix;
@@ -22,47 +25,9 @@ use crate::proto::v1 as pb;
 /// The tenant's queues with their settings (shared with the HTTP queue listing).
 const QUEUES_LIST: &str = include_str!("../http/sql/queues_list.sql");
 const QUEUE_GET: &str = include_str!("../http/sql/queue_get.sql");
-/// Default and largest page of ListJobs / ListDead.
-const DEFAULT_PAGE: u32 = 50;
 
 pub struct AdminService {
     pub state: Arc<GrpcState>,
-}
-
-fn status(e: &EngineError, field_prefix: &str) -> Status {
-    let pb = super::engine_error(e, field_prefix);
-    let msg = if pb.field.is_empty() {
-        format!("{}: {}", pb.code, pb.message)
-    } else {
-        format!("{}: {} ({})", pb.code, pb.message, pb.field)
-    };
-    match e {
-        EngineError::NotFound { .. } => Status::not_found(msg),
-        EngineError::Conflict(_) => Status::failed_precondition(msg),
-        EngineError::PayloadTooLarge { .. } | EngineError::BatchTooLarge { .. } => {
-            Status::resource_exhausted(msg)
-        }
-        EngineError::Db(_) => Status::internal(msg),
-        EngineError::Pool(_) => Status::unavailable(msg),
-        _ => Status::invalid_argument(msg),
-    }
-}
-
-fn invalid(field: &str, message: &str) -> Status {
-    Status::invalid_argument(format!("invalid_argument: {message} ({field})"))
-}
-
-fn not_found(what: &str) -> Status {
-    Status::not_found(format!("not_found: {what} not found"))
-}
-
-fn unix_ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-fn from_unix_ms(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
 }
 
 impl AdminService {
@@ -80,6 +45,7 @@ impl AdminService {
             .authenticate(key)
             .await
             .map_err(auth_status)?;
+        self.state.rate_limit(&p)?;
         p.require(scope).map_err(auth_status)?;
         Ok(p)
     }
@@ -128,7 +94,13 @@ impl AdminService {
             .await
             .map_err(|e| status(&e.into(), ""))?
             .ok_or_else(|| not_found("queue"))?;
-        queue_pb(p, &row).ok_or_else(|| not_found("queue"))
+        let counts = self
+            .state
+            .engine
+            .queue_counts(&[engine_name.to_string()])
+            .await
+            .map_err(|e| status(&e, ""))?;
+        queue_pb(p, &row, &counts).ok_or_else(|| not_found("queue"))
     }
 
     /// A dead-letter filter limited to the caller's queues.
@@ -147,103 +119,6 @@ impl AdminService {
     }
 }
 
-fn job_pb(info: JobInfo, queue: String) -> pb::JobInfo {
-    let meta = match info.meta {
-        Some(serde_json::Value::Object(m)) => m
-            .into_iter()
-            .map(|(k, v)| match v {
-                serde_json::Value::String(s) => (k, s),
-                other => (k, other.to_string()),
-            })
-            .collect(),
-        _ => Default::default(),
-    };
-    pb::JobInfo {
-        id: info.id,
-        queue,
-        kind: info.kind,
-        state: info.state.as_str().to_string(),
-        args: info.args.to_string(),
-        meta,
-        priority: u32::try_from(info.priority).unwrap_or(0),
-        max_attempts: info.max_attempts,
-        enqueued_at_unix_ms: info.enqueued_at.map_or(0, unix_ms),
-        run_at_unix_ms: info.run_at.map(unix_ms),
-        attempts: info
-            .attempts
-            .into_iter()
-            .map(|a| pb::AttemptInfo {
-                attempt: a.attempt,
-                outcome: a.outcome.to_string(),
-                error: a.error.unwrap_or_default(),
-                error_kind: String::new(),
-                claimed_at_unix_ms: 0,
-                finished_at_unix_ms: a.finished_at.map_or(0, unix_ms),
-                duration_ms: a.duration_ms.map_or(0, |d| d.max(0) as u32),
-                worker: String::new(),
-            })
-            .collect(),
-        result: info.result.map(|r| r.to_string()).unwrap_or_default(),
-        unique_key: None,
-    }
-}
-
-/// A row of queues_list.sql / queue_get.sql as the API shows it (user name).
-fn queue_pb(p: &Principal, row: &tokio_postgres::Row) -> Option<pb::QueueInfo> {
-    let engine_name: String = row.get(0);
-    let name = user_queue(p.tenant_id, &engine_name)?.to_string();
-    let ms = |i: usize| row.get::<_, i32>(i).max(0) as u64;
-    Some(pb::QueueInfo {
-        name,
-        paused: row.get(4),
-        settings: Some(pb::QueueSettings {
-            concurrency: row.get::<_, Option<i32>>(9).map(|n| n.max(0) as u32),
-            max_attempts: Some(row.get(2)),
-            backoff_base_ms: Some(ms(5)),
-            backoff_cap_ms: Some(ms(6)),
-            lease_ms: Some(ms(3)),
-            retention_ms: Some(row.get::<_, i64>(7).max(0) as u64),
-            aging_ms: Some(ms(8)),
-        }),
-        // Per-queue counts need counters the engine does not keep yet: absent, not zero.
-        counts: None,
-    })
-}
-
-fn parse_state(s: &str) -> Result<Option<JobState>, Status> {
-    Ok(Some(match s {
-        "" => return Ok(None),
-        "pending" => JobState::Pending,
-        "scheduled" => JobState::Scheduled,
-        "running" => JobState::Running,
-        "completed" => JobState::Completed,
-        "dead" => JobState::Dead,
-        "cancelled" => JobState::Cancelled,
-        _ => {
-            return Err(invalid(
-                "state",
-                "must be pending, scheduled, running, completed, dead or cancelled",
-            ))
-        }
-    }))
-}
-
-fn page_limit(limit: u32, max: u32) -> Result<u32, Status> {
-    match limit {
-        0 => Ok(DEFAULT_PAGE.min(max)),
-        n if n <= max => Ok(n),
-        _ => Err(invalid("limit", &format!("must be at most {max}"))),
-    }
-}
-
-fn ms_setting(field: &str, v: Option<u64>, lo: u64, hi: u64) -> Result<Option<Duration>, Status> {
-    match v {
-        None => Ok(None),
-        Some(v) if (lo..=hi).contains(&v) => Ok(Some(Duration::from_millis(v))),
-        Some(_) => Err(invalid(field, &format!("must be {lo} to {hi}"))),
-    }
-}
-
 #[tonic::async_trait]
 impl pb::admin_server::Admin for AdminService {
     async fn enqueue(
@@ -251,28 +126,58 @@ impl pb::admin_server::Admin for AdminService {
         req: Request<pb::EnqueueRequest>,
     ) -> Result<Response<pb::EnqueueResponse>, Status> {
         let p = self.principal(&req, Scope::Produce).await?;
-        let specs = req.into_inner().jobs;
+        let traceparent = super::traceparent(req.metadata());
+        let mut specs = req.into_inner().jobs;
+        if let Some(tp) = &traceparent {
+            specs
+                .iter_mut()
+                .for_each(|s| super::inherit_traceparent(s, tp));
+        }
         let max = self.state.config.max_batch;
-        if specs.is_empty() || specs.len() > max {
-            return Err(invalid("jobs", &format!("must hold 1 to {max} jobs")));
+        if specs.is_empty() {
+            return Err(invalid("jobs", "must hold at least one job"));
+        }
+        if specs.len() > max {
+            return Err(Status::resource_exhausted(format!(
+                "batch_too_large: batch of {} jobs is over the limit of {max} (jobs)",
+                specs.len()
+            )));
         }
         let max_payload = self.state.engine.config().max_payload_bytes;
+        let queues: Vec<String> = specs.iter().map(|s| s.queue.clone()).collect();
         let mut jobs = Vec::with_capacity(specs.len());
         for (i, spec) in specs.into_iter().enumerate() {
             let job = new_job(&p, spec, &format!("jobs[{i}]"), i, max_payload).map_err(|e| {
-                Status::invalid_argument(format!("{}: {} ({})", e.code, e.message, e.field))
+                let msg = format!("{}: {} ({})", e.code, e.message, e.field);
+                match e.code.as_str() {
+                    "payload_too_large" | "batch_too_large" => Status::resource_exhausted(msg),
+                    _ => Status::invalid_argument(msg),
+                }
             })?;
             jobs.push(job);
         }
-        let done = self
-            .state
-            .engine
-            .enqueue_many(&jobs)
-            .await
-            .map_err(|e| status(&e, ""))?;
+        // Like HTTP: through group commit, unless unique keys need the engine's duplicate
+        // answers.
+        let done: Vec<(i64, bool)> = if jobs.iter().any(|j| j.unique_key.is_some()) {
+            let done = self.state.engine.enqueue_many(&jobs).await;
+            let done = done.map_err(|e| status(&e, ""))?;
+            done.iter().map(|e| (e.id, e.duplicate)).collect()
+        } else {
+            let ids = self
+                .state
+                .coalescers
+                .enqueue(jobs)
+                .await
+                .map_err(|e| match e.engine() {
+                    Some(e) => status(e, ""),
+                    None => Status::unavailable(format!("{}: {e}", e.code())),
+                })?;
+            ids.into_iter().map(|id| (id, false)).collect()
+        };
+        super::producer::count_enqueued(&self.state, &p, &queues, |i| !done[i].1);
         Ok(Response::new(pb::EnqueueResponse {
-            job_ids: done.iter().map(|e| e.id).collect(),
-            duplicates: done.iter().map(|e| e.duplicate).collect(),
+            job_ids: done.iter().map(|e| e.0).collect(),
+            duplicates: done.iter().map(|e| e.1).collect(),
         }))
     }
 
@@ -368,8 +273,19 @@ impl pb::admin_server::Admin for AdminService {
             .query(QUEUES_LIST, &[&tenant_prefix(p.tenant_id)])
             .await
             .map_err(|e| status(&e.into(), ""))?;
+        drop(client);
+        let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let counts = self
+            .state
+            .engine
+            .queue_counts(&names)
+            .await
+            .map_err(|e| status(&e, ""))?;
         Ok(Response::new(pb::ListQueuesResponse {
-            queues: rows.iter().filter_map(|r| queue_pb(&p, r)).collect(),
+            queues: rows
+                .iter()
+                .filter_map(|r| queue_pb(&p, r, &counts))
+                .collect(),
         }))
     }
 
@@ -496,6 +412,31 @@ impl pb::admin_server::Admin for AdminService {
         self.audit(&p, "dead.purge", &count.to_string()).await?;
         Ok(Response::new(pb::CountResponse { count }))
     }
+
+    async fn cancel_jobs(
+        &self,
+        req: Request<pb::CancelJobsRequest>,
+    ) -> Result<Response<pb::CancelJobsResponse>, Status> {
+        let p = self.principal(&req, Scope::Admin).await?;
+        let r = req.into_inner();
+        let name = p.queue(&r.queue).map_err(|e| status(&e, "queue"))?;
+        let (f, limit) = super::cancel::filter(&r)?;
+        // An unknown queue is NOT_FOUND, as for its other RPCs.
+        self.queue_info(&p, &name).await?;
+        let done = self
+            .state
+            .engine
+            .cancel_matching(&name, &f, Some("api"), limit)
+            .await
+            .map_err(|e| status(&e, ""))?;
+        self.audit(&p, "queue.cancel", &r.queue).await?;
+        Ok(Response::new(pb::CancelJobsResponse {
+            scheduled: done.scheduled,
+            pending: done.pending,
+            running: done.running,
+            has_more: done.has_more,
+        }))
+    }
 }
 
 impl AdminService {
@@ -532,6 +473,6 @@ impl AdminService {
             serde_json::json!({"via": "grpc"}),
         )
         .await
-        .map_err(|e| Status::internal(format!("database: {e}")))
+        .map_err(|e| status(&e.into(), ""))
     }
 }

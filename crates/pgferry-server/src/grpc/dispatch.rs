@@ -29,6 +29,7 @@ use super::convert::job_message;
 use super::GrpcConfig;
 use crate::auth::token::{Attempt, TokenKey};
 use crate::coalesce::Coalescers;
+use crate::metrics::{JobCounter, Latency};
 use crate::proto::v1 as pb;
 
 const QUEUE_LEASE: &str = include_str!("sql/queue_lease.sql");
@@ -51,6 +52,8 @@ pub(crate) struct Held {
 /// What dispatchers and the stream's own task share about one worker stream.
 pub(crate) struct StreamShared {
     pub tenant_id: i64,
+    /// The tenant's name (metrics labels).
+    pub tenant: String,
     pub credits: AtomicU64,
     pub draining: AtomicBool,
     /// Most jobs per JobBatch; 0: the worker did not ask for batches (one Job each).
@@ -98,6 +101,7 @@ struct Dispatcher {
     /// The name the tenant knows.
     user_queue: String,
     tenant_id: i64,
+    tenant: String,
     subs: Mutex<Vec<Arc<StreamShared>>>,
     wake: Notify,
 }
@@ -179,6 +183,7 @@ impl Registry {
                     queue: engine_queue.to_string(),
                     user_queue: user_queue.to_string(),
                     tenant_id: stream.tenant_id,
+                    tenant: stream.tenant.clone(),
                     subs: Mutex::new(Vec::new()),
                     wake: Notify::new(),
                 });
@@ -234,21 +239,30 @@ async fn lease_of(inner: &Inner, queue: &str) -> Duration {
 }
 
 /// A claim running in the background: when it started, and what it got.
-type Claim = Pin<Box<dyn Future<Output = (SystemTime, pgferry_core::Result<Vec<ClaimedJob>>)> + Send>>;
+type Claim =
+    Pin<Box<dyn Future<Output = (SystemTime, pgferry_core::Result<Vec<ClaimedJob>>)> + Send>>;
 
 fn start_claim(inner: &Inner, d: &Dispatcher, want: usize) -> Claim {
-    let (engine, queue, worker) = (
-        inner.engine.clone(),
-        d.queue.clone(),
-        inner.worker.clone(),
-    );
+    let (engine, metrics) = (inner.engine.clone(), inner.coalescers.metrics.clone());
+    let (queue, worker) = (d.queue.clone(), inner.worker.clone());
+    let (tenant, user_queue) = (d.tenant.clone(), d.user_queue.clone());
     Box::pin(async move {
         let at = SystemTime::now();
-        (at, engine.claim(&queue, want, &worker).await)
+        let started = Instant::now();
+        let claimed = engine.claim(&queue, want, &worker).await;
+        metrics.observe(Latency::Claim, started.elapsed());
+        if let Ok(jobs) = &claimed {
+            metrics.add(JobCounter::Claimed, &tenant, &user_queue, jobs.len() as u64);
+        }
+        (at, claimed)
     })
 }
 
-fn buffered(jobs: Vec<ClaimedJob>, at: SystemTime, lease: Duration) -> impl Iterator<Item = Buffered> {
+fn buffered(
+    jobs: Vec<ClaimedJob>,
+    at: SystemTime,
+    lease: Duration,
+) -> impl Iterator<Item = Buffered> {
     jobs.into_iter().map(move |job| Buffered {
         job,
         lease_until: at + lease,

@@ -7,6 +7,9 @@
 //! jobs out strictly within the credits each stream granted.
 
 mod admin;
+mod admin_pb;
+mod cancel;
+pub mod codec;
 mod convert;
 pub mod dispatch;
 mod producer;
@@ -24,6 +27,7 @@ use tonic::Status;
 use crate::auth::token::TokenKey;
 use crate::auth::{Auth, AuthError, Principal, Scope};
 use crate::coalesce::Coalescers;
+use crate::http::extract::RateLimiter;
 use crate::proto::v1 as pb;
 
 /// Limits and timings of the gRPC front.
@@ -80,6 +84,8 @@ pub struct GrpcState {
     pub tokens: Arc<TokenKey>,
     pub config: GrpcConfig,
     pub dispatchers: dispatch::Registry,
+    /// The HTTP API's per-key rate limits: Admin calls and stream opens take a token.
+    pub limiter: Arc<RateLimiter>,
     /// Becomes true when the server stops: streams end with UNAVAILABLE, dispatchers hand
     /// back what they hold.
     stopping: watch::Receiver<bool>,
@@ -93,6 +99,7 @@ impl GrpcState {
         coalescers: Arc<Coalescers>,
         tokens: Arc<TokenKey>,
         config: GrpcConfig,
+        limiter: Arc<RateLimiter>,
     ) -> Arc<GrpcState> {
         let (stop, stopping) = watch::channel(false);
         Arc::new(GrpcState {
@@ -108,6 +115,7 @@ impl GrpcState {
             coalescers,
             tokens,
             config,
+            limiter,
             stopping,
             stop,
         })
@@ -128,14 +136,32 @@ impl GrpcState {
             app.coalescers.clone(),
             Arc::new(tokens),
             config,
+            app.http.limiter.clone(),
         ))
     }
 
     /// Authenticates a hello: the key must exist, be live and hold `scope`.
     pub(crate) async fn hello(&self, api_key: &str, scope: Scope) -> Result<Principal, Status> {
         let p = self.auth.authenticate(api_key).await.map_err(auth_status)?;
+        // Like HTTP: every authenticated request takes a token, allowed or not.
+        self.rate_limit(&p)?;
         p.require(scope).map_err(auth_status)?;
         Ok(p)
+    }
+
+    // tonic's handlers return `Status` by value.
+    #[allow(clippy::result_large_err)]
+    /// Takes one of the key's tokens: RESOURCE_EXHAUSTED with a `retry-after` (seconds)
+    /// in the status metadata when the bucket is empty, like HTTP's 429.
+    pub(crate) fn rate_limit(&self, p: &Principal) -> Result<(), Status> {
+        self.limiter.check(p.key_id).map_err(|e| {
+            let mut s = Status::resource_exhausted(format!("{}: {}", e.code, e.message));
+            if let Some(secs) = e.retry_after {
+                s.metadata_mut()
+                    .insert("retry-after", tonic::metadata::MetadataValue::from(secs));
+            }
+            s
+        })
     }
 
     fn stopping(&self) -> watch::Receiver<bool> {
@@ -151,6 +177,19 @@ fn auth_status(e: AuthError) -> Status {
         AuthError::Forbidden { .. } => Status::permission_denied(e.to_string()),
         AuthError::Unavailable(_) => Status::unavailable(e.to_string()),
     }
+}
+
+/// A well-formed `traceparent` in a request's metadata (see [`crate::trace`]).
+pub(crate) fn traceparent(md: &tonic::metadata::MetadataMap) -> Option<String> {
+    let v = md.get(crate::trace::TRACEPARENT)?.to_str().ok()?;
+    crate::trace::valid(v).map(str::to_string)
+}
+
+/// Gives a job the request's trace context unless it carries its own.
+pub(crate) fn inherit_traceparent(spec: &mut pb::JobSpec, traceparent: &str) {
+    spec.meta
+        .entry(crate::trace::TRACEPARENT.to_string())
+        .or_insert_with(|| traceparent.to_string());
 }
 
 /// A typed error for an ack.
@@ -188,6 +227,46 @@ pub(crate) fn engine_error(e: &pgferry_core::Error, prefix: &str) -> pb::Error {
     pb_error(e.code(), e.to_string(), field)
 }
 
+/// Runs a stream's task; if it panics, the stream ends with INTERNAL (logged) rather than
+/// looking like a clean end to the client. The task keeps the call's span.
+pub(crate) fn spawn_stream<T: Send + 'static>(
+    task: impl Future<Output = ()> + Send + 'static,
+    tx: tokio::sync::mpsc::UnboundedSender<Result<T, Status>>,
+) {
+    use futures_util::FutureExt;
+    let task = std::panic::AssertUnwindSafe(tracing::Instrument::in_current_span(task));
+    tokio::spawn(async move {
+        if let Err(err) = task.catch_unwind().await {
+            let _ = grpc_panic(err);
+            let _ = tx.send(Err(Status::internal(
+                "internal: internal error (logged on the server)",
+            )));
+        }
+    });
+}
+
+/// How [`panic_guard`] answers a panic.
+pub type PanicAnswer =
+    fn(Box<dyn std::any::Any + Send>) -> tonic::codegen::http::Response<tonic::body::Body>;
+
+/// The layer that answers a panicking gRPC handler with INTERNAL (and logs the panic)
+/// instead of dropping the connection, like the HTTP API's panic guard.
+pub fn panic_guard() -> tower_http::catch_panic::CatchPanicLayer<PanicAnswer> {
+    tower_http::catch_panic::CatchPanicLayer::custom(grpc_panic as fn(_) -> _)
+}
+
+fn grpc_panic(
+    err: Box<dyn std::any::Any + Send + 'static>,
+) -> tonic::codegen::http::Response<tonic::body::Body> {
+    let detail = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic");
+    tracing::error!(panic = detail, "gRPC handler panicked");
+    Status::internal("internal: internal error (logged on the server)").into_http()
+}
+
 /// Serves the Producer, Worker and Admin services on `listener` until `shutdown` resolves; then
 /// ends every open stream (UNAVAILABLE, so clients reconnect elsewhere), hands back the
 /// jobs dispatchers claimed but did not deliver, and returns.
@@ -219,6 +298,18 @@ pub async fn serve_grpc(
         .http2_keepalive_interval(Some(state.config.keepalive))
         .http2_keepalive_timeout(Some(state.config.keepalive))
         .tcp_nodelay(true)
+        .layer(panic_guard())
+        // Log lines of a call (errors, warnings) name its RPC and trace id.
+        .trace_fn(|req| {
+            let trace = req
+                .headers()
+                .get(crate::trace::TRACEPARENT)
+                .and_then(|v| v.to_str().ok())
+                .and_then(crate::trace::valid)
+                .map(crate::trace::trace_id)
+                .unwrap_or_default();
+            tracing::info_span!("grpc", rpc = %req.uri().path(), trace_id = trace)
+        })
         .add_service(producer)
         .add_service(worker)
         .add_service(admin)
@@ -230,4 +321,26 @@ pub async fn serve_grpc(
     let _ = state.stop.send(true);
     state.dispatchers.close_all().await;
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_stream_task_ends_its_stream_with_internal() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Result<(), Status>>();
+        let task_tx = tx.clone();
+        spawn_stream(
+            async move {
+                let _ = task_tx.send(Ok(()));
+                panic!("stream bug");
+            },
+            tx,
+        );
+        assert!(rx.recv().await.unwrap().is_ok());
+        let e = rx.recv().await.unwrap().unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Internal);
+        assert!(rx.recv().await.is_none(), "the stream ends there");
+    }
 }

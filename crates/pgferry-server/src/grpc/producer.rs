@@ -15,6 +15,7 @@ use super::convert::new_job;
 use super::{engine_error, pb_error, GrpcState};
 use crate::auth::{Principal, Scope};
 use crate::coalesce::SubmitError;
+use crate::metrics::JobCounter;
 use crate::proto::v1 as pb;
 use pb::producer_request::Msg;
 use pb::producer_response::Msg as Out;
@@ -33,14 +34,23 @@ impl pb::producer_server::Producer for ProducerService {
         &self,
         request: Request<Streaming<pb::ProducerRequest>>,
     ) -> Result<Response<Self::StreamStream>, Status> {
+        // A trace context sent when the stream opens applies to every job of the stream
+        // that does not carry its own in `meta`.
+        let traceparent = super::traceparent(request.metadata());
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(self.state.clone(), inbound, tx));
+        let task = run(self.state.clone(), inbound, tx.clone(), traceparent);
+        super::spawn_stream(task, tx);
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
     }
 }
 
-async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::ProducerRequest>, tx: Tx) {
+async fn run(
+    state: Arc<GrpcState>,
+    mut inbound: Streaming<pb::ProducerRequest>,
+    tx: Tx,
+    traceparent: Option<String>,
+) {
     let mut stopping = state.stopping();
     let principal = match inbound.next().await {
         Some(Ok(pb::ProducerRequest {
@@ -58,7 +68,13 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::ProducerRequest>,
             )));
             return;
         }
-        Some(Err(_)) | None => return,
+        Some(Err(s)) => {
+            // A hello that does not decode is answered (INVALID_ARGUMENT); a broken
+            // connection has no one to answer.
+            let _ = tx.send(Err(s));
+            return;
+        }
+        None => return,
     };
     let ack = pb::HelloAck {
         tenant: principal.tenant.clone(),
@@ -79,7 +95,7 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::ProducerRequest>,
                 return;
             }
         };
-        let (seq, specs, single) = match msg {
+        let (seq, mut specs, single) = match msg {
             Some(Ok(pb::ProducerRequest { msg: Some(m) })) => match m {
                 Msg::Enqueue(e) => match e.job {
                     Some(job) => (e.seq, vec![job], true),
@@ -101,8 +117,21 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::ProducerRequest>,
             }
             // The client closed its side or the connection broke: acks still in flight are
             // sent by their tasks as long as the receiver lives.
+            Some(Err(s)) if s.code() == tonic::Code::InvalidArgument => {
+                // A message that does not decode (grpc::codec) ends the stream with its
+                // status, after the acks of everything read before it went out.
+                let max = state.config.max_inflight_per_stream.max(1) as u32;
+                let _ = inflight.acquire_many(max).await;
+                let _ = tx.send(Err(s));
+                return;
+            }
             Some(Err(_)) | None => return,
         };
+        if let Some(tp) = &traceparent {
+            specs
+                .iter_mut()
+                .for_each(|s| super::inherit_traceparent(s, tp));
+        }
         let Ok(permit) = inflight.clone().acquire_owned().await else {
             return;
         };
@@ -132,6 +161,7 @@ async fn enqueue(
         return nack(seq, pb_error("batch_too_large", msg, "jobs"));
     }
     let max_payload = state.engine.config().max_payload_bytes;
+    let queues: Vec<String> = specs.iter().map(|s| s.queue.clone()).collect();
     let mut jobs = Vec::with_capacity(specs.len());
     for (i, spec) in specs.into_iter().enumerate() {
         let prefix = if single {
@@ -148,26 +178,50 @@ async fn enqueue(
         // Unique keys need the engine's duplicate answers (and key takeover), which a
         // coalesced flush does not give: these batches go to the engine directly.
         return match state.engine.enqueue_many(&jobs).await {
-            Ok(done) => pb::EnqueueAck {
-                seq,
-                job_ids: done.iter().map(|e| e.id).collect(),
-                duplicates: done.iter().map(|e| e.duplicate).collect(),
-                error: None,
-            },
+            Ok(done) => {
+                count_enqueued(state, p, &queues, |i| !done[i].duplicate);
+                pb::EnqueueAck {
+                    seq,
+                    job_ids: done.iter().map(|e| e.id).collect(),
+                    duplicates: done.iter().map(|e| e.duplicate).collect(),
+                    error: None,
+                }
+            }
             Err(e) => nack(seq, engine_error(&e, "")),
         };
     }
     let n = jobs.len();
     match state.coalescers.enqueue(jobs).await {
-        Ok(ids) => pb::EnqueueAck {
-            seq,
-            job_ids: ids,
-            duplicates: vec![false; n],
-            error: None,
-        },
+        Ok(ids) => {
+            count_enqueued(state, p, &queues, |_| true);
+            pb::EnqueueAck {
+                seq,
+                job_ids: ids,
+                duplicates: vec![false; n],
+                error: None,
+            }
+        }
         Err(SubmitError::Engine(e)) => nack(seq, engine_error(&e, "")),
         Err(e @ SubmitError::ShuttingDown) => nack(seq, pb_error(e.code(), e.to_string(), "")),
     }
+}
+
+/// Counts the committed jobs (`new(i)`: job i was written, not a duplicate) per queue.
+pub(crate) fn count_enqueued(
+    state: &GrpcState,
+    p: &Principal,
+    queues: &[String],
+    new: impl Fn(usize) -> bool,
+) {
+    state.coalescers.metrics.add_each(
+        JobCounter::Enqueued,
+        &p.tenant,
+        queues
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| new(*i))
+            .map(|(_, q)| q.as_str()),
+    );
 }
 
 fn nack(seq: u64, error: pb::Error) -> pb::EnqueueAck {

@@ -37,7 +37,7 @@ impl pb::worker_server::Worker for WorkerService {
     ) -> Result<Response<Self::StreamStream>, Status> {
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(self.state.clone(), inbound, tx));
+        super::spawn_stream(run(self.state.clone(), inbound, tx.clone()), tx);
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
     }
 }
@@ -68,7 +68,12 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, t
             )));
             return;
         }
-        Some(Err(_)) | None => return,
+        Some(Err(s)) => {
+            // A hello that does not decode is answered (INVALID_ARGUMENT).
+            let _ = tx.send(Err(s));
+            return;
+        }
+        None => return,
     };
     let principal = match state.hello(&hello.api_key, Scope::Consume).await {
         Ok(p) => p,
@@ -107,6 +112,7 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, t
     };
     let shared = Arc::new(StreamShared {
         tenant_id: principal.tenant_id,
+        tenant: principal.tenant.clone(),
         credits: AtomicU64::new(0),
         draining: AtomicBool::new(false),
         batch: batch as usize,
@@ -176,7 +182,15 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, t
                 let _ = tx.send(Err(Status::invalid_argument("empty request")));
                 break;
             }
-            Some(Err(_)) | None => break,
+            Some(Err(s)) => {
+                // A message that does not decode (grpc::codec) ends the stream with its
+                // status; results in flight may be resent (answered stale if recorded).
+                if s.code() == tonic::Code::InvalidArgument {
+                    let _ = tx.send(Err(s));
+                }
+                break;
+            }
+            None => break,
         };
         match m {
             Msg::Hello(_) => {
@@ -298,7 +312,11 @@ impl Session {
     }
 
     /// The outcome a result asks for, or the error to ack it with.
-    fn prepare(&self, mut r: pb::JobResult) -> Result<(pb::AttemptRef, Outcome), pb::ResultAck> {
+    /// Also the attempt's user queue (metrics).
+    fn prepare(
+        &self,
+        mut r: pb::JobResult,
+    ) -> Result<(pb::AttemptRef, Outcome, String), pb::ResultAck> {
         let Some(aref) = r.r#ref.take() else {
             return Err(result_error(
                 None,
@@ -322,7 +340,7 @@ impl Session {
             .filter(|h| h.attempt.attempt == aref.attempt)
             .map_or_else(Backoff::default, |h| h.backoff);
         match outcome_of(&attempt, backoff, r) {
-            Ok(o) => Ok((aref, o)),
+            Ok(o) => Ok((aref, o, attempt.queue)),
             Err(e) => Err(result_error(Some(aref), e)),
         }
     }
@@ -334,19 +352,28 @@ impl Session {
         let mut outcomes = Vec::new();
         for r in rs {
             match self.prepare(r) {
-                Ok((aref, o)) => {
+                Ok((aref, o, queue)) => {
                     acks.push(None);
-                    refs.push((acks.len() - 1, aref));
+                    refs.push((acks.len() - 1, aref, queue));
                     outcomes.push(o);
                 }
                 Err(ack) => acks.push(Some(ack)),
             }
         }
         if !outcomes.is_empty() {
+            let kinds: Vec<OutcomeKind> = outcomes.iter().map(|o| o.kind).collect();
             match self.state.coalescers.complete(outcomes).await {
                 Ok(done) => {
+                    self.state.coalescers.metrics.count_outcomes(
+                        &self.principal.tenant,
+                        refs.iter()
+                            .zip(&kinds)
+                            .zip(&done)
+                            .filter(|(_, d)| !d.stale)
+                            .map(|(((_, _, q), k), _)| (q.as_str(), k)),
+                    );
                     let mut held = self.shared.held.lock().expect("held");
-                    for ((i, aref), d) in refs.into_iter().zip(done) {
+                    for ((i, aref, _), d) in refs.into_iter().zip(done) {
                         forget(&mut held, aref.id, aref.attempt);
                         acks[i] = Some(pb::ResultAck {
                             r#ref: Some(aref),
@@ -360,7 +387,7 @@ impl Session {
                         Some(ee) => engine_error(ee, ""),
                         None => pb_error(e.code(), e.to_string(), ""),
                     };
-                    for (i, aref) in refs {
+                    for (i, aref, _) in refs {
                         acks[i] = Some(result_error(Some(aref), err.clone()));
                     }
                 }

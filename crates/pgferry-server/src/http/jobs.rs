@@ -72,7 +72,7 @@ fn to_new_job(
     // The request's trace context travels with the job unless the job carries its own.
     if let Some(tp) = traceparent {
         let meta = spec.meta.get_or_insert_with(BTreeMap::new);
-        meta.entry("traceparent".to_string())
+        meta.entry(crate::trace::TRACEPARENT.to_string())
             .or_insert_with(|| tp.to_string());
     }
     no_nul_json("args", &spec.args)?;
@@ -178,15 +178,9 @@ fn count_enqueued(state: &AppState, p: &Principal, queues: &[&str]) {
     }
 }
 
-/// A W3C `traceparent` header worth carrying: version-traceid-parentid-flags, 55 chars of
-/// lowercase hex and dashes. Anything else is ignored (tracing must never fail a request).
+/// The request's `traceparent` header, if well-formed (see [`crate::trace`]).
 fn traceparent(headers: &HeaderMap) -> Option<&str> {
-    let v = headers.get("traceparent")?.to_str().ok()?.trim();
-    let ok = v.len() == 55
-        && v.bytes()
-            .all(|b| b == b'-' || b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        && v.split('-').map(str::len).eq([2, 32, 16, 2]);
-    ok.then_some(v)
+    crate::trace::valid(headers.get(crate::trace::TRACEPARENT)?.to_str().ok()?)
 }
 
 pub async fn enqueue_one(

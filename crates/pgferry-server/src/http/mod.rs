@@ -13,7 +13,7 @@ pub mod openapi;
 mod queues;
 mod workers;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::Method;
@@ -21,7 +21,6 @@ use axum::routing::MethodRouter;
 use axum::Router;
 use pgferry_core::{Completed, NewJob, Outcome};
 
-use crate::metrics::Latency;
 use crate::AppState;
 use error::ApiResult;
 use extract::RateLimiter;
@@ -65,7 +64,8 @@ pub struct HttpState {
     /// Loaded from the database on first use: a server must start (and answer /readyz)
     /// before the schema is migrated.
     tokens: tokio::sync::OnceCell<crate::auth::token::TokenKey>,
-    pub limiter: RateLimiter,
+    /// Per-key token buckets, shared with the gRPC front (one budget per key).
+    pub limiter: std::sync::Arc<RateLimiter>,
     /// The OpenAPI document with this server's limits.
     pub openapi: serde_json::Value,
 }
@@ -73,7 +73,7 @@ pub struct HttpState {
 impl HttpState {
     pub fn new(config: HttpConfig) -> HttpState {
         HttpState {
-            limiter: RateLimiter::new(config.rate_per_sec, config.rate_burst),
+            limiter: std::sync::Arc::new(RateLimiter::new(config.rate_per_sec, config.rate_burst)),
             openapi: openapi::document(&config),
             config,
             tokens: tokio::sync::OnceCell::new(),
@@ -116,6 +116,11 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             "/v1/queues/{name}/resume",
             post(queues::resume),
         ),
+        (
+            Method::POST,
+            "/v1/queues/{name}/cancel",
+            post(queues::cancel_jobs),
+        ),
         (Method::GET, "/v1/dead", get(dead::list)),
         (Method::POST, "/v1/dead/retry", post(dead::retry)),
         (Method::POST, "/v1/dead/purge", post(dead::purge)),
@@ -149,12 +154,7 @@ pub fn router(config: &HttpConfig) -> Router<AppState> {
 
 /// Enqueues a validated batch (engine queue names already namespaced); all or nothing.
 pub(crate) async fn write_enqueue(state: &AppState, jobs: Vec<NewJob>) -> ApiResult<Vec<i64>> {
-    let started = Instant::now();
-    let ids = state.coalescers.enqueue(jobs).await?;
-    state
-        .metrics
-        .observe(Latency::EnqueueCommit, started.elapsed());
-    Ok(ids)
+    Ok(state.coalescers.enqueue(jobs).await?)
 }
 
 /// Records outcomes; answers in input order.
@@ -162,10 +162,5 @@ pub(crate) async fn write_complete(
     state: &AppState,
     outcomes: Vec<Outcome>,
 ) -> ApiResult<Vec<Completed>> {
-    let started = Instant::now();
-    let done = state.coalescers.complete(outcomes).await?;
-    state
-        .metrics
-        .observe(Latency::CompleteCommit, started.elapsed());
-    Ok(done)
+    Ok(state.coalescers.complete(outcomes).await?)
 }

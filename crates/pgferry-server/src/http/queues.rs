@@ -2,13 +2,17 @@
 //!
 //! Reads come from `pgferry.queues` directly (filtered by the tenant's prefix); writes go
 //! through the engine (`upsert_queue` for shards and creation, `update_queue` for the rest,
-//! `pause_queue`/`resume_queue`). Job counts per queue wait on an engine operation.
+//! `pause_queue`/`resume_queue`). Job counts come from the engine's counters
+//! (`queue_counts`: one statement for any number of queues, no table scan).
 
 use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::Json;
-use pgferry_core::{QueueOptions, QueueSettings};
+use std::collections::HashMap;
+
+use pgferry_core::cancelling::MAX_CANCEL;
+use pgferry_core::{CancelFilter, JobState, QueueCounts, QueueOptions, QueueSettings};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -21,11 +25,31 @@ use crate::AppState;
 const QUEUES_LIST: &str = include_str!("sql/queues_list.sql");
 const QUEUE_GET: &str = include_str!("sql/queue_get.sql");
 
-/// A queue row as the API shows it (user name, no tenant prefix).
-fn queue_json(p: &Principal, row: &tokio_postgres::Row) -> Option<Value> {
+/// A queue's counts as the API shows them.
+pub(super) fn counts_json(c: &QueueCounts) -> Value {
+    json!({
+        "pending": c.pending,
+        "running": c.running,
+        "scheduled": c.scheduled,
+        "dead": c.dead,
+        "enqueued": c.enqueued,
+        "completed": c.completed,
+        "failed": c.failed,
+        "cancelled": c.cancelled,
+    })
+}
+
+/// A queue row as the API shows it (user name, no tenant prefix), with its counts.
+fn queue_json(
+    p: &Principal,
+    row: &tokio_postgres::Row,
+    counts: &HashMap<String, QueueCounts>,
+) -> Option<Value> {
     let engine_name: String = row.get(0);
     let name = user_queue(p.tenant_id, &engine_name)?;
+    let c = counts.get(&engine_name).copied().unwrap_or_default();
     Some(json!({
+        "counts": counts_json(&c),
         "name": name,
         "paused": row.get::<_, bool>(4),
         "settings": {
@@ -52,7 +76,10 @@ async fn load(state: &AppState, p: &Principal, name: &str) -> ApiResult<Option<V
         .query_opt(QUEUE_GET, &[&engine_name])
         .await
         .map_err(db)?;
-    Ok(row.and_then(|r| queue_json(p, &r)))
+    drop(client);
+    let Some(row) = row else { return Ok(None) };
+    let counts = state.engine.queue_counts(&[engine_name]).await?;
+    Ok(queue_json(p, &row, &counts))
 }
 
 async fn load_existing(state: &AppState, p: &Principal, name: &str) -> ApiResult<Json<Value>> {
@@ -79,7 +106,13 @@ pub async fn list(State(state): State<AppState>, Authed(p): Authed) -> ApiResult
         .query(QUEUES_LIST, &[&tenant_prefix(p.tenant_id)])
         .await
         .map_err(db)?;
-    let queues: Vec<Value> = rows.iter().filter_map(|r| queue_json(&p, r)).collect();
+    drop(client);
+    let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    let counts = state.engine.queue_counts(&names).await?;
+    let queues: Vec<Value> = rows
+        .iter()
+        .filter_map(|r| queue_json(&p, r, &counts))
+        .collect();
     Ok(Json(json!({ "queues": queues })))
 }
 
@@ -244,4 +277,80 @@ pub async fn resume(
     p.require(Scope::Admin)?;
     set_paused(&state, &p, &name, false).await?;
     load_existing(&state, &p, &name).await
+}
+
+/// Which of a queue's jobs to cancel (body of `POST /v1/queues/{name}/cancel`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelBody {
+    #[serde(default)]
+    kind: Option<String>,
+    /// Any of pending, scheduled, running; absent or empty: all three.
+    #[serde(default)]
+    states: Option<Vec<String>>,
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+impl Objects for CancelBody {}
+
+/// Cancels the queue's pending, scheduled and running jobs matching a filter, up to `limit`
+/// per call (`has_more` says to call again). Audited.
+pub async fn cancel_jobs(
+    State(state): State<AppState>,
+    Authed(p): Authed,
+    Path(name): Path<String>,
+    JsonBody(b): JsonBody<CancelBody>,
+) -> ApiResult<Json<Value>> {
+    p.require(Scope::Admin)?;
+    let engine_name = p.queue(&name)?;
+    if b.states.as_ref().is_some_and(|s| s.len() > 3) {
+        return Err(ApiError::bad_request("states", "at most 3 states"));
+    }
+    let mut states = Vec::new();
+    for (i, s) in b.states.iter().flatten().enumerate() {
+        states.push(
+            [JobState::Pending, JobState::Scheduled, JobState::Running]
+                .into_iter()
+                .find(|st| st.as_str() == s)
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        format!("states[{i}]"),
+                        "one of pending, scheduled, running",
+                    )
+                })?,
+        );
+    }
+    if let Some(k) = &b.kind {
+        pgferry_core::job::validate_kind(k)?;
+    }
+    let limit = match b.limit {
+        None => 10_000,
+        Some(l) if (1..=MAX_CANCEL).contains(&l) => l,
+        Some(_) => return Err(ApiError::bad_request("limit", "must be 1 to 100000")),
+    };
+    if load(&state, &p, &name).await?.is_none() {
+        return Err(ApiError::not_found("queue"));
+    }
+    let f = CancelFilter {
+        kind: b.kind.clone(),
+        states,
+    };
+    let done = state
+        .engine
+        .cancel_matching(&engine_name, &f, Some("api"), limit)
+        .await?;
+    let cancelled = json!({
+        "scheduled": done.scheduled,
+        "pending": done.pending,
+        "running": done.running,
+    });
+    let client = state.engine.pool().get().await.map_err(db)?;
+    let detail = json!({ "kind": b.kind, "states": b.states, "cancelled": cancelled });
+    admin::audit_api(&**client, &p, "queue.cancel", &name, detail)
+        .await
+        .map_err(db)?;
+    Ok(Json(
+        json!({ "cancelled": cancelled, "has_more": done.has_more }),
+    ))
 }

@@ -3,7 +3,6 @@
 //! A claim answers each job with a signed token (auth::token); completion takes the token
 //! back, so it needs no lookup and works on any server of the database.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use axum::extract::State;
@@ -169,8 +168,8 @@ pub async fn complete(
     // Check every token before writing anything: never a partial batch.
     let tokens = super::token_key(&state).await?;
     let mut outcomes = Vec::with_capacity(req.results.len());
-    // (queue, failed?) per outcome, for the metrics of the outcomes that win.
-    let mut labels: Vec<(String, bool)> = Vec::with_capacity(req.results.len());
+    // The queue of each outcome, for the metrics of the outcomes that win.
+    let mut labels: Vec<String> = Vec::with_capacity(req.results.len());
     for (i, r) in req.results.into_iter().enumerate() {
         let a = tokens
             .verify(&r.token)
@@ -192,7 +191,7 @@ pub async fn complete(
                         "must be at most 604800000 (7 days)",
                     ));
                 }
-                labels.push((a.queue.clone(), false));
+                labels.push(a.queue.clone());
                 a.outcome(
                     OutcomeKind::Snooze {
                         delay: Duration::from_millis(ms),
@@ -202,14 +201,14 @@ pub async fn complete(
                 )
             }
             (None, None) if cancelled => {
-                labels.push((a.queue.clone(), true));
+                labels.push(a.queue.clone());
                 a.outcome(OutcomeKind::Cancelled, None, None)
             }
             (None, None) => {
                 if let Some(v) = &r.result {
                     no_nul_json(format!("results[{i}].result"), v)?;
                 }
-                labels.push((a.queue.clone(), false));
+                labels.push(a.queue.clone());
                 a.outcome(OutcomeKind::Completed, None, r.result)
             }
             (Some(f), _) => {
@@ -226,7 +225,7 @@ pub async fn complete(
                         "must be at most 604800000 (7 days)",
                     ));
                 }
-                labels.push((a.queue.clone(), true));
+                labels.push(a.queue.clone());
                 let kind = if f.retryable.unwrap_or(true) && a.attempt < a.max_attempts {
                     OutcomeKind::Retry {
                         delay: f
@@ -241,21 +240,15 @@ pub async fn complete(
         };
         outcomes.push(outcome);
     }
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(|o| o.kind).collect();
     let done = super::write_complete(&state, outcomes).await?;
-    let mut counts: BTreeMap<(&str, bool), u64> = BTreeMap::new();
-    for (c, (q, failed)) in done.iter().zip(&labels) {
-        if !c.stale {
-            *counts.entry((q.as_str(), *failed)).or_default() += 1;
-        }
-    }
-    for ((q, failed), n) in counts {
-        let counter = if failed {
-            JobCounter::Failed
-        } else {
-            JobCounter::Completed
-        };
-        state.metrics.add(counter, &p.tenant, q, n);
-    }
+    state.metrics.count_outcomes(
+        &p.tenant,
+        done.iter()
+            .zip(labels.iter().zip(&kinds))
+            .filter(|(c, _)| !c.stale)
+            .map(|(_, (q, k))| (q.as_str(), k)),
+    );
     let out: Vec<Value> = done
         .iter()
         .map(|c| json!({ "id": c.job_id, "attempt": c.attempt, "stale": c.stale }))

@@ -13,6 +13,16 @@ use reqwest::header::HeaderMap;
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
+/// The server's leader timings, with rescue passes every 200 ms so that tests of lapsed
+/// leases are quick (the other duties as in production).
+fn leader_config() -> LeaderConfig {
+    LeaderConfig {
+        rescue_interval: Duration::from_millis(200),
+        claim_settle: Duration::from_millis(500),
+        ..LeaderConfig::default()
+    }
+}
+
 pub struct TestServer {
     pub base: String,
     pub db: pgferry_testkit::TestDb,
@@ -29,11 +39,16 @@ impl TestServer {
         migrate::up(&mut client).await.expect("migrate");
         let engine = Engine::new(db::pool(&db.config, "api", 8), EngineConfig::default());
         let (stop_leader, stop_rx) = watch::channel(false);
-        let leader = Leader::new(engine.clone(), db.config.clone(), LeaderConfig::default());
+        let leader = Leader::new(engine.clone(), db.config.clone(), leader_config());
+        let rescues = leader.subscribe_rescues();
         tokio::spawn(leader.run(stop_rx));
         let state = AppState::new(Arc::clone(&engine), config)
             .await
             .expect("app state");
+        tokio::spawn(pgferry_server::metrics::feed_rescues(
+            state.clone(),
+            rescues,
+        ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");

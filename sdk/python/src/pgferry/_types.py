@@ -171,7 +171,16 @@ _SETTINGS = (
     "retention_ms",
     "aging_ms",
 )
-_COUNTS = ("pending", "scheduled", "running", "completed", "failed", "dead")
+_COUNTS = (
+    "pending",
+    "scheduled",
+    "running",
+    "completed",
+    "failed",
+    "dead",
+    "cancelled",
+    "enqueued",
+)
 
 
 def queue_settings_pb(**settings: int | None) -> admin_pb2.QueueSettings:

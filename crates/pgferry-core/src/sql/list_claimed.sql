@@ -1,0 +1,103 @@
+-- list_jobs, phase "claimed": the attempts a queue's claims handed out, newest claim first:
+-- each lane's receipts backwards (receipts_cursor (lane, receipt_id DESC)), each receipt's
+-- attempts from its last. Outcomes come from completions_receipt, one probe per receipt:
+-- no per-job lookup in the log except to answer a kind/since filter or a failed attempt.
+--
+-- An attempt answers for its job when it is the job's last attempt in the log (as in
+-- get_job); its state:
+--   no outcome -> running; 1 -> completed; 4 -> cancelled;
+--   otherwise, if the next attempt is in the log -> not answered here (it is listed where it
+--   is); 3, 6 -> dead; 2, 5, 7 (a retry or snooze): waiting in `scheduled` -> not answered
+--   here (the scheduled phase lists it), dead row -> dead, cancel request -> cancelled,
+--   else scheduled (get_job's fallback).
+-- $9 (running only): only receipts that can hold an open attempt are read: those after the
+-- rescue mark (every receipt at or below it was closed by an outcome or rescued) or named
+-- by a long lease of the lane.
+--
+-- Bounded: at most n = max($8, $4 / lanes) attempts per lane; the mark works as in list_pending.sql.
+-- $1 queue, $2 cursor receipt id (NULL: from the newest), $3 cursor position in it,
+-- $4 attempts to read, $5 kind (NULL: any), $6 enqueued since (NULL: any), $7 state
+-- wanted (NULL: any), $8 answers wanted, $9 running only
+WITH lanes AS MATERIALIZED (
+    SELECT l.lane,
+           CASE WHEN $9::bool
+                THEN least((SELECT ls.rescue_mark FROM pgferry.leader_state ls),
+                           (SELECT min(ll.receipt_id) - 1 FROM pgferry.long_leases ll
+                             WHERE ll.lane = l.lane))
+                ELSE 0 END AS lower
+      FROM pgferry.queues q
+      JOIN pgferry.lanes l ON l.queue_id = q.queue_id
+     WHERE q.name = $1
+),
+lim AS (
+    SELECT greatest($8::bigint, $4::bigint / greatest(count(*), 1)) AS n FROM lanes
+),
+cand AS MATERIALIZED (
+    SELECT c.lane, x.*
+      FROM lanes c
+      CROSS JOIN LATERAL (
+          SELECT rc.receipt_id, u.i, u.job_id, u.attempt, u.segment
+            FROM pgferry.receipts rc,
+                 unnest(rc.job_ids, rc.attempts, rc.job_segments) WITH ORDINALITY
+                     AS u(job_id, attempt, segment, i)
+           WHERE rc.lane = c.lane
+             AND rc.receipt_id > c.lower
+             AND ($2::bigint IS NULL OR rc.receipt_id <= $2)
+             AND ($2::bigint IS NULL OR (rc.receipt_id, u.i) < ($2, $3::bigint))
+           ORDER BY rc.receipt_id DESC, u.i DESC
+           LIMIT (SELECT lim.n FROM lim)) x
+),
+mark AS (
+    SELECT m.receipt_id, m.i
+      FROM (SELECT DISTINCT ON (c.lane) c.receipt_id, c.i,
+                   count(*) OVER (PARTITION BY c.lane) AS n
+              FROM cand c
+             ORDER BY c.lane, c.receipt_id, c.i) m
+     WHERE m.n >= (SELECT lim.n FROM lim)
+     ORDER BY m.receipt_id DESC, m.i DESC
+     LIMIT 1
+),
+outc AS MATERIALIZED (
+    SELECT c.receipt_id, u.job_id, u.attempt, c.outcome
+      FROM pgferry.completions c,
+           unnest(c.job_ids, c.attempts) AS u(job_id, attempt)
+     WHERE c.receipt_id = ANY (ARRAY(SELECT DISTINCT x.receipt_id FROM cand x))
+),
+st AS (
+    SELECT c.receipt_id, c.i, c.job_id,
+           CASE
+               WHEN o.outcome IS NULL THEN 'running'
+               WHEN o.outcome = 1 THEN 'completed'
+               WHEN o.outcome = 4 THEN 'cancelled'
+               WHEN EXISTS (SELECT 1 FROM pgferry.ready r
+                             WHERE r.job_id = c.job_id AND r.attempt > c.attempt) THEN NULL
+               WHEN o.outcome IN (3, 6) THEN 'dead'
+               WHEN EXISTS (SELECT 1 FROM pgferry.scheduled s WHERE s.job_id = c.job_id)
+                   THEN NULL
+               WHEN EXISTS (SELECT 1 FROM pgferry.dead d WHERE d.job_id = c.job_id)
+                   THEN 'dead'
+               WHEN EXISTS (SELECT 1 FROM pgferry.cancels x WHERE x.job_id = c.job_id)
+                   THEN 'cancelled'
+               ELSE 'scheduled'
+           END AS state,
+           c.attempt, c.segment
+      FROM cand c
+      LEFT JOIN outc o
+        ON o.receipt_id = c.receipt_id AND o.job_id = c.job_id AND o.attempt = c.attempt
+     WHERE NOT EXISTS (SELECT 1 FROM mark m WHERE (c.receipt_id, c.i) < (m.receipt_id, m.i))
+)
+(SELECT false AS is_mark, s.job_id, s.receipt_id, s.i, s.state
+   FROM st s
+  WHERE s.state IS NOT NULL
+    AND ($7::text IS NULL OR s.state = $7)
+    AND ($5::text IS NULL
+         OR EXISTS (SELECT 1 FROM pgferry.ready r
+                     WHERE r.segment = s.segment AND r.job_id = s.job_id
+                       AND r.attempt = s.attempt AND r.kind = $5))
+    AND ($6::timestamptz IS NULL
+         OR (SELECT r0.enqueued_at FROM pgferry.ready r0
+              WHERE r0.job_id = s.job_id ORDER BY r0.attempt LIMIT 1) >= $6)
+  ORDER BY s.receipt_id DESC, s.i DESC
+  LIMIT $8)
+UNION ALL
+SELECT true, NULL, m.receipt_id, m.i, NULL FROM mark m

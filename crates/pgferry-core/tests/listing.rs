@@ -1,0 +1,467 @@
+//! list_jobs: every state, pages and cursors across phases and lanes, agreement with
+//! get_job, and a bounded number of statements per page however little matches.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use pgferry_core::{Engine, EngineConfig, JobFilter, JobState, NewJob, QueueOptions};
+use serde_json::json;
+
+/// pg_stat_statements is cluster-wide: the counting tests of this file take turns.
+static COUNTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const STATES: [JobState; 6] = [
+    JobState::Pending,
+    JobState::Scheduled,
+    JobState::Running,
+    JobState::Completed,
+    JobState::Dead,
+    JobState::Cancelled,
+];
+
+/// Pages through `queue` with `f` until `has_more` is false; every page at most `limit`.
+async fn walk(engine: &Engine, queue: &str, f: &JobFilter, limit: u32) -> Vec<i64> {
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..10_000 {
+        let page = engine
+            .list_jobs(queue, f, cursor.as_deref(), limit)
+            .await
+            .unwrap();
+        assert!(page.jobs.len() <= limit as usize);
+        for j in &page.jobs {
+            if let Some(s) = f.state {
+                assert_eq!(j.state, s, "job {} listed under {s:?}", j.id);
+            }
+        }
+        seen.extend(page.jobs.iter().map(|j| j.id));
+        if !page.has_more {
+            return seen;
+        }
+        cursor = page.next;
+        assert!(cursor.is_some(), "has_more without a cursor");
+    }
+    panic!("listing never ended");
+}
+
+#[tokio::test]
+async fn every_state_pages_like_get_job_says() {
+    let s = common::setup().await;
+    let ids = common::mixed_workload(&s, "mix").await;
+    // Another queue's jobs are never listed.
+    s.engine
+        .enqueue(&[NewJob::new("other", "a", json!({}))])
+        .await
+        .unwrap();
+
+    let mut truth: Vec<(i64, JobState)> = Vec::new();
+    for &id in &ids.all {
+        truth.push((id, s.engine.get_job(id).await.unwrap().state));
+    }
+    for st in STATES {
+        assert!(
+            truth.iter().any(|(_, t)| *t == st),
+            "the workload has a {st:?} job"
+        );
+    }
+    // The tiny budget makes nearly every statement stop at a mark and continue from it.
+    let tiny = Engine::new(
+        s.db.pool(4),
+        EngineConfig {
+            list_round_rows: 3,
+            ..EngineConfig::default()
+        },
+    );
+    for engine in [&s.engine, &tiny] {
+        for limit in [1u32, 2, 5, 100] {
+            let all = walk(engine, "mix", &JobFilter::default(), limit).await;
+            let unique: BTreeSet<i64> = all.iter().copied().collect();
+            assert_eq!(unique.len(), all.len(), "no job twice: {all:?}");
+            assert_eq!(
+                unique,
+                ids.all.iter().copied().collect(),
+                "every job of the queue (limit {limit})"
+            );
+            for st in STATES {
+                let f = JobFilter {
+                    state: Some(st),
+                    ..Default::default()
+                };
+                let got: BTreeSet<i64> = walk(engine, "mix", &f, limit).await.into_iter().collect();
+                let want: BTreeSet<i64> = truth
+                    .iter()
+                    .filter(|(_, t)| *t == st)
+                    .map(|(id, _)| *id)
+                    .collect();
+                assert_eq!(got, want, "{st:?}, limit {limit}");
+            }
+        }
+    }
+    // Kind and since narrow further.
+    let f = JobFilter {
+        kind: Some("b".into()),
+        ..Default::default()
+    };
+    let got: BTreeSet<i64> = walk(&s.engine, "mix", &f, 4).await.into_iter().collect();
+    let mut want = BTreeSet::new();
+    for &id in &ids.all {
+        if s.engine.get_job(id).await.unwrap().kind == "b" {
+            want.insert(id);
+        }
+    }
+    assert_eq!(got, want);
+    let f = JobFilter {
+        since: Some(std::time::SystemTime::now() + Duration::from_secs(60)),
+        state: Some(JobState::Completed),
+        ..Default::default()
+    };
+    assert!(walk(&s.engine, "mix", &f, 10).await.is_empty());
+}
+
+#[tokio::test]
+async fn newest_first_within_a_state() {
+    let s = common::setup().await;
+    let jobs: Vec<_> = (0..12)
+        .map(|i| NewJob::new("order", "k", json!({ "i": i })))
+        .collect();
+    let ids = s.engine.enqueue(&jobs).await.unwrap();
+    let pending = JobFilter {
+        state: Some(JobState::Pending),
+        ..Default::default()
+    };
+    let mut want = ids.clone();
+    want.reverse();
+    assert_eq!(walk(&s.engine, "order", &pending, 5).await, want);
+    s.tick().await;
+    // Two claims: the later receipt's jobs come first.
+    let first = s.engine.claim("order", 5, "w").await.unwrap();
+    let second = s.engine.claim("order", 7, "w").await.unwrap();
+    s.complete_all(&first).await;
+    s.complete_all(&second).await;
+    let done = JobFilter {
+        state: Some(JobState::Completed),
+        ..Default::default()
+    };
+    let got = walk(&s.engine, "order", &done, 5).await;
+    let want: Vec<i64> = second
+        .iter()
+        .rev()
+        .chain(first.iter().rev())
+        .map(|j| j.job_id)
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[tokio::test]
+async fn bad_cursors_and_limits_are_refused() {
+    let s = common::setup().await;
+    s.run_through("bq", 3).await;
+    let all = JobFilter::default();
+    for c in [
+        "x", "p.1", "r.1", "s.-", "p.-1.2", "q.1", "s.1.2", "r.1.2.3",
+    ] {
+        let r = s.engine.list_jobs("bq", &all, Some(c), 10).await;
+        assert!(
+            matches!(
+                r,
+                Err(pgferry_core::Error::InvalidArgument {
+                    field: "cursor",
+                    ..
+                })
+            ),
+            "{c}: {r:?}"
+        );
+    }
+    // A cursor of the scheduled phase does not belong to a pending listing.
+    let pending = JobFilter {
+        state: Some(JobState::Pending),
+        ..Default::default()
+    };
+    assert!(s
+        .engine
+        .list_jobs("bq", &pending, Some("s.5"), 10)
+        .await
+        .is_err());
+    for limit in [0, 101] {
+        assert!(s.engine.list_jobs("bq", &all, None, limit).await.is_err());
+    }
+    assert!(s.engine.list_jobs("Bad", &all, None, 10).await.is_err());
+}
+
+/// A page costs at most MAX_ROUNDS phase statements and one detail statement, however few
+/// jobs match; a state whose jobs sit at the lane's cursor (pending) is found without
+/// walking the queue's history.
+#[tokio::test]
+async fn statements_per_page_are_bounded() {
+    let _turn = COUNTING.lock().await;
+    let s = common::setup_with(common::quiet_counters()).await;
+    s.engine
+        .upsert_queue(
+            "big",
+            &QueueOptions {
+                shards: 2,
+                ..QueueOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let n = 3000;
+    let jobs: Vec<_> = (0..n)
+        .map(|i| NewJob::new("big", "k", json!({ "i": i })))
+        .collect();
+    s.engine.enqueue(&jobs).await.unwrap();
+    s.tick().await;
+    let claimed = s.engine.claim("big", n - 5, "w").await.unwrap();
+    s.complete_all(&claimed[2..]).await;
+    let small = Engine::new(
+        s.db.pool(4),
+        EngineConfig {
+            list_round_rows: 400,
+            ..EngineConfig::default()
+        },
+    );
+    let admin = s.db.connect().await;
+    let bound = pgferry_core::listing::MAX_ROUNDS as i64 + 1;
+
+    for engine in [&s.engine, &small] {
+        // Warm the statement cache: steady state is what is counted.
+        engine
+            .list_jobs("big", &JobFilter::default(), None, 1)
+            .await
+            .unwrap();
+        common::reset_statements(&admin).await;
+        let f = JobFilter {
+            state: Some(JobState::Pending),
+            ..Default::default()
+        };
+        let page = engine.list_jobs("big", &f, None, 100).await.unwrap();
+        assert_eq!(page.jobs.len(), 5);
+        assert!(!page.has_more);
+        assert_eq!(
+            common::total_calls(&admin).await,
+            2,
+            "pending: one phase statement and the details: {:?}",
+            common::statements(&admin).await
+        );
+
+        // Nothing is dead: the claimed phase is walked in bounded steps.
+        let f = JobFilter {
+            state: Some(JobState::Dead),
+            ..Default::default()
+        };
+        let mut cursor: Option<String> = None;
+        let mut calls = 0;
+        loop {
+            common::reset_statements(&admin).await;
+            let page = engine
+                .list_jobs("big", &f, cursor.as_deref(), 100)
+                .await
+                .unwrap();
+            calls += 1;
+            let used = common::total_calls(&admin).await;
+            assert!(page.jobs.is_empty());
+            assert!(
+                used <= bound,
+                "{used} statements: {:?}",
+                common::statements(&admin).await
+            );
+            if !page.has_more {
+                break;
+            }
+            cursor = page.next;
+        }
+        let per_call = engine.config().list_round_rows as usize * (bound as usize - 1);
+        assert!(
+            calls <= claimed.len() / per_call + 2,
+            "{calls} calls for {} claimed attempts",
+            claimed.len()
+        );
+
+        // The two running jobs are answered from the receipts that can hold them.
+        let f = JobFilter {
+            state: Some(JobState::Running),
+            ..Default::default()
+        };
+        let got = walk(engine, "big", &f, 100).await;
+        let mut want: Vec<i64> = claimed[..2].iter().map(|j| j.job_id).collect();
+        want.sort();
+        let mut got_sorted = got.clone();
+        got_sorted.sort();
+        assert_eq!(got_sorted, want);
+    }
+}
+
+/// A job whose transaction commits after a claim passed its position is pending (found in
+/// the xip of the cursor's snapshots), is claimed by the next range, and is listed once.
+#[tokio::test]
+async fn late_commit_is_listed_pending_then_running() {
+    let s = common::setup().await;
+    let mut client = s.db.connect().await;
+    let tx = client.transaction().await.unwrap();
+    let late = s
+        .engine
+        .enqueue_tx(&tx, &[NewJob::new("late", "k", json!({}))])
+        .await
+        .unwrap()[0];
+    let early = s
+        .engine
+        .enqueue(&[NewJob::new("late", "k", json!({}))])
+        .await
+        .unwrap()[0];
+    s.tick().await;
+    let c = s.engine.claim("late", 10, "w").await.unwrap();
+    assert_eq!(c.iter().map(|j| j.job_id).collect::<Vec<_>>(), vec![early]);
+    tx.commit().await.unwrap();
+    let pending = JobFilter {
+        state: Some(JobState::Pending),
+        ..Default::default()
+    };
+    let running = JobFilter {
+        state: Some(JobState::Running),
+        ..Default::default()
+    };
+    assert_eq!(walk(&s.engine, "late", &pending, 10).await, vec![late]);
+    assert_eq!(walk(&s.engine, "late", &running, 10).await, vec![early]);
+    s.tick().await;
+    let c = s.engine.claim("late", 10, "w").await.unwrap();
+    assert_eq!(c.iter().map(|j| j.job_id).collect::<Vec<_>>(), vec![late]);
+    assert!(walk(&s.engine, "late", &pending, 10).await.is_empty());
+    let mut got = walk(&s.engine, "late", &running, 10).await;
+    got.sort();
+    assert_eq!(got, vec![late.min(early), late.max(early)]);
+}
+
+/// The listing statements read the log through its indexes on a realistic log (many jobs,
+/// other queues, receipts of other lanes): no Seq Scan reads rows of ready or receipts.
+#[tokio::test]
+async fn listing_statements_use_the_logs_indexes() {
+    let s = common::setup().await;
+    for i in 0..20 {
+        let batch: Vec<_> = (0..1000)
+            .map(|j| {
+                NewJob::new(
+                    if j % 4 == 0 { "q" } else { "other" },
+                    "k",
+                    json!({ "i": i * 1000 + j }),
+                )
+            })
+            .collect();
+        s.engine.enqueue(&batch).await.unwrap();
+    }
+    s.tick().await;
+    for _ in 0..100 {
+        for q in ["q", "other"] {
+            let c = s.engine.claim(q, 50, "w").await.unwrap();
+            s.complete_all(&c).await;
+        }
+    }
+    let admin = s.db.connect().await;
+    admin
+        .batch_execute(
+            "INSERT INTO pgferry.receipts (segment, receipt_id, lane, lo_snap, hi_snap, hi_tick,
+                                           last_xid, last_seq, exhausted, job_ids, attempts,
+                                           job_segments, lease_until)
+             SELECT 0, -g, 1000 + g % 50, pg_current_snapshot(), pg_current_snapshot(), 0, '0',
+                    0, true, '{}', '{}', '{}', now()
+               FROM generate_series(1, 5000) g;
+             ANALYZE",
+        )
+        .await
+        .unwrap();
+    let explain = |sql: &str| format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}");
+    let none_s: Option<String> = None;
+    let none_t: Option<std::time::SystemTime> = None;
+    let none_i: Option<i64> = None;
+    let plan = |rows: Vec<tokio_postgres::Row>| {
+        rows.iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let pending = plan(
+        admin
+            .query(
+                &explain(include_str!("../src/sql/list_pending.sql")),
+                &[
+                    &"q",
+                    &none_s,
+                    &none_i,
+                    &4000i64,
+                    &none_s,
+                    &none_t,
+                    &Some("pending"),
+                    &101i64,
+                ],
+            )
+            .await
+            .unwrap(),
+    );
+    let claimed = plan(
+        admin
+            .query(
+                &explain(include_str!("../src/sql/list_claimed.sql")),
+                &[
+                    &"q",
+                    &none_i,
+                    &none_i,
+                    &4000i64,
+                    &none_s,
+                    &none_t,
+                    &Some("completed"),
+                    &101i64,
+                    &false,
+                ],
+            )
+            .await
+            .unwrap(),
+    );
+    let ids: Vec<i64> = admin
+        .query(
+            "SELECT job_id FROM pgferry.ready ORDER BY job_id DESC LIMIT 100",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let detail = plan(
+        admin
+            .query(
+                &explain(include_str!("../src/sql/jobs_detail.sql")),
+                &[&ids],
+            )
+            .await
+            .unwrap(),
+    );
+    for (name, p) in [
+        ("pending", &pending),
+        ("claimed", &claimed),
+        ("detail", &detail),
+    ] {
+        let lines: Vec<&str> = p.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let on_log = ["ready_", "receipts_"]
+                .iter()
+                .any(|t| line.contains(&format!(" on {t}")));
+            if !line.contains("Seq Scan") || !on_log {
+                continue;
+            }
+            let read = (!line.contains("actual rows=0 ") && !line.contains("never executed"))
+                || lines[i + 1..]
+                    .iter()
+                    .take_while(|l| !l.contains("->"))
+                    .any(|l| l.contains("Rows Removed by Filter"));
+            assert!(!read, "{name}: a Seq Scan reads the log:\n{p}");
+        }
+        assert!(p.contains("Index"), "{name}:\n{p}");
+    }
+    // The claimed phase reads receipts in index order and stops at its budget.
+    assert!(claimed.contains("Index Scan using receipts_"), "{claimed}");
+    assert!(
+        common::rows_read(&claimed, "receipts") <= 4000 / 50 + 16,
+        "{claimed}"
+    );
+}
