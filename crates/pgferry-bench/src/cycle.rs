@@ -27,6 +27,9 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
             },
         )
         .await?;
+    if let Some(n) = opts.scheduled {
+        crate::scheduled::preload(&engine, "bench", n).await?;
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let leader = tokio::spawn(
         Leader::new(
@@ -80,7 +83,14 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
             Ok(())
         }));
     }
-    let report = measure::window(
+    let lags = if opts.scheduled.is_some() {
+        let (probe, lags) = crate::scheduled::probe(engine.clone(), counters.clone());
+        tasks.extend(probe);
+        Some(lags)
+    } else {
+        None
+    };
+    let mut report = measure::window(
         "cycle",
         config,
         &counters,
@@ -92,6 +102,10 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
         tasks,
     )
     .await;
+    if let (Ok(r), Some(lags)) = (&mut report, &lags) {
+        r.scheduled_waiting = opts.scheduled;
+        r.promotion_lag = crate::scheduled::summarize(lags);
+    }
     let _ = stop_tx.send(true);
     let _ = leader.await;
     engine.pool().close();

@@ -9,6 +9,7 @@ mod http_cycle;
 mod measure;
 mod reference_log;
 mod reference_skiplocked;
+mod scheduled;
 
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use serde::Serialize;
 use tokio_postgres::{Config, NoTls};
 
 pub use measure::Report;
+pub use scheduled::PromotionLag;
 
 /// Workload shared by every variant.
 #[derive(Debug, Clone, Serialize)]
@@ -44,6 +46,10 @@ pub struct BenchOpts {
     /// pgferry only: the ticker's pause after a tick while the log grows.
     #[serde(serialize_with = "secs")]
     pub tick_interval: Duration,
+    /// cycle (in process) only: jobs scheduled far in the future on the benchmark queue
+    /// before the run, with a probe of promotion lateness during it (Some(0): the probe and
+    /// the settling step alone, the baseline to compare with).
+    pub scheduled: Option<usize>,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -65,6 +71,7 @@ impl Default for BenchOpts {
             hold_xmin: false,
             shards: 2,
             tick_interval: Duration::from_millis(2),
+            scheduled: None,
         }
     }
 }

@@ -21,6 +21,12 @@ pub struct Report {
     pub dead_tuples: i64,
     pub rows_updated_or_deleted: i64,
     pub wal_bytes_per_job: f64,
+    /// cycle --scheduled: far-future jobs waiting during the run, and how late due jobs
+    /// were handed out meanwhile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduled_waiting: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub promotion_lag: Option<crate::scheduled::PromotionLag>,
 }
 
 /// Shared counters of one run.
@@ -160,6 +166,8 @@ pub async fn window(
         } else {
             f64::NAN
         },
+        scheduled_waiting: None,
+        promotion_lag: None,
     })
 }
 

@@ -55,6 +55,11 @@ pub struct BenchArgs {
     /// while workers run.
     #[arg(long, default_value_t = 20_000)]
     pub max_depth: usize,
+    /// cycle (in process): jobs scheduled 30 days ahead on the benchmark queue before the
+    /// run; the report adds how late due jobs were handed out during it (0: that probe
+    /// alone, the baseline to compare with).
+    #[arg(long)]
+    pub scheduled: Option<usize>,
     /// Use this database instead of a private cluster.
     #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
     pub database_url: Option<String>,
@@ -105,6 +110,7 @@ impl BenchArgs {
             shards: self.shards,
             tick_interval: Duration::from_millis(self.tick_ms),
             max_depth: self.max_depth,
+            scheduled: self.scheduled,
         }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
@@ -107,6 +107,10 @@ pub struct WorkerOptions {
     pub reconnect_max: Duration,
     /// Every acked result is also sent here (tests, benchmarks).
     pub acks: Option<mpsc::UnboundedSender<Ack>>,
+    /// Ask the server for batches (JobBatch, ResultBatch, ResultAckBatch) of up to this
+    /// many items; 0 keeps one message per job, result and ack (what older servers get
+    /// anyway).
+    pub max_batch: u32,
 }
 
 impl WorkerOptions {
@@ -121,6 +125,7 @@ impl WorkerOptions {
             reconnect_min: Duration::from_millis(50),
             reconnect_max: Duration::from_secs(2),
             acks: None,
+            max_batch: 256,
         }
     }
 }
@@ -143,9 +148,28 @@ struct Slots {
     /// Slots freed but not yet granted (credits go out in bunches: fewer messages).
     owed: u32,
     tx: Option<mpsc::UnboundedSender<pb::WorkerRequest>>,
+    /// Items per batch granted on this connection; 0: single messages.
+    batch: usize,
+    /// Results for the next ResultBatch (batching connections only).
+    pending: Vec<pb::JobResult>,
 }
 
 impl Slots {
+    /// Sends the pending results with every owed credit, in as few ResultBatch messages
+    /// as the batch size allows.
+    fn flush_results(&mut self) {
+        let Some(tx) = &self.tx else { return };
+        let mut results = std::mem::take(&mut self.pending).into_iter().peekable();
+        while results.peek().is_some() {
+            let chunk: Vec<_> = results.by_ref().take(self.batch.max(1)).collect();
+            let credit = std::mem::take(&mut self.owed);
+            let _ = tx.send(req(Msg::Results(pb::ResultBatch {
+                results: chunk,
+                credit,
+            })));
+        }
+    }
+
     fn flush_credits(&mut self) {
         if self.owed > 0 {
             if let Some(tx) = &self.tx {
@@ -169,7 +193,9 @@ struct Shared {
     slots: Mutex<Slots>,
     running: Mutex<HashMap<i64, Running>>,
     /// Results sent and not yet acked, by (id, attempt): resent on a new connection.
-    unacked: Mutex<HashMap<(i64, i32), (pb::WorkerRequest, SystemTime)>>,
+    unacked: Mutex<HashMap<(i64, i32), (pb::JobResult, SystemTime)>>,
+    /// Wakes the connection to send pending results (batching connections).
+    results_ready: Notify,
 }
 
 /// A worker; [`Worker::run`] runs it until a shutdown signal, then drains.
@@ -192,9 +218,12 @@ impl Worker {
                     running: 0,
                     owed: 0,
                     tx: None,
+                    batch: 0,
+                    pending: Vec::new(),
                 }),
                 running: Mutex::new(HashMap::new()),
                 unacked: Mutex::new(HashMap::new()),
+                results_ready: Notify::new(),
             }),
         }
     }
@@ -264,6 +293,7 @@ async fn session(s: &Arc<Shared>, stop: &mut watch::Receiver<bool>) -> Result<()
         worker_id: s.opts.worker_id.clone(),
         queues: s.opts.queues.clone(),
         kinds: s.opts.kinds.clone(),
+        max_batch: s.opts.max_batch,
     };
     tx.send(req(Msg::Hello(hello)))
         .map_err(|_| Error::Disconnected)?;
@@ -272,10 +302,14 @@ async fn session(s: &Arc<Shared>, stop: &mut watch::Receiver<bool>) -> Result<()
         .await
         .map_err(Error::Refused)?
         .into_inner();
-    let lease = match inbound.next().await {
+    let (lease, batch) = match inbound.next().await {
         Some(Ok(pb::WorkerResponse {
             msg: Some(In::HelloAck(a)),
-        })) => Duration::from_millis(a.default_lease_ms.max(300)),
+        })) => (
+            Duration::from_millis(a.default_lease_ms.max(300)),
+            // Never more than asked for, whatever the server says.
+            a.max_batch.min(s.opts.max_batch) as usize,
+        ),
         Some(Err(st)) => return Err(Error::Refused(st)),
         _ => return Err(Error::Disconnected),
     };
@@ -285,11 +319,26 @@ async fn session(s: &Arc<Shared>, stop: &mut watch::Receiver<bool>) -> Result<()
         // result is sent exactly once per connection.
         let mut slots = s.slots.lock().expect("slots");
         slots.tx = Some(tx.clone());
+        slots.batch = batch;
         // The grant below covers every free slot.
         slots.owed = 0;
-        // Results finished while disconnected (or unacked on the old stream) go first.
-        for (r, _) in s.unacked.lock().expect("unacked").values() {
-            let _ = tx.send(r.clone());
+        // Results finished while disconnected (or unacked on the old stream) go first;
+        // pending ones are among them.
+        slots.pending.clear();
+        let resend: Vec<pb::JobResult> = s
+            .unacked
+            .lock()
+            .expect("unacked")
+            .values()
+            .map(|(r, _)| r.clone())
+            .collect();
+        if batch > 0 {
+            slots.pending = resend;
+            slots.flush_results();
+        } else {
+            for r in resend {
+                let _ = tx.send(req(Msg::Result(r)));
+            }
         }
         let free = s.opts.slots.saturating_sub(slots.running);
         if free > 0 {
@@ -321,7 +370,13 @@ async fn session(s: &Arc<Shared>, stop: &mut watch::Receiver<bool>) -> Result<()
                 Some(Err(st)) => return Err(Error::Refused(st)),
                 None => return Err(Error::Disconnected),
             },
-            _ = credit_flush.tick() => s.slots.lock().expect("slots").flush_credits(),
+            // (Batching connections return credits with their results.)
+            _ = credit_flush.tick(), if batch == 0 => {
+                s.slots.lock().expect("slots").flush_credits();
+            }
+            // Every result finished since the last flush, in one message: under load many
+            // handlers finish between two polls of this task.
+            _ = s.results_ready.notified() => s.slots.lock().expect("slots").flush_results(),
             _ = beat.tick() => {
                 let refs: Vec<pb::AttemptRef> = s
                     .running
@@ -346,32 +401,9 @@ async fn session(s: &Arc<Shared>, stop: &mut watch::Receiver<bool>) -> Result<()
 fn handle(s: &Arc<Shared>, msg: In) {
     match msg {
         In::Job(job) => start(s, job),
-        In::ResultAck(a) => {
-            let Some(r) = a.r#ref else { return };
-            let sent = s
-                .unacked
-                .lock()
-                .expect("unacked")
-                .remove(&(r.id, r.attempt));
-            if let Some(e) = a.error {
-                s.stats.result_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(id = r.id, code = %e.code, message = %e.message, "result refused");
-                return;
-            }
-            if a.stale {
-                s.stats.stale.fetch_add(1, Ordering::Relaxed);
-            } else {
-                s.stats.acked.fetch_add(1, Ordering::Relaxed);
-            }
-            if let (Some(acks), Some((_, enqueued_at))) = (&s.opts.acks, sent) {
-                let _ = acks.send(Ack {
-                    id: r.id,
-                    attempt: r.attempt,
-                    stale: a.stale,
-                    enqueued_at,
-                });
-            }
-        }
+        In::Jobs(b) => b.jobs.into_iter().for_each(|job| start(s, job)),
+        In::ResultAck(a) => on_ack(s, a),
+        In::ResultAcks(b) => b.acks.into_iter().for_each(|a| on_ack(s, a)),
         In::Cancel(c) => {
             if let Some(r) = c.r#ref {
                 if let Some(run) = s.running.lock().expect("running").get(&r.id) {
@@ -388,6 +420,33 @@ fn handle(s: &Arc<Shared>, msg: In) {
             }
         }
         In::Drained(_) | In::HelloAck(_) => {}
+    }
+}
+
+fn on_ack(s: &Shared, a: pb::ResultAck) {
+    let Some(r) = a.r#ref else { return };
+    let sent = s
+        .unacked
+        .lock()
+        .expect("unacked")
+        .remove(&(r.id, r.attempt));
+    if let Some(e) = a.error {
+        s.stats.result_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(id = r.id, code = %e.code, message = %e.message, "result refused");
+        return;
+    }
+    if a.stale {
+        s.stats.stale.fetch_add(1, Ordering::Relaxed);
+    } else {
+        s.stats.acked.fetch_add(1, Ordering::Relaxed);
+    }
+    if let (Some(acks), Some((_, enqueued_at))) = (&s.opts.acks, sent) {
+        let _ = acks.send(Ack {
+            id: r.id,
+            attempt: r.attempt,
+            stale: a.stale,
+            enqueued_at,
+        });
     }
 }
 
@@ -455,11 +514,11 @@ fn finish(s: &Shared, aref: pb::AttemptRef, outcome: Outcome, took: Duration) {
         .expect("running")
         .remove(&aref.id)
         .map_or(UNIX_EPOCH, |r| r.enqueued_at);
-    let result = req(Msg::Result(pb::JobResult {
+    let result = pb::JobResult {
         r#ref: Some(aref),
         outcome: Some(outcome),
         duration_ms: took.as_millis().min(u128::from(u32::MAX)) as u32,
-    }));
+    };
     let mut slots = s.slots.lock().expect("slots");
     s.unacked
         .lock()
@@ -467,9 +526,16 @@ fn finish(s: &Shared, aref: pb::AttemptRef, outcome: Outcome, took: Duration) {
         .insert(key, (result.clone(), enqueued_at));
     slots.running -= 1;
     slots.owed += 1;
-    if let Some(tx) = &slots.tx {
-        let _ = tx.send(result);
+    let Some(tx) = &slots.tx else { return };
+    if slots.batch > 0 {
+        // The connection sends it with the freed slot's credit (ResultBatch).
+        slots.pending.push(result);
+        if slots.pending.len() == 1 {
+            s.results_ready.notify_one();
+        }
+        return;
     }
+    let _ = tx.send(req(Msg::Result(result)));
     if slots.owed as usize >= (s.opts.slots / 8).max(1) {
         slots.flush_credits();
     }

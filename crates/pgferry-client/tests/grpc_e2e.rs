@@ -7,18 +7,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{completed_counts, loopback, queue_lease, tenant_key, Server};
+use common::raw::RawWorker;
+use common::{completed_counts, loopback, queue_lease, tenant_key, Server, PATIENCE};
 use pgferry_client::proto::v1 as pb;
 use pgferry_client::{Ack, Error, JobSpec, Outcome, Producer, Worker, WorkerOptions};
 use pgferry_server::grpc::GrpcConfig;
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::UnboundedReceiverStream;
-use tokio_stream::StreamExt;
-
-/// Generous bound for anything that should take milliseconds (never a timing assertion:
-/// hitting it means the job never came).
-const PATIENCE: Duration = Duration::from_secs(30);
 
 async fn recv_acks(rx: &mut mpsc::UnboundedReceiver<Ack>, n: usize) -> Vec<Ack> {
     let mut out = Vec::new();
@@ -114,65 +109,6 @@ async fn stream_enqueue_and_work_round_trip() {
     let _ = stop_tx.send(());
     run.await.unwrap().expect("worker drained");
     server.stop().await;
-}
-
-/// A raw worker stream: sends what the test says, returns what the server sends.
-struct RawWorker {
-    tx: mpsc::UnboundedSender<pb::WorkerRequest>,
-    rx: tonic::Streaming<pb::WorkerResponse>,
-}
-
-impl RawWorker {
-    async fn open(url: &str, key: &str, queues: &[&str]) -> RawWorker {
-        let mut client = pb::worker_client::WorkerClient::connect(url.to_string())
-            .await
-            .expect("connect");
-        let (tx, rx) = mpsc::unbounded_channel();
-        RawWorker::send_on(
-            &tx,
-            pb::worker_request::Msg::Hello(pb::WorkerHello {
-                api_key: key.to_string(),
-                worker_id: "raw".into(),
-                queues: queues.iter().map(|q| q.to_string()).collect(),
-                kinds: vec![],
-            }),
-        );
-        let mut rx = client
-            .stream(UnboundedReceiverStream::new(rx))
-            .await
-            .expect("stream")
-            .into_inner();
-        match rx.next().await {
-            Some(Ok(pb::WorkerResponse {
-                msg: Some(pb::worker_response::Msg::HelloAck(_)),
-            })) => {}
-            other => panic!("expected hello_ack, got {other:?}"),
-        }
-        RawWorker { tx, rx }
-    }
-
-    fn send_on(tx: &mpsc::UnboundedSender<pb::WorkerRequest>, m: pb::worker_request::Msg) {
-        tx.send(pb::WorkerRequest { msg: Some(m) }).expect("send");
-    }
-
-    fn send(&self, m: pb::worker_request::Msg) {
-        RawWorker::send_on(&self.tx, m);
-    }
-
-    async fn next(&mut self, within: Duration) -> Option<pb::worker_response::Msg> {
-        match tokio::time::timeout(within, self.rx.next()).await {
-            Ok(Some(Ok(m))) => m.msg,
-            Ok(other) => panic!("stream ended: {other:?}"),
-            Err(_) => None,
-        }
-    }
-
-    async fn job(&mut self) -> pb::Job {
-        match self.next(PATIENCE).await {
-            Some(pb::worker_response::Msg::Job(j)) => j,
-            other => panic!("expected a job, got {other:?}"),
-        }
-    }
 }
 
 /// Credits bound what the server sends: grant 3, get exactly 3; a result without credit

@@ -93,6 +93,8 @@ impl RawWorker {
                 worker_id: "raw".into(),
                 queues: vec![queue.into()],
                 kinds: vec![],
+                // Single messages, as a worker from before batching.
+                max_batch: 0,
             })),
         })
         .unwrap();

@@ -42,6 +42,8 @@ impl RawWorker {
                 worker_id: "raw".into(),
                 queues: vec![queue.into()],
                 kinds: vec![],
+                // Single messages, as a worker from before batching.
+                max_batch: 0,
             }),
             In::Credit(pb::Credit { n: credits }),
         ] {

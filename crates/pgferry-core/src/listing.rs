@@ -12,9 +12,9 @@
 //!
 //! A state filter visits only the phases that can hold that state. Each phase statement
 //! derives states set-based, filters and pages in the database, and reads a bounded number
-//! of rows (see list_pending.sql for the "mark" that keeps that exact); then one statement
-//! fetches the page's jobs (`jobs_detail.sql`, as `get_job`). A page may come back short
-//! with `has_more` when the scan budget of a call ran out.
+//! of rows (see list_pending.sql for the "mark" that keeps that exact); then two statements
+//! fetch the page's jobs (`jobs_detail.sql` and `jobs_extras.sql`, as `get_job`). A page
+//! may come back short with `has_more` when the scan budget of a call ran out.
 //!
 //! Jobs move between phases while someone pages (a pending job gets claimed): a listing is a
 //! live view, so such a job may show up twice or not at all across pages.
@@ -34,8 +34,8 @@ const LIST_UNLOGGED_CANCELS: &str = include_str!("sql/list_unlogged_cancels.sql"
 
 /// Largest page of `list_jobs`.
 pub const MAX_LIST_PAGE: u32 = 100;
-/// Phase statements one call may run: with the page's detail statement, the most
-/// statements a page costs.
+/// Phase statements one call may run: with the page's two detail statements
+/// (jobs_detail.sql, jobs_extras.sql), the most statements a page costs.
 pub const MAX_ROUNDS: usize = 5;
 
 #[derive(Debug, Clone, Default)]
@@ -197,11 +197,9 @@ impl Engine {
         let mut found: HashMap<i64, JobInfo> = if wanted.is_empty() {
             HashMap::new()
         } else {
-            self.jobs_detail(&wanted)
-                .await?
-                .into_iter()
-                .map(|d| (d.info.id, d.info))
-                .collect()
+            let mut details = self.jobs_detail(&wanted).await?;
+            self.add_extras(&mut details).await?;
+            details.into_iter().map(|d| (d.info.id, d.info)).collect()
         };
         // The details are read after the ids: a job that changed state in between (or was
         // truncated with its segment) no longer matches and is left out of this page.

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::job::outcome_code as oc;
 
 const JOBS_DETAIL: &str = include_str!("sql/jobs_detail.sql");
+const JOBS_EXTRAS: &str = include_str!("sql/jobs_extras.sql");
 const CANCEL: &str = include_str!("sql/cancel.sql");
 
 /// Where a job is in its life.
@@ -53,6 +54,9 @@ pub struct AttemptInfo {
     pub outcome: &'static str,
     pub error: Option<String>,
     pub duration_ms: Option<i32>,
+    /// When the claim that handed this attempt out was made, and by which worker.
+    pub claimed_at: Option<SystemTime>,
+    pub worker: Option<String>,
     pub finished_at: Option<SystemTime>,
 }
 
@@ -102,6 +106,9 @@ fn outcome_name(code: i16) -> &'static str {
 pub(crate) struct Detail {
     pub info: JobInfo,
     pub lane: Option<i32>,
+    /// Its claimed attempts, for `jobs_extras.sql`: (index in `info.attempts`, receipt id
+    /// when the attempt has an outcome, wants the result).
+    claimed: Vec<(usize, Option<i64>, bool)>,
 }
 
 /// Builds a job from its rows of `jobs_detail.sql` (one per attempt, attempts ascending);
@@ -138,6 +145,7 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
                 result: None,
             },
             lane,
+            claimed: Vec::new(),
         });
     }
     let last = rows.last().expect("not empty");
@@ -148,6 +156,8 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
             outcome: r.get::<_, Option<i16>>(4).map_or("pending", outcome_name),
             error: r.get(5),
             duration_ms: r.get(6),
+            claimed_at: None,
+            worker: None,
             finished_at: r.get(7),
         })
         .collect();
@@ -186,9 +196,18 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
             run_at,
             attempts,
             cancel_requested,
-            result: last.get(22),
+            result: None,
         },
         lane,
+        claimed: rows
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.get::<_, bool>(2))
+            .map(|(i, r)| {
+                let completed = r.get::<_, Option<i16>>(4) == Some(oc::COMPLETED);
+                (i, r.get(22), completed && r.get::<_, bool>(3))
+            })
+            .collect(),
     })
 }
 
@@ -196,7 +215,45 @@ impl Engine {
     /// The job with this id, its state and attempts. `NotFound` for an unknown id (or one
     /// whose history was truncated away after its retention). One statement.
     pub async fn get_job(&self, id: i64) -> Result<JobInfo> {
-        self.job_detail(id).await.map(|d| d.info)
+        let mut one = self.job_detail(id).await?;
+        self.add_extras(std::slice::from_mut(&mut one)).await?;
+        Ok(one.info)
+    }
+
+    /// Fills in each claimed attempt's claim time and worker, and the completed job's
+    /// result: one statement for any number of jobs (none when nothing was claimed).
+    pub(crate) async fn add_extras(&self, jobs: &mut [Detail]) -> Result<()> {
+        let (mut ids, mut atts, mut lanes, mut receipts, mut want) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut at: Vec<(usize, usize)> = Vec::new();
+        for (j, d) in jobs.iter().enumerate() {
+            let Some(lane) = d.lane else { continue };
+            for &(i, receipt, result) in &d.claimed {
+                ids.push(d.info.id);
+                atts.push(d.info.attempts[i].attempt);
+                lanes.push(lane);
+                receipts.push(receipt);
+                want.push(result);
+                at.push((j, i));
+            }
+        }
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let client = self.pool().get().await?;
+        let stmt = client.prepare_cached(JOBS_EXTRAS).await?;
+        let rows = client
+            .query(&stmt, &[&ids, &atts, &lanes, &receipts, &want])
+            .await?;
+        for (row, &(j, i)) in rows.iter().zip(&at) {
+            let a = &mut jobs[j].info.attempts[i];
+            a.claimed_at = row.get(1);
+            a.worker = row.get(2);
+            if let Some(v) = row.get::<_, Option<Value>>(3) {
+                jobs[j].info.result = Some(v);
+            }
+        }
+        Ok(())
     }
 
     pub(crate) async fn job_detail(&self, id: i64) -> Result<Detail> {

@@ -375,3 +375,55 @@ async fn bad_input_gets_typed_errors() {
         Err(Error::InvalidArgument { field: "lease", .. })
     ));
 }
+
+#[tokio::test]
+async fn get_job_tells_who_claimed_each_attempt_and_when() {
+    let s = common::setup().await;
+    let id = s.engine.enqueue(&[job(1)]).await.unwrap()[0];
+    let pending = s.engine.get_job(id).await.unwrap();
+    assert_eq!(
+        (
+            pending.attempts[0].claimed_at,
+            pending.attempts[0].worker.clone()
+        ),
+        (None, None)
+    );
+    s.tick().await;
+    let c = s.engine.claim("q", 1, "w1").await.unwrap();
+    let running = s.engine.get_job(id).await.unwrap();
+    let a = &running.attempts[0];
+    assert_eq!((a.outcome, a.worker.as_deref()), ("running", Some("w1")));
+    let claimed_1 = a.claimed_at.expect("claimed_at of the running attempt");
+    s.engine
+        .complete(&[c[0].failed("boom", Duration::ZERO)])
+        .await
+        .unwrap();
+    s.tick().await;
+    let c = s.engine.claim("q", 1, "w2").await.unwrap();
+    s.engine.complete(&[c[0].completed(None)]).await.unwrap();
+    let done = s.engine.get_job(id).await.unwrap();
+    let got: Vec<_> = done
+        .attempts
+        .iter()
+        .map(|a| {
+            (
+                a.attempt,
+                a.outcome,
+                a.worker.as_deref(),
+                a.error.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, "failed", Some("w1"), Some("boom")),
+            (2, "completed", Some("w2"), None)
+        ]
+    );
+    assert_eq!(done.attempts[0].claimed_at, Some(claimed_1));
+    for a in &done.attempts {
+        assert!(a.claimed_at.unwrap() <= a.finished_at.unwrap());
+    }
+    assert!(done.attempts[1].claimed_at.unwrap() >= claimed_1);
+}

@@ -190,7 +190,7 @@ async fn bad_cursors_and_limits_are_refused() {
     assert!(s.engine.list_jobs("Bad", &all, None, 10).await.is_err());
 }
 
-/// A page costs at most MAX_ROUNDS phase statements and one detail statement, however few
+/// A page costs at most MAX_ROUNDS phase statements and two detail statements, however few
 /// jobs match; a state whose jobs sit at the lane's cursor (pending) is found without
 /// walking the queue's history.
 #[tokio::test]
@@ -223,7 +223,7 @@ async fn statements_per_page_are_bounded() {
         },
     );
     let admin = s.db.connect().await;
-    let bound = pgferry_core::listing::MAX_ROUNDS as i64 + 1;
+    let bound = pgferry_core::listing::MAX_ROUNDS as i64 + 2;
 
     for engine in [&s.engine, &small] {
         // Warm the statement cache: steady state is what is counted.
@@ -242,7 +242,7 @@ async fn statements_per_page_are_bounded() {
         assert_eq!(
             common::total_calls(&admin).await,
             2,
-            "pending: one phase statement and the details: {:?}",
+            "pending: one phase statement and the details (nothing claimed: no extras): {:?}",
             common::statements(&admin).await
         );
 
@@ -272,7 +272,7 @@ async fn statements_per_page_are_bounded() {
             }
             cursor = page.next;
         }
-        let per_call = engine.config().list_round_rows as usize * (bound as usize - 1);
+        let per_call = engine.config().list_round_rows as usize * pgferry_core::listing::MAX_ROUNDS;
         assert!(
             calls <= claimed.len() / per_call + 2,
             "{calls} calls for {} claimed attempts",
@@ -436,10 +436,38 @@ async fn listing_statements_use_the_logs_indexes() {
             .await
             .unwrap(),
     );
+    // Extras of 100 completed attempts: receipts by (lane, receipt id), results by job id.
+    let done = admin
+        .query(
+            "SELECT u.job_id, u.attempt, rc.lane, c.receipt_id
+               FROM pgferry.completions c
+               JOIN pgferry.receipts rc ON rc.receipt_id = c.receipt_id,
+                    unnest(c.job_ids, c.attempts) AS u(job_id, attempt)
+              ORDER BY u.job_id DESC LIMIT 100",
+            &[],
+        )
+        .await
+        .unwrap();
+    let col = |i: usize| done.iter().map(|r| r.get::<_, i64>(i)).collect::<Vec<_>>();
+    let (ids, receipts) = (col(0), col(3));
+    let atts: Vec<i32> = done.iter().map(|r| r.get(1)).collect();
+    let lanes: Vec<i32> = done.iter().map(|r| r.get(2)).collect();
+    let receipts: Vec<Option<i64>> = receipts.into_iter().map(Some).collect();
+    let want = vec![true; ids.len()];
+    let extras = plan(
+        admin
+            .query(
+                &explain(include_str!("../src/sql/jobs_extras.sql")),
+                &[&ids, &atts, &lanes, &receipts, &want],
+            )
+            .await
+            .unwrap(),
+    );
     for (name, p) in [
         ("pending", &pending),
         ("claimed", &claimed),
         ("detail", &detail),
+        ("extras", &extras),
     ] {
         let lines: Vec<&str> = p.lines().collect();
         for (i, line) in lines.iter().enumerate() {

@@ -1,6 +1,10 @@
 """A scripted in-process gRPC peer speaking pgferry.v1, for unit tests of the SDK's own
-protocol handling (ack matching, credits, drain, resend after reconnect). It stores
-nothing: the integration tests run against the real server."""
+protocol handling (ack matching, credits, drain, resend after reconnect, batching). It
+stores nothing: the integration tests run against the real server.
+
+`batch = 0` plays a server from before batching (single Job/ResultAck messages only);
+`batch = n` grants batches of up to n to workers that ask, packing whatever jobs are queued
+(within credits) into one JobBatch and answering each ResultBatch with one ResultAckBatch."""
 
 from __future__ import annotations
 
@@ -28,6 +32,29 @@ class FakeServer:
         self.max_outstanding = 0
         self.push: asyncio.Queue[worker_pb2.WorkerResponse] = asyncio.Queue()
         self.drop_worker_after_results = -1
+        self.batch = 0
+        self.hellos: list[worker_pb2.WorkerHello] = []
+        self.job_batch_sizes: list[int] = []
+        # Protocol breaches by the worker (e.g. a ResultBatch that was not negotiated).
+        self.violations: list[str] = []
+
+    def results(self) -> list[worker_pb2.JobResult]:
+        """Every result the workers sent, single or batched, in order."""
+        out: list[worker_pb2.JobResult] = []
+        for r in self.worker_requests:
+            which = r.WhichOneof("msg")
+            if which == "result":
+                out.append(r.result)
+            elif which == "results":
+                out.extend(r.results.results)
+        return out
+
+    def credits(self) -> int:
+        """Credits granted, as Credit messages or piggybacked on result batches."""
+        return sum(r.credit.n + r.results.credit for r in self.worker_requests)
+
+    def count(self, which: str) -> int:
+        return sum(1 for r in self.worker_requests if r.WhichOneof("msg") == which)
 
     @property
     def url(self) -> str:
@@ -91,18 +118,27 @@ class FakeServer:
         self.worker_streams += 1
         first = await it.__anext__()
         assert first.WhichOneof("msg") == "hello"
-        yield worker_pb2.WorkerResponse(hello_ack=worker_pb2.WorkerHelloAck(tenant="t", default_lease_ms=30_000))
+        self.hellos.append(first.hello)
+        batch = min(self.batch, first.hello.max_batch)
+        yield worker_pb2.WorkerResponse(hello_ack=worker_pb2.WorkerHelloAck(tenant="t", default_lease_ms=30_000, max_batch=batch))
         out: asyncio.Queue[worker_pb2.WorkerResponse | None] = asyncio.Queue()
         state: dict[str, int] = {"credits": 0, "outstanding": 0, "results": 0, "draining": 0, "dropped": 0}
 
         async def feed() -> None:
             while True:
                 if state["credits"] > 0 and not state["draining"]:
-                    job = await self.jobs.get()
-                    state["credits"] -= 1
-                    state["outstanding"] += 1
+                    jobs = [await self.jobs.get()]
+                    # Whatever else is queued right now, within credits and the batch size.
+                    while batch and len(jobs) < min(batch, state["credits"]) and not self.jobs.empty():
+                        jobs.append(self.jobs.get_nowait())
+                    state["credits"] -= len(jobs)
+                    state["outstanding"] += len(jobs)
                     self.max_outstanding = max(self.max_outstanding, state["outstanding"])
-                    await out.put(worker_pb2.WorkerResponse(job=job))
+                    if batch:
+                        self.job_batch_sizes.append(len(jobs))
+                        await out.put(worker_pb2.WorkerResponse(jobs=worker_pb2.JobBatch(jobs=jobs)))
+                    else:
+                        await out.put(worker_pb2.WorkerResponse(job=jobs[0]))
                 else:
                     await asyncio.sleep(0.005)
 
@@ -116,11 +152,20 @@ class FakeServer:
                 which = req.WhichOneof("msg")
                 if which == "credit":
                     state["credits"] += req.credit.n
-                elif which == "result":
-                    state["outstanding"] -= 1
-                    state["results"] += 1
-                    await out.put(worker_pb2.WorkerResponse(result_ack=worker_pb2.ResultAck(ref=req.result.ref)))
-                    if state["results"] == self.drop_worker_after_results:
+                elif which in ("result", "results"):
+                    if which == "result":
+                        results = [req.result]
+                        await out.put(worker_pb2.WorkerResponse(result_ack=worker_pb2.ResultAck(ref=req.result.ref)))
+                    else:
+                        if not batch or len(req.results.results) > batch:
+                            self.violations.append(f"ResultBatch of {len(req.results.results)} (granted {batch})")
+                        results = list(req.results.results)
+                        state["credits"] += req.results.credit
+                        acks = [worker_pb2.ResultAck(ref=r.ref) for r in results]
+                        await out.put(worker_pb2.WorkerResponse(result_acks=worker_pb2.ResultAckBatch(acks=acks)))
+                    state["outstanding"] -= len(results)
+                    state["results"] += len(results)
+                    if 0 <= self.drop_worker_after_results <= state["results"]:
                         self.drop_worker_after_results = -1
                         state["dropped"] = 1
                         await out.put(None)

@@ -1,6 +1,7 @@
 """The SDK's side of the protocol against a scripted peer (tests/fake_server.py): ack
 matching by seq, typed ack errors, credits as free slots, drain, reconnect, cancel and
-heartbeat plumbing. The server's side is covered by the integration tests."""
+heartbeat plumbing, each against a server granting batches (BATCHED) and one from before
+batching (SINGLE). The server's side is covered by the integration tests."""
 
 from __future__ import annotations
 
@@ -14,9 +15,15 @@ from fake_server import FakeServer, job
 from pgferry.v1 import common_pb2, worker_pb2
 
 
-def _run(coro_fn):  # type: ignore[no-untyped-def]
+# The fake server's batch grant: 0 plays a server without batches.
+SINGLE, BATCHED = 0, 64
+both_modes = pytest.mark.parametrize("batch", [SINGLE, BATCHED], ids=["single", "batched"])
+
+
+def _run(coro_fn, batch: int = SINGLE):  # type: ignore[no-untyped-def]
     async def main() -> None:
         fake = FakeServer()
+        fake.batch = batch
         await fake.start()
         try:
             await asyncio.wait_for(coro_fn(fake), 60)
@@ -59,7 +66,8 @@ def test_bad_key_on_hello_is_auth_error() -> None:
     _run(body)
 
 
-def test_credits_never_exceed_concurrency_and_every_job_gets_a_result() -> None:
+@both_modes
+def test_credits_never_exceed_concurrency_and_every_job_gets_a_result(batch: int) -> None:
     async def body(fake: FakeServer) -> None:
         app = pgferry.Worker(fake.url, "good", queues=["q"], concurrency=5, handle_signals=False)
         seen: list[int] = []
@@ -77,18 +85,70 @@ def test_credits_never_exceed_concurrency_and_every_job_gets_a_result() -> None:
             await asyncio.sleep(0.01)
         app.stop()
         await task
-        results = [r.result for r in fake.worker_requests if r.WhichOneof("msg") == "result"]
+        results = fake.results()
         assert sorted(r.ref.id for r in results) == list(range(1, 61))
         assert all(json.loads(r.ok.result) == r.ref.id * 2 for r in results)
-        credits = sum(r.credit.n for r in fake.worker_requests if r.WhichOneof("msg") == "credit")
         assert fake.max_outstanding <= 5
-        assert credits <= 5 + 60
+        assert fake.credits() <= 5 + 60
         assert app.stats["acked"] == 60
+        assert fake.hellos[0].max_batch > 0, "the worker asks for batches"
+        assert fake.violations == []
+        # Batched: results only in ResultBatch; single: never a ResultBatch.
+        assert fake.count("result" if batch else "results") == 0
 
-    _run(body)
+    _run(body, batch)
 
 
-def test_outcomes_map_to_results() -> None:
+def test_batched_results_are_coalesced_with_their_credits() -> None:
+    async def body(fake: FakeServer) -> None:
+        app = pgferry.Worker(fake.url, "good", queues=["q"], concurrency=50, handle_signals=False)
+
+        @app.job("k")
+        async def k(ctx: pgferry.JobContext) -> None:
+            return None
+
+        for i in range(1, 501):
+            fake.jobs.put_nowait(job(i))
+        task = asyncio.create_task(app.run_async())
+        while app.stats["acked"] < 500:
+            await asyncio.sleep(0.01)
+        app.stop()
+        await task
+        assert sorted(r.ref.id for r in fake.results()) == list(range(1, 501))
+        assert fake.violations == [] and max(fake.job_batch_sizes) <= BATCHED
+        # The first grant is a Credit; every later one rides on a ResultBatch.
+        assert fake.count("credit") == 1 and fake.count("result") == 0
+        assert fake.max_outstanding <= 50 and fake.credits() <= 50 + 500
+        # Handlers finishing in the same event-loop turn share one ResultBatch: a no-op
+        # handler's jobs of one JobBatch all finish in one turn.
+        assert fake.count("results") <= len(fake.job_batch_sizes) < 500
+
+    _run(body, BATCHED)
+
+
+def test_result_batches_stay_within_the_granted_size() -> None:
+    async def body(fake: FakeServer) -> None:
+        app = pgferry.Worker(fake.url, "good", queues=["q"], concurrency=10, handle_signals=False)
+
+        @app.job("k")
+        async def k(ctx: pgferry.JobContext) -> None:
+            return None
+
+        for i in range(1, 101):
+            fake.jobs.put_nowait(job(i))
+        task = asyncio.create_task(app.run_async())
+        while app.stats["acked"] < 100:
+            await asyncio.sleep(0.01)
+        app.stop()
+        await task
+        sizes = [len(r.results.results) for r in fake.worker_requests if r.WhichOneof("msg") == "results"]
+        assert sum(sizes) == 100 and max(sizes) <= 4 and fake.violations == []
+
+    _run(body, 4)
+
+
+@both_modes
+def test_outcomes_map_to_results(batch: int) -> None:
     async def body(fake: FakeServer) -> None:
         app = pgferry.Worker(fake.url, "good", queues=["q"], concurrency=4, handle_signals=False)
 
@@ -111,11 +171,11 @@ def test_outcomes_map_to_results() -> None:
         fake.jobs.put_nowait(job(5, kind="sync"))
         fake.jobs.put_nowait(job(6, kind="unknown"))
         task = asyncio.create_task(app.run_async())
-        while sum(1 for r in fake.worker_requests if r.WhichOneof("msg") == "result") < 6:
+        while len(fake.results()) < 6:
             await asyncio.sleep(0.01)
         app.stop()
         await task
-        by_id = {r.result.ref.id: r.result for r in fake.worker_requests if r.WhichOneof("msg") == "result"}
+        by_id = {r.ref.id: r for r in fake.results()}
         assert by_id[1].snooze.delay_ms == 1500
         assert by_id[2].cancelled.message == "nope"
         assert (by_id[3].error.message, by_id[3].error.retryable) == ("bad input", False)
@@ -124,10 +184,11 @@ def test_outcomes_map_to_results() -> None:
         assert by_id[6].error.kind == "UnknownKind"
         assert by_id[4].ref.token == "t4"
 
-    _run(body)
+    _run(body, batch)
 
 
-def test_drain_hands_back_jobs_that_arrive_after_stop() -> None:
+@both_modes
+def test_drain_hands_back_jobs_that_arrive_after_stop(batch: int) -> None:
     async def body(fake: FakeServer) -> None:
         app = pgferry.Worker(fake.url, "good", queues=["q"], concurrency=3, handle_signals=False, grace_period=30)
         release = asyncio.Event()
@@ -152,13 +213,13 @@ def test_drain_hands_back_jobs_that_arrive_after_stop() -> None:
         await task
         drained = [x.id for r in fake.worker_requests if r.WhichOneof("msg") == "drain" for x in r.drain.release]
         assert drained == [2] and started == [1]
-        results = [r.result.ref.id for r in fake.worker_requests if r.WhichOneof("msg") == "result"]
-        assert results == [1]
+        assert [r.ref.id for r in fake.results()] == [1]
 
-    _run(body)
+    _run(body, batch)
 
 
-def test_worker_reconnects_and_keeps_going() -> None:
+@both_modes
+def test_worker_reconnects_and_keeps_going(batch: int) -> None:
     async def body(fake: FakeServer) -> None:
         fake.drop_worker_after_results = 3
         app = pgferry.Worker(fake.url, "good", queues=["q"], concurrency=2, handle_signals=False, reconnect_cap=0.2)
@@ -176,11 +237,13 @@ def test_worker_reconnects_and_keeps_going() -> None:
         app.stop()
         await task
         assert fake.worker_streams == 2 and app.stats["reconnects"] == 1
+        assert {r.ref.id for r in fake.results()} == set(range(1, 11))
 
-    _run(body)
+    _run(body, batch)
 
 
-def test_cancel_sets_the_flag_and_lost_heartbeat_reports_false() -> None:
+@both_modes
+def test_cancel_sets_the_flag_and_lost_heartbeat_reports_false(batch: int) -> None:
     async def body(fake: FakeServer) -> None:
         app = pgferry.Worker(fake.url, "good", queues=["q"], concurrency=2, handle_signals=False)
         seen: dict[int, object] = {}
@@ -203,10 +266,10 @@ def test_cancel_sets_the_flag_and_lost_heartbeat_reports_false() -> None:
         app.stop()
         await task
         assert seen == {-7: False, 7: True}
-        res = [r.result for r in fake.worker_requests if r.WhichOneof("msg") == "result" and r.result.ref.id == 7]
+        res = [r for r in fake.results() if r.ref.id == 7]
         assert res[0].WhichOneof("outcome") == "cancelled"
 
-    _run(body)
+    _run(body, batch)
 
 
 def test_sync_handler_heartbeats_and_sees_cancel_from_its_thread() -> None:

@@ -11,7 +11,7 @@ import pytest
 import pgferry
 from pgferry import _conn, _types, errors
 from pgferry.cli import load_app
-from pgferry.worker import _call_args
+from pgferry._handlers import call_args as _call_args
 
 
 def test_to_spec_maps_every_option() -> None:

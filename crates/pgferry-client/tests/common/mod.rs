@@ -1,6 +1,8 @@
 //! An in-process pgferry server (engine, leader, gRPC on loopback) over a testkit database.
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +14,10 @@ use pgferry_server::{AppState, ServerConfig};
 use pgferry_testkit::TestDb;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// Generous bound for anything that should take milliseconds (never a timing assertion:
+/// hitting it means the message never came).
+pub const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Fast timings for tests: ticks every few ms even when idle, rescue every 200 ms.
 pub fn leader_config() -> LeaderConfig {

@@ -82,10 +82,10 @@ pub(super) fn job_pb(info: JobInfo, queue: String) -> pb::JobInfo {
                 outcome: a.outcome.to_string(),
                 error: a.error.unwrap_or_default(),
                 error_kind: String::new(),
-                claimed_at_unix_ms: 0,
+                claimed_at_unix_ms: a.claimed_at.map_or(0, unix_ms),
                 finished_at_unix_ms: a.finished_at.map_or(0, unix_ms),
                 duration_ms: a.duration_ms.map_or(0, |d| d.max(0) as u32),
-                worker: String::new(),
+                worker: a.worker.unwrap_or_default(),
             })
             .collect(),
         result: info.result.map(|r| r.to_string()).unwrap_or_default(),

@@ -13,10 +13,13 @@
 //! only until the rescuer retries it after its lease.)
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use futures_util::future::OptionFuture;
 use pgferry_core::{AttemptRef, Backoff, ClaimedJob, Engine, Outcome};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
@@ -53,6 +56,8 @@ pub(crate) struct StreamShared {
     pub tenant: String,
     pub credits: AtomicU64,
     pub draining: AtomicBool,
+    /// Most jobs per JobBatch; 0: the worker did not ask for batches (one Job each).
+    pub batch: usize,
     /// Empty: every kind.
     pub kinds: HashSet<String>,
     pub tx: Tx,
@@ -233,7 +238,50 @@ async fn lease_of(inner: &Inner, queue: &str) -> Duration {
     read.await.unwrap_or(inner.config.default_lease)
 }
 
+/// A claim running in the background: when it started, and what it got.
+type Claim =
+    Pin<Box<dyn Future<Output = (SystemTime, pgferry_core::Result<Vec<ClaimedJob>>)> + Send>>;
+
+fn start_claim(inner: &Inner, d: &Dispatcher, want: usize) -> Claim {
+    let (engine, metrics) = (inner.engine.clone(), inner.coalescers.metrics.clone());
+    let (queue, worker) = (d.queue.clone(), inner.worker.clone());
+    let (tenant, user_queue) = (d.tenant.clone(), d.user_queue.clone());
+    Box::pin(async move {
+        let at = SystemTime::now();
+        let started = Instant::now();
+        let claimed = engine.claim(&queue, want, &worker).await;
+        metrics.observe(Latency::Claim, started.elapsed());
+        if let Ok(jobs) = &claimed {
+            metrics.add(JobCounter::Claimed, &tenant, &user_queue, jobs.len() as u64);
+        }
+        (at, claimed)
+    })
+}
+
+fn buffered(
+    jobs: Vec<ClaimedJob>,
+    at: SystemTime,
+    lease: Duration,
+) -> impl Iterator<Item = Buffered> {
+    jobs.into_iter().map(move |job| Buffered {
+        job,
+        lease_until: at + lease,
+    })
+}
+
+/// Waits for a claim still running and buffers what it got (to be delivered or handed
+/// back: claimed jobs are never dropped on the floor).
+async fn settle(claiming: &mut Option<Claim>, buffer: &mut VecDeque<Buffered>, lease: Duration) {
+    if let Some(claim) = claiming.take() {
+        if let (at, Ok(jobs)) = claim.await {
+            buffer.extend(buffered(jobs, at, lease));
+        }
+    }
+}
+
 /// The dispatcher's loop: deliver, claim when demand exceeds the buffer, sleep on ticks.
+/// A claim runs alongside delivery: credits that come back while a claim is in the
+/// database are served from the buffer at once, not after the claim's round trip.
 async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
     let mut ticks = inner.engine.subscribe_ticks();
     let mut stopping = inner.stopping.clone();
@@ -242,8 +290,13 @@ async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
     let mut lease_read = Instant::now();
     let mut rr = 0usize;
     let mut empty_since: Option<Instant> = None;
+    let mut claiming: Option<Claim> = None;
+    // The last claim came back empty: claim again only after something happened (a tick,
+    // more credit, the idle poll), never in a loop.
+    let mut dry = false;
     loop {
         if *stopping.borrow() {
+            settle(&mut claiming, &mut buffer, lease).await;
             hand_back(&inner, &d, buffer.drain(..).collect()).await;
             return;
         }
@@ -253,6 +306,7 @@ async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
         }
         let subs = d.subs.lock().expect("subscribers").clone();
         if subs.is_empty() {
+            settle(&mut claiming, &mut buffer, lease).await;
             if !buffer.is_empty() {
                 hand_back(&inner, &d, buffer.drain(..).collect()).await;
             }
@@ -284,34 +338,25 @@ async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
         } else {
             0
         };
-        if buffer.len() < target {
+        if claiming.is_none() && !dry && buffer.len() < target {
             let want = (target - buffer.len()).min(inner.config.max_claim);
             // Marks the current tick seen: an empty claim then sleeps until a newer one.
             ticks.borrow_and_update();
-            let claimed_at = SystemTime::now();
-            let started = Instant::now();
-            let claimed = inner.engine.claim(&d.queue, want, &inner.worker).await;
-            let metrics = &inner.coalescers.metrics;
-            metrics.observe(Latency::Claim, started.elapsed());
-            match claimed {
-                Ok(jobs) if !jobs.is_empty() => {
-                    let n = jobs.len() as u64;
-                    metrics.add(JobCounter::Claimed, &d.tenant, &d.user_queue, n);
-                    buffer.extend(jobs.into_iter().map(|job| Buffered {
-                        job,
-                        lease_until: claimed_at + lease,
-                    }));
-                    continue;
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(queue = %d.queue, error = %e, "claim failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
+            claiming = Some(start_claim(&inner, &d, want));
+        }
+        dry = false;
+        tokio::select! {
+            Some((at, res)) = OptionFuture::from(claiming.as_mut()) => {
+                claiming = None;
+                match res {
+                    Ok(jobs) if !jobs.is_empty() => buffer.extend(buffered(jobs, at, lease)),
+                    Ok(_) => dry = true,
+                    Err(e) => {
+                        tracing::warn!(queue = %d.queue, error = %e, "claim failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
                 }
             }
-        }
-        tokio::select! {
             _ = ticks.changed() => {}
             _ = d.wake.notified() => {}
             _ = tokio::time::sleep(inner.config.idle_poll) => {}
@@ -320,7 +365,9 @@ async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
     }
 }
 
-/// Hands buffered jobs to streams with credit, round-robin, in claim order.
+/// Hands buffered jobs to streams with credit, round-robin, in claim order. Each stream gets
+/// what this pass picked for it in as few messages as its batching allows: whatever is
+/// ready now, never held back to fill a batch.
 fn deliver(
     inner: &Inner,
     d: &Dispatcher,
@@ -329,60 +376,116 @@ fn deliver(
     rr: &mut usize,
     lease: Duration,
 ) {
+    let mut picked: Vec<Vec<Buffered>> = subs.iter().map(|_| Vec::new()).collect();
     let mut kept = VecDeque::new();
     while let Some(b) = buffer.pop_front() {
         if !subs.iter().any(|s| s.demand() > 0) {
             kept.push_back(b);
             break;
         }
-        let mut delivered = false;
-        for k in 0..subs.len() {
-            let s = &subs[(*rr + k) % subs.len()];
-            if !s.accepts(&b.job.kind) || !s.take_credit() {
-                continue;
+        let target = (0..subs.len())
+            .map(|k| (*rr + k) % subs.len())
+            .find(|&i| subs[i].accepts(&b.job.kind) && subs[i].take_credit());
+        match target {
+            Some(i) => {
+                *rr = (i + 1) % subs.len();
+                picked[i].push(b);
             }
-            if send_job(inner, d, s, &b, lease) {
-                *rr = (*rr + k + 1) % subs.len();
-                delivered = true;
-                break;
-            }
-        }
-        if !delivered {
-            kept.push_back(b);
+            None => kept.push_back(b),
         }
     }
     kept.extend(buffer.drain(..));
     *buffer = kept;
+    for (s, jobs) in subs.iter().zip(picked) {
+        if jobs.is_empty() {
+            continue;
+        }
+        // A stream that went away meanwhile: its jobs go back to the front, in order.
+        for b in send_jobs(inner, d, s, jobs, lease).into_iter().rev() {
+            buffer.push_front(b);
+        }
+    }
 }
 
-/// Sends one job on a stream; false when the stream is gone (the job stays buffered).
-fn send_job(
+/// Largest JobBatch in encoded bytes (a single bigger job still goes, alone): far below
+/// the 4 MiB default receive limit of gRPC clients.
+const JOB_BATCH_BYTES: usize = 1 << 20;
+
+/// Sends jobs on a stream (one message each, or JobBatch messages when the stream
+/// negotiated batches); returns those that could not be sent because the stream is gone.
+fn send_jobs(
     inner: &Inner,
     d: &Dispatcher,
     s: &StreamShared,
-    b: &Buffered,
+    jobs: Vec<Buffered>,
     lease: Duration,
-) -> bool {
-    let attempt = Attempt::from_claimed(d.tenant_id, &d.user_queue, &b.job);
-    let token = inner.tokens.sign(&attempt);
-    let msg = job_message(&b.job, &d.user_queue, token.clone(), b.lease_until);
-    s.held.lock().expect("held").insert(
-        b.job.job_id,
-        Held {
-            attempt,
-            backoff: b.job.backoff,
-            lease,
-            token,
-        },
-    );
-    let out = pb::WorkerResponse {
-        msg: Some(pb::worker_response::Msg::Job(msg)),
-    };
-    if s.tx.send(Ok(out)).is_err() {
-        s.held.lock().expect("held").remove(&b.job.job_id);
-        return false;
+) -> Vec<Buffered> {
+    use pb::worker_response::Msg;
+    let mut msgs = Vec::with_capacity(jobs.len());
+    {
+        let mut held = s.held.lock().expect("held");
+        for b in &jobs {
+            let attempt = Attempt::from_claimed(d.tenant_id, &d.user_queue, &b.job);
+            let token = inner.tokens.sign(&attempt);
+            msgs.push(job_message(
+                &b.job,
+                &d.user_queue,
+                token.clone(),
+                b.lease_until,
+            ));
+            held.insert(
+                b.job.job_id,
+                Held {
+                    attempt,
+                    backoff: b.job.backoff,
+                    lease,
+                    token,
+                },
+            );
+        }
     }
-    true
+    let send = |msg: Msg| s.tx.send(Ok(pb::WorkerResponse { msg: Some(msg) })).is_ok();
+    // Jobs [0, sent) are on their way; the rest go back to the buffer.
+    let mut sent = 0;
+    if s.batch == 0 {
+        for m in msgs {
+            if !send(Msg::Job(m)) {
+                break;
+            }
+            sent += 1;
+        }
+    } else {
+        let mut chunk: Vec<pb::Job> = Vec::new();
+        let mut bytes = 0;
+        let mut msgs = msgs.into_iter().peekable();
+        while let Some(m) = msgs.next() {
+            bytes += prost::Message::encoded_len(&m);
+            chunk.push(m);
+            let full = chunk.len() >= s.batch
+                || msgs
+                    .peek()
+                    .is_some_and(|n| bytes + prost::Message::encoded_len(n) > JOB_BATCH_BYTES);
+            if full || msgs.peek().is_none() {
+                let n = chunk.len();
+                if !send(Msg::Jobs(pb::JobBatch {
+                    jobs: std::mem::take(&mut chunk),
+                })) {
+                    break;
+                }
+                sent += n;
+                bytes = 0;
+            }
+        }
+    }
+    if sent == jobs.len() {
+        return Vec::new();
+    }
+    let failed: Vec<Buffered> = jobs.into_iter().skip(sent).collect();
+    let mut held = s.held.lock().expect("held");
+    for b in &failed {
+        held.remove(&b.job.job_id);
+    }
+    failed
 }
 
 /// Extends the lease of buffered jobs past half their lease (a slow consumer is holding the

@@ -54,6 +54,9 @@ pub struct GrpcConfig {
     pub max_credits: u64,
     /// Largest decoded message.
     pub max_message_bytes: usize,
+    /// Most items per JobBatch / ResultBatch / ResultAckBatch on a worker stream that asked
+    /// for batches (the hello_ack carries the smaller of this and the worker's wish).
+    pub max_worker_batch: u32,
 }
 
 impl Default for GrpcConfig {
@@ -68,6 +71,7 @@ impl Default for GrpcConfig {
             max_inflight_per_stream: 1024,
             max_credits: 10_000,
             max_message_bytes: 32 << 20,
+            max_worker_batch: 500,
         }
     }
 }

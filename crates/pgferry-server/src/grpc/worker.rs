@@ -104,11 +104,18 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, t
     for (engine_q, _) in &queues {
         default_lease = default_lease.min(state.dispatchers.lease_of(engine_q).await);
     }
+    // Batches only when the worker asked: older workers know nothing of them.
+    let batch = if hello.max_batch > 0 {
+        hello.max_batch.min(state.config.max_worker_batch)
+    } else {
+        0
+    };
     let shared = Arc::new(StreamShared {
         tenant_id: principal.tenant_id,
         tenant: principal.tenant.clone(),
         credits: AtomicU64::new(0),
         draining: AtomicBool::new(false),
+        batch: batch as usize,
         kinds: hello.kinds.iter().cloned().collect::<HashSet<_>>(),
         tx: tx.clone(),
         held: Mutex::new(HashMap::new()),
@@ -117,6 +124,7 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, t
         tenant: principal.tenant.clone(),
         server_version: env!("CARGO_PKG_VERSION").to_string(),
         default_lease_ms: default_lease.as_millis() as u64,
+        max_batch: batch,
     };
     if tx.send(out(Out::HelloAck(ack))).is_err() {
         return;
@@ -206,36 +214,55 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, t
                     drop(permit);
                 });
             }
-            Msg::Result(r) => {
+            Msg::Result(_) | Msg::Results(_) => {
                 // Take every result already received as one request to the coalescer:
                 // under load a stream carries many, and one submission per result would
                 // cost a task and a oneshot each. Credits in between are granted inline.
-                let mut batch = vec![r];
-                while batch.len() < RESULT_BATCH {
-                    match inbound.next().now_or_never() {
-                        Some(Some(Ok(pb::WorkerRequest { msg: Some(m) }))) => match m {
-                            Msg::Result(r) => batch.push(r),
-                            Msg::Credit(c) => grant(&shared, &subs, c.n, state.config.max_credits),
-                            other => {
-                                stash.push_back(other);
+                let mut batch = Vec::new();
+                let mut next = Some(m);
+                while let Some(m) = next.take() {
+                    match m {
+                        Msg::Result(r) => batch.push(r),
+                        Msg::Results(rb) => match check_results(shared.batch, &rb) {
+                            Ok(()) => {
+                                if rb.credit > 0 {
+                                    grant(&shared, &subs, rb.credit, state.config.max_credits);
+                                }
+                                batch.extend(rb.results);
+                            }
+                            Err(st) => {
+                                let _ = tx.send(Err(st));
+                                ended = true;
+                                stash.clear();
+                                batch.clear();
                                 break;
                             }
                         },
-                        Some(_) => {
-                            ended = true;
+                        Msg::Credit(c) => grant(&shared, &subs, c.n, state.config.max_credits),
+                        other => {
+                            stash.push_back(other);
                             break;
                         }
-                        None => break,
                     }
+                    if batch.len() >= RESULT_BATCH {
+                        break;
+                    }
+                    match inbound.next().now_or_never() {
+                        Some(Some(Ok(pb::WorkerRequest { msg: Some(m) }))) => next = Some(m),
+                        Some(_) => ended = true,
+                        None => {}
+                    }
+                }
+                if batch.is_empty() {
+                    continue;
                 }
                 let Ok(permit) = inflight.clone().acquire_owned().await else {
                     break;
                 };
                 let session = session.clone();
                 tokio::spawn(async move {
-                    for ack in session.results(batch).await {
-                        let _ = session.shared.tx.send(out(Out::ResultAck(ack)));
-                    }
+                    let acks = session.results(batch).await;
+                    session.send_acks(acks);
                     drop(permit);
                 });
             }
@@ -288,9 +315,9 @@ impl Session {
     /// Also the attempt's user queue (metrics).
     fn prepare(
         &self,
-        r: pb::JobResult,
+        mut r: pb::JobResult,
     ) -> Result<(pb::AttemptRef, Outcome, String), pb::ResultAck> {
-        let Some(aref) = r.r#ref.clone() else {
+        let Some(aref) = r.r#ref.take() else {
             return Err(result_error(
                 None,
                 pb_error("invalid_argument", "result without ref", "ref"),
@@ -304,10 +331,14 @@ impl Session {
             );
             return Err(result_error(Some(aref), e));
         };
-        let held = self
-            .held(aref.id)
-            .filter(|h| h.attempt.attempt == aref.attempt);
-        let backoff = held.as_ref().map_or_else(Backoff::default, |h| h.backoff);
+        let backoff = self
+            .shared
+            .held
+            .lock()
+            .expect("held")
+            .get(&aref.id)
+            .filter(|h| h.attempt.attempt == aref.attempt)
+            .map_or_else(Backoff::default, |h| h.backoff);
         match outcome_of(&attempt, backoff, r) {
             Ok(o) => Ok((aref, o, attempt.queue)),
             Err(e) => Err(result_error(Some(aref), e)),
@@ -341,8 +372,9 @@ impl Session {
                             .filter(|(_, d)| !d.stale)
                             .map(|(((_, _, q), k), _)| (q.as_str(), k)),
                     );
+                    let mut held = self.shared.held.lock().expect("held");
                     for ((i, aref, _), d) in refs.into_iter().zip(done) {
-                        self.forget(aref.id, aref.attempt);
+                        forget(&mut held, aref.id, aref.attempt);
                         acks[i] = Some(pb::ResultAck {
                             r#ref: Some(aref),
                             stale: d.stale,
@@ -364,14 +396,24 @@ impl Session {
         acks.into_iter().flatten().collect()
     }
 
-    fn forget(&self, job_id: i64, attempt: i32) {
-        let mut held = self.shared.held.lock().expect("held");
-        if held
-            .get(&job_id)
-            .is_some_and(|h| h.attempt.attempt == attempt)
-        {
-            held.remove(&job_id);
+    /// Acks one by one, or in ResultAckBatch messages on a batching stream.
+    fn send_acks(&self, acks: Vec<pb::ResultAck>) {
+        let tx = &self.shared.tx;
+        if self.shared.batch == 0 {
+            for ack in acks {
+                let _ = tx.send(out(Out::ResultAck(ack)));
+            }
+            return;
         }
+        let mut acks = acks.into_iter().peekable();
+        while acks.peek().is_some() {
+            let chunk: Vec<_> = acks.by_ref().take(self.shared.batch).collect();
+            let _ = tx.send(out(Out::ResultAcks(pb::ResultAckBatch { acks: chunk })));
+        }
+    }
+
+    fn forget(&self, job_id: i64, attempt: i32) {
+        forget(&mut self.shared.held.lock().expect("held"), job_id, attempt);
     }
 
     async fn heartbeat(&self, refs: Vec<pb::AttemptRef>) -> pb::HeartbeatAck {
@@ -452,6 +494,23 @@ impl Session {
 /// Most results taken from a stream into one coalesced request.
 const RESULT_BATCH: usize = 512;
 
+/// A ResultBatch is for streams that negotiated batches, and no bigger than agreed.
+#[allow(clippy::result_large_err)]
+fn check_results(batch: usize, rb: &pb::ResultBatch) -> Result<(), Status> {
+    if batch == 0 {
+        return Err(Status::invalid_argument(
+            "results: ResultBatch needs batching, negotiated with hello.max_batch",
+        ));
+    }
+    if rb.results.len() > batch {
+        return Err(Status::invalid_argument(format!(
+            "results: {} results in one batch, at most {batch} (hello_ack.max_batch)",
+            rb.results.len()
+        )));
+    }
+    Ok(())
+}
+
 fn grant(shared: &StreamShared, subs: &[Subscription], n: u32, max: u64) {
     let _ = shared
         .credits
@@ -459,6 +518,16 @@ fn grant(shared: &StreamShared, subs: &[Subscription], n: u32, max: u64) {
             Some(cur.saturating_add(u64::from(n)).min(max))
         });
     subs.iter().for_each(Subscription::wake);
+}
+
+/// Drops a held attempt once its outcome is recorded (a newer attempt of the job stays).
+fn forget(held: &mut HashMap<i64, Held>, job_id: i64, attempt: i32) {
+    if held
+        .get(&job_id)
+        .is_some_and(|h| h.attempt.attempt == attempt)
+    {
+        held.remove(&job_id);
+    }
 }
 
 fn engine_ref(a: &Attempt) -> AttemptRef {

@@ -290,6 +290,8 @@ pub(super) fn job_json(p: &Principal, j: &JobInfo) -> Value {
                 "outcome": a.outcome,
                 "error": a.error,
                 "duration_ms": a.duration_ms,
+                "claimed_at_unix_ms": a.claimed_at.map(unix_ms),
+                "worker": a.worker,
                 "finished_at_unix_ms": a.finished_at.map(unix_ms),
             })
         })

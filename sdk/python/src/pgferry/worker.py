@@ -2,8 +2,14 @@
 
 Every Job the server sends has a slot (the server never exceeds the credits granted), so a
 job starts the moment it arrives and there is no local queue. When a handler finishes, its
-Result goes out and one credit is returned; credits are coalesced into one Credit message
-per write burst."""
+result goes out and one credit is returned.
+
+The worker asks for batches in its hello (docs/protocol.md): a server that grants them
+sends jobs as JobBatch and acks as ResultAckBatch, and the results of every handler that
+finished since the last write go out as one ResultBatch carrying the freed slots' credits
+— a few messages per event-loop turn instead of three per job, which is what a Python
+process pays most for. Against a server without batches, results go one message each and
+credits are coalesced into one Credit message per write burst."""
 
 from __future__ import annotations
 
@@ -12,20 +18,19 @@ import collections
 import concurrent.futures
 import contextvars
 import functools
-import inspect
 import logging
 import os
 import signal
 import socket
 import time
-import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 
 from pgferry import _conn, _tracing
+from pgferry._handlers import Handler, call_args, failure_text
 from pgferry._types import dumps, loads
 from pgferry.context import JobCancelled, JobContext
 from pgferry.errors import (
@@ -44,39 +49,13 @@ from pgferry.v1 import common_pb2, worker_pb2
 log = logging.getLogger("pgferry.worker")
 
 _WORKER_STREAM = "/pgferry.v1.Worker/Stream"
-_MAX_ERROR_CHARS = 8000
+# Most items per batch this worker asks for (the server may grant fewer).
+_MAX_BATCH = 500
 
 F = TypeVar("F", bound=Callable[..., Any])
 # Errors that end `run` instead of a reconnect: another try would get the same answer.
 _FATAL = (AuthError, InvalidArgument, NotFound, Conflict)
 Key = tuple[int, int]
-
-
-class _Handler:
-    __slots__ = ("fn", "is_async")
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-        self.is_async = inspect.iscoroutinefunction(fn)
-
-
-def _call_args(args: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    # A JSON object becomes keyword arguments, an array positional ones, null nothing.
-    if isinstance(args, dict):
-        return (), args
-    if isinstance(args, list):
-        return tuple(args), {}
-    if args is None:
-        return (), {}
-    return (args,), {}
-
-
-def _failure_text(e: BaseException) -> str:
-    # The exception class travels separately (Failure.kind; the server puts it in front),
-    # so the message is the exception text followed by the traceback.
-    text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    head = str(e) or repr(e)
-    return f"{head}\n\n{text}"[:_MAX_ERROR_CHARS]
 
 
 class Worker:
@@ -117,7 +96,7 @@ class Worker:
         # hard_cancel: a server Cancel also cancels the handler's asyncio task.
         self.hard_cancel = hard_cancel
         self._backoff = _conn.Backoff(base=0.1, cap=reconnect_cap)
-        self._handlers: dict[str, _Handler] = {}
+        self._handlers: dict[str, Handler] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.stats: collections.Counter[str] = collections.Counter()
         self._ran = False
@@ -125,8 +104,12 @@ class Worker:
 
     def _reset_runtime(self) -> None:
         self._running: dict[Key, tuple[JobContext, asyncio.Task[None]]] = {}
+        # Control messages (credits, heartbeats, drains) waiting for the writer.
         self._outbox: collections.deque[worker_pb2.WorkerRequest] = collections.deque()
-        self._unacked: dict[Key, worker_pb2.WorkerRequest] = {}
+        # Results waiting for the writer, and those written but not yet acked.
+        self._results: list[worker_pb2.JobResult] = []
+        self._unacked: dict[Key, worker_pb2.JobResult] = {}
+        self._batch = 0  # items per batch granted on this stream; 0: single messages
         self._credits = 0  # freed slots not yet granted to the server
         self._server_credits = 0  # granted on this stream and not yet used by a Job
         self._hb_pending: dict[Key, list[asyncio.Future[bool]]] = {}
@@ -158,7 +141,7 @@ class Worker:
     def register(self, kind: str, fn: Callable[..., Any]) -> None:
         if kind in self._handlers:
             raise ValueError(f"handler for {kind!r} already registered")
-        self._handlers[kind] = _Handler(fn)
+        self._handlers[kind] = Handler(fn)
 
     @property
     def kinds(self) -> list[str]:
@@ -225,6 +208,7 @@ class Worker:
         return (
             not self._running
             and not self._outbox
+            and not self._results
             and not self._unacked
             and not self._unstarted
             and ((self._drain_sent and self._drains_unanswered == 0) or self._call is None)
@@ -287,6 +271,7 @@ class Worker:
         self.stats["abandoned"] += len(self._running)
         self._running.clear()
         self._outbox.clear()
+        self._results.clear()
         self._unacked.clear()
         self._unstarted.clear()
 
@@ -300,7 +285,11 @@ class Worker:
         )
         call: Any = method(metadata=_conn.auth_metadata(self._api_key))
         hello = worker_pb2.WorkerHello(
-            api_key=self._api_key, worker_id=self.worker_id, queues=self.queues, kinds=self.kinds
+            api_key=self._api_key,
+            worker_id=self.worker_id,
+            queues=self.queues,
+            kinds=self.kinds,
+            max_batch=_MAX_BATCH,
         )
         try:
             await call.write(worker_pb2.WorkerRequest(hello=hello))
@@ -312,13 +301,15 @@ class Worker:
             call.cancel()
             raise ProtocolError("worker stream: expected hello_ack")
         self._hello_ack = first.hello_ack
+        # Never more than asked for, whatever the server says.
+        self._batch = min(first.hello_ack.max_batch, _MAX_BATCH)
         self._call = call
         self._backoff.reset()
         # Results sent on a lost stream may not have been recorded: send them again (the
         # server keeps the first outcome of an attempt, so a repeat is answered stale).
         # Control messages of the old stream (credits, heartbeats, drain) mean nothing here.
-        kept = [m for m in self._outbox if m.WhichOneof("msg") == "result"]
-        self._outbox = collections.deque(list(self._unacked.values()) + kept)
+        self._results = list(self._unacked.values()) + self._results
+        self._outbox.clear()
         self._unacked.clear()
         self._drain_sent = False
         self._drains_unanswered = 0
@@ -343,10 +334,14 @@ class Worker:
                     return
                 raise Unavailable("worker stream closed by the server")
             which = resp.WhichOneof("msg")
-            if which == "job":
-                self._on_job(resp.job)
+            if which == "jobs":
+                self._on_jobs(resp.jobs.jobs)
+            elif which == "result_acks":
+                self._on_result_acks(resp.result_acks.acks)
+            elif which == "job":
+                self._on_jobs((resp.job,))
             elif which == "result_ack":
-                self._on_result_ack(resp.result_ack)
+                self._on_result_acks((resp.result_ack,))
             elif which == "cancel":
                 self._on_cancel(resp.cancel.ref)
             elif which == "heartbeat_ack":
@@ -372,16 +367,33 @@ class Worker:
                 self.stats["released"] += len(release)
                 self._drains_unanswered += 1
                 self._outbox.append(worker_pb2.WorkerRequest(drain=worker_pb2.Drain(release=release)))
+            if self._results:
+                self._queue_results()
             if self._credits > 0 and not self._draining and self._credit_due():
                 n, self._credits = self._credits, 0
                 self._server_credits += n
                 self._outbox.append(worker_pb2.WorkerRequest(credit=worker_pb2.Credit(n=n)))
             while self._outbox:
-                msg = self._outbox.popleft()
-                if msg.WhichOneof("msg") == "result":
-                    r = msg.result.ref
-                    self._unacked[(r.id, r.attempt)] = msg
-                await call.write(msg)
+                await call.write(self._outbox.popleft())
+
+    def _queue_results(self) -> None:
+        """Moves finished results to the outbox: every one finished since the last write in
+        ResultBatch messages (with the freed slots' credits) when batching, else one each.
+        From here they count as sent: a lost stream sends them again."""
+        results, self._results = self._results, []
+        for r in results:
+            self._unacked[(r.ref.id, r.ref.attempt)] = r
+        if not self._batch:
+            self._outbox.extend(worker_pb2.WorkerRequest(result=r) for r in results)
+            return
+        credit = 0
+        if not self._draining:
+            credit, self._credits = self._credits, 0
+            self._server_credits += credit
+        for i in range(0, len(results), self._batch):
+            batch = worker_pb2.ResultBatch(results=results[i : i + self._batch], credit=credit)
+            self._outbox.append(worker_pb2.WorkerRequest(results=batch))
+            credit = 0
 
     def _credit_due(self) -> bool:
         """Grant freed slots in bunches: each message costs a write, so while the server
@@ -396,40 +408,54 @@ class Worker:
 
     # -- incoming ----------------------------------------------------------------------
 
-    def _on_job(self, job: worker_pb2.Job) -> None:
-        self.stats["received"] += 1
-        self._server_credits -= 1
+    def _on_jobs(self, jobs: Iterable[worker_pb2.Job]) -> None:
+        """Starts the jobs of one message (a Job, or a JobBatch): a task each."""
+        loop = asyncio.get_running_loop()
+        # Once per message, not per job: whether a tracer provider is configured.
+        traced = _tracing.enabled()
+        n = 0
+        for job in jobs:
+            n += 1
+            ref = job.ref
+            if self._draining:
+                self._unstarted.append(ref)
+                continue
+            ctx = JobContext(
+                ref=ref,
+                queue=job.queue,
+                kind=job.kind,
+                args=None,
+                meta=dict(job.meta),
+                max_attempts=job.max_attempts,
+                priority=job.priority,
+                enqueued_at_ms=job.enqueued_at_unix_ms,
+                lease_until_ms=job.lease_until_unix_ms,
+                worker_id=self.worker_id,
+                heartbeat=self._heartbeat,
+                loop=loop,
+            )
+            task = loop.create_task(self._execute(ctx, job.args, traced))
+            self._running[(ref.id, ref.attempt)] = (ctx, task)
+        self.stats["received"] += n
+        self._server_credits -= n
         if self._draining:
-            self._unstarted.append(job.ref)
             self._kick()
-            return
-        key = (job.ref.id, job.ref.attempt)
-        ctx = JobContext(
-            ref=job.ref,
-            queue=job.queue,
-            kind=job.kind,
-            args=None,
-            meta=dict(job.meta),
-            max_attempts=job.max_attempts,
-            priority=job.priority,
-            enqueued_at_ms=job.enqueued_at_unix_ms,
-            lease_until_ms=job.lease_until_unix_ms,
-            worker_id=self.worker_id,
-            heartbeat=self._heartbeat,
-            loop=asyncio.get_running_loop(),
-        )
-        task = asyncio.create_task(self._execute(ctx, job.args))
-        self._running[key] = (ctx, task)
 
-    def _on_result_ack(self, ack: worker_pb2.ResultAck) -> None:
-        self._unacked.pop((ack.ref.id, ack.ref.attempt), None)
-        self.stats["acked"] += 1
-        if ack.stale:
-            self.stats["stale"] += 1
-        if ack.HasField("error") and ack.error.code:
-            self.stats["result_errors"] += 1
-            log.warning("pgferry worker: result for job %d rejected: %s %s",
-                        ack.ref.id, ack.error.code, ack.error.message)
+    def _on_result_acks(self, acks: Iterable[worker_pb2.ResultAck]) -> None:
+        n = stale = 0
+        for ack in acks:
+            n += 1
+            ref = ack.ref
+            self._unacked.pop((ref.id, ref.attempt), None)
+            if ack.stale:
+                stale += 1
+            if ack.HasField("error") and ack.error.code:
+                self.stats["result_errors"] += 1
+                log.warning("pgferry worker: result for job %d rejected: %s %s",
+                            ref.id, ack.error.code, ack.error.message)
+        self.stats["acked"] += n
+        if stale:
+            self.stats["stale"] += stale
 
     def _on_cancel(self, ref: common_pb2.AttemptRef) -> None:
         entry = self._running.get((ref.id, ref.attempt))
@@ -490,7 +516,7 @@ class Worker:
 
     # -- execution ---------------------------------------------------------------------
 
-    async def _execute(self, ctx: JobContext, args_json: str) -> None:
+    async def _execute(self, ctx: JobContext, args_json: str, traced: bool) -> None:
         started = time.monotonic()
         result = worker_pb2.JobResult(ref=ctx.ref)
         try:
@@ -498,8 +524,8 @@ class Worker:
             if handler is None:
                 raise Fail(f"no handler registered for kind {ctx.kind!r}", kind="UnknownKind")
             ctx.args = loads(args_json)
-            pos, kw = _call_args(ctx.args)
-            if _tracing.enabled():
+            pos, kw = call_args(ctx.args)
+            if traced:
                 with _tracing.job_span(ctx.kind, ctx.queue, ctx.id, ctx.meta):
                     value = await self._invoke(handler, ctx, pos, kw)
             elif handler.is_async:
@@ -529,7 +555,7 @@ class Worker:
             result.cancelled.message = "cancelled by the server"
             self.stats["cancelled"] += 1
         except Exception as e:  # any other exception: a retryable failure
-            result.error.message = _failure_text(e)
+            result.error.message = failure_text(e)
             result.error.kind = type(e).__name__
             result.error.retryable = True
             self.stats["failed"] += 1
@@ -539,13 +565,13 @@ class Worker:
 
     def _finish(self, ctx: JobContext, result: worker_pb2.JobResult) -> None:
         self._running.pop((ctx.id, ctx.attempt), None)
-        self._outbox.append(worker_pb2.WorkerRequest(result=result))
+        self._results.append(result)
         if not self._draining:
             self._credits += 1
         self._kick()
 
     async def _invoke(
-        self, handler: _Handler, ctx: JobContext, pos: tuple[Any, ...], kw: dict[str, Any]
+        self, handler: Handler, ctx: JobContext, pos: tuple[Any, ...], kw: dict[str, Any]
     ) -> Any:
         if handler.is_async:
             return await handler.fn(ctx, *pos, **kw)
