@@ -156,3 +156,88 @@ async fn bad_filters_are_refused() {
         .get(0);
     assert_eq!(n, 0, "a refused filter writes nothing");
 }
+
+/// The janitor drops a cancellation request once its job is finished (or, cancelled while
+/// scheduled, once its retention passed), batch by batch, and keeps those a claim or a
+/// heartbeat still needs.
+#[tokio::test]
+async fn janitor_drops_requests_of_finished_jobs() {
+    use pgferry_core::leader::janitor;
+    let s = common::setup_with(common::quiet_counters()).await;
+    let e = &s.engine;
+    let run = e.enqueue(&[job("b"), job("c"), job("f")]).await.unwrap();
+    s.tick().await;
+    let c = e.claim("cm", 3, "w").await.unwrap();
+    for id in &run {
+        e.cancel(*id, None).await.unwrap();
+    }
+    // b finishes, c keeps running, f fails and is retried at once (pending again: the next
+    // claim closes it as cancelled).
+    e.complete(&[c[0].completed(None), c[2].failed("x", Duration::ZERO)])
+        .await
+        .unwrap();
+    let a = e.enqueue(&[job("a")]).await.unwrap()[0];
+    e.cancel(a, None).await.unwrap();
+    s.tick().await;
+    assert!(
+        e.claim("cm", 10, "w").await.unwrap().is_empty(),
+        "a and f's retry are closed"
+    );
+    let d = e.enqueue(&[job("d")]).await.unwrap()[0];
+    e.cancel(d, None).await.unwrap();
+    let later = SystemTime::now() + Duration::from_secs(3600);
+    let sched = e.enqueue(&[job("e").run_at(later)]).await.unwrap()[0];
+    e.cancel(sched, None).await.unwrap();
+
+    let client = s.db.connect().await;
+    let left = || async {
+        let mut v: Vec<i64> = client
+            .query("SELECT job_id FROM pgferry.cancels", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        v.sort();
+        v
+    };
+    let pass = |retention: Duration| {
+        let client = &client;
+        async move {
+            let mut after = 0;
+            loop {
+                let step = janitor::prune_cancels(client, after, 2, retention)
+                    .await
+                    .unwrap();
+                match step.after {
+                    Some(a) => after = a,
+                    None => return,
+                }
+            }
+        }
+    };
+    pass(Duration::from_secs(3600)).await;
+    let mut want = vec![run[1], d, sched];
+    want.sort();
+    assert_eq!(
+        left().await,
+        want,
+        "a, f (closed) and b (completed) dropped"
+    );
+    pass(Duration::ZERO).await;
+    want.retain(|id| *id != sched);
+    assert_eq!(
+        left().await,
+        want,
+        "the unscheduled one after its retention"
+    );
+    assert_eq!(e.get_job(a).await.unwrap().state, JobState::Cancelled);
+    assert_eq!(e.get_job(run[0]).await.unwrap().state, JobState::Completed);
+    // The pending one is closed by the next claim, then dropped; c runs on.
+    s.tick().await;
+    assert!(e.claim("cm", 10, "w").await.unwrap().is_empty());
+    pass(Duration::ZERO).await;
+    assert_eq!(left().await, vec![run[1]]);
+    assert_eq!(e.get_job(d).await.unwrap().state, JobState::Cancelled);
+    assert_eq!(e.get_job(run[2]).await.unwrap().state, JobState::Cancelled);
+}

@@ -1,7 +1,9 @@
-//! Janitor: releases the unique keys of finished jobs (ADR 0005 "known gap"), in bounded
-//! batches in key order, one statement per batch (unique_prune.sql). Enqueue still takes a
-//! key over lazily when it meets a finished holder; the janitor keeps the table from
-//! growing with keys nobody uses again.
+//! Janitor: releases the unique keys of finished jobs (ADR 0005 "known gap") and drops the
+//! cancellation requests nothing needs any more, in bounded batches, one statement per batch
+//! (unique_prune.sql, cancels_prune.sql). Enqueue still takes a key over lazily when it meets
+//! a finished holder; the janitor keeps the table from growing with keys nobody uses again.
+//! `cancels` matters more: while it holds any row, every claim and heartbeat probes it per
+//! job, so requests of finished jobs must not stay forever.
 
 use tokio_postgres::{Client, Config};
 
@@ -9,6 +11,7 @@ use super::{duty_loop, LeaderConfig};
 use crate::error::Result;
 
 const UNIQUE_PRUNE: &str = include_str!("../sql/unique_prune.sql");
+const CANCELS_PRUNE: &str = include_str!("../sql/cancels_prune.sql");
 
 /// Where a pass over `unique_keys` is, and what one batch did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,23 +46,66 @@ pub async fn prune_unique(
     })
 }
 
+/// What one batch of the cancels pruner did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CancelsStep {
+    /// The next batch starts after this job id (None: start over).
+    pub after: Option<i64>,
+    pub scanned: i64,
+    pub dropped: i64,
+}
+
+/// Examines up to `batch` cancellation requests after job `after` and drops those whose job
+/// is finished (or, for jobs cancelled in `scheduled`, whose retention passed).
+pub async fn prune_cancels(
+    client: &Client,
+    after: i64,
+    batch: i64,
+    retention: std::time::Duration,
+) -> Result<CancelsStep> {
+    let stmt = client.prepare(CANCELS_PRUNE).await?;
+    let ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+    let row = client.query_one(&stmt, &[&after, &batch, &ms]).await?;
+    let scanned: i64 = row.get(1);
+    Ok(CancelsStep {
+        after: row.get::<_, Option<i64>>(0).filter(|_| scanned >= batch),
+        scanned,
+        dropped: row.get(2),
+    })
+}
+
+#[derive(Default)]
+struct Marks {
+    unique: Option<(String, String)>,
+    cancels: Option<i64>,
+}
+
 pub async fn run(pg: Config, config: LeaderConfig) {
-    let batch = config.prune_batch;
-    let after = std::sync::Arc::new(std::sync::Mutex::new(None::<(String, String)>));
+    let (batch, retention) = (config.prune_batch, config.retention);
+    let marks = std::sync::Arc::new(std::sync::Mutex::new(Marks::default()));
     duty_loop(pg, "janitor", config.prune_interval, move |client| {
-        let after = after.clone();
+        let marks = marks.clone();
         async move {
-            let from = after.lock().expect("janitor mark").clone();
-            let r = prune_unique(&client, from.as_ref(), batch)
-                .await
-                .map(|step| {
-                    if step.released > 0 {
-                        tracing::info!(released = step.released, "released unique keys");
-                    }
-                    let more = step.after.is_some();
-                    *after.lock().expect("janitor mark") = step.after;
-                    more
-                });
+            let (unique, cancels) = {
+                let m = marks.lock().expect("janitor marks");
+                (m.unique.clone(), m.cancels)
+            };
+            let r = async {
+                let u = prune_unique(&client, unique.as_ref(), batch).await?;
+                let c = prune_cancels(&client, cancels.unwrap_or(0), batch, retention).await?;
+                if u.released + c.dropped > 0 {
+                    tracing::info!(
+                        keys = u.released,
+                        cancels = c.dropped,
+                        "released unique keys and finished cancellation requests"
+                    );
+                }
+                let more = u.after.is_some() || c.after.is_some();
+                let mut m = marks.lock().expect("janitor marks");
+                (m.unique, m.cancels) = (u.after, c.after);
+                Ok(more)
+            }
+            .await;
             (client, r)
         }
     })
