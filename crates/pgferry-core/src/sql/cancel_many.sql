@@ -2,7 +2,7 @@
 -- scheduled job leaves `scheduled`; a job in the log gets a cancellation request (claims
 -- close it if pending; its worker hears NOTIFY pgferry_cancel if running). Jobs already
 -- requested, dead or unknown are left alone. One row per id: its lane and what happened.
--- Primary keys of scheduled, cancels, dead; index ready_job per id.
+-- Primary keys of scheduled, cancels, dead; ready_rows() (index ready_by_id, then ready_claim) per id.
 -- $1 job ids, $2 reason
 WITH ids AS (
     SELECT DISTINCT i.job_id FROM unnest($1::bigint[]) AS i(job_id)
@@ -15,7 +15,7 @@ sched AS (
 ),
 found AS MATERIALIZED (
     SELECT i.job_id,
-           (SELECT r.lane FROM pgferry.ready r WHERE r.job_id = i.job_id LIMIT 1) AS log_lane,
+           (SELECT r.lane FROM pgferry.ready_rows(i.job_id) r LIMIT 1) AS log_lane,
            EXISTS (SELECT 1 FROM pgferry.dead d WHERE d.job_id = i.job_id) AS is_dead
       FROM ids i
 ),

@@ -9,7 +9,7 @@
 --   - A request that removed a job from `scheduled` (lane set) is the job's only record: it
 --     goes after the retention (the longest of the leader's, $3 ms, and the queues') once no
 --     attempt of the job is left in the log, like the history of any finished job.
--- The last attempt: one probe of ready_job per request; its outcome: completions of the
+-- The last attempt: one ready_rows() probe per request; its outcome: completions of the
 -- claimed ones' segments, one pass per segment (as in unique_prune.sql).
 -- $1 after job id (0: from the first), $2 batch size, $3 retention ms
 WITH batch AS MATERIALIZED (
@@ -24,8 +24,7 @@ last AS MATERIALIZED (
       FROM batch b
       CROSS JOIN LATERAL (
           SELECT r.attempt, r.segment, r.lane, r.xid, r.seq
-            FROM pgferry.ready r
-           WHERE r.job_id = b.job_id
+            FROM pgferry.ready_rows(b.job_id) r
            ORDER BY r.attempt DESC
            LIMIT 1) r
 ),

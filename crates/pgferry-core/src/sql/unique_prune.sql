@@ -2,7 +2,7 @@
 -- deletion of those whose holder no longer holds them, in one statement. A holder holds its
 -- key while pending, scheduled or running, or completed less than the key's period ago —
 -- the rule of unique.rs (still_holds), with the state derived as get_job derives it:
---   - the holder's last attempt in the log: one probe of ready_job per key;
+--   - the holder's last attempt in the log: one ready_rows() probe per key;
 --   - claimed or not: the lane's cursor (receipts_cursor), as in jobs_detail.sql;
 --   - its outcome: completions of the claimed ones' segments, one pass per segment;
 --   - scheduled, dead, cancels: primary keys.
@@ -22,8 +22,7 @@ last AS MATERIALIZED (
       FROM (SELECT DISTINCT b.job_id FROM batch b) b
       CROSS JOIN LATERAL (
           SELECT r.attempt, r.segment, r.lane, r.xid, r.seq
-            FROM pgferry.ready r
-           WHERE r.job_id = b.job_id
+            FROM pgferry.ready_rows(b.job_id) r
            ORDER BY r.attempt DESC
            LIMIT 1) r
 ),
