@@ -48,6 +48,12 @@ pub struct ServerArgs {
     #[arg(long, env = "PGFERRY_GROUP_COMMIT_WAIT_US", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub group_commit_wait_us: u64,
+    /// Group commit: completion flushes running at once. Each is a lane of receipts: the
+    /// outcomes of one claimed batch always share a lane, so concurrent flushes never wait
+    /// on each other's receipt locks. At most the pool size is useful.
+    #[arg(long, env = "PGFERRY_GROUP_COMMIT_LANES", default_value_t = 4,
+          value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub group_commit_lanes: u64,
 }
 
 impl ServerArgs {
@@ -59,6 +65,7 @@ impl ServerArgs {
         c.http.max_claim_wait = std::time::Duration::from_millis(self.max_claim_wait_ms);
         c.coalesce.max_rows = self.group_commit_rows as usize;
         c.coalesce.max_wait = std::time::Duration::from_micros(self.group_commit_wait_us);
+        c.coalesce.lanes = self.group_commit_lanes as usize;
         c
     }
 
@@ -201,13 +208,21 @@ mod tests {
     #[test]
     fn group_commit_defaults_and_flags() {
         let d = parse(&[]).unwrap().server_config().coalesce;
-        assert_eq!((d.max_rows, d.max_wait.as_micros()), (1000, 1000));
-        let c = parse(&["--group-commit-rows", "50", "--group-commit-wait-us", "0"])
-            .unwrap()
-            .server_config()
-            .coalesce;
-        assert_eq!((c.max_rows, c.max_wait.as_micros()), (50, 0));
+        assert_eq!((d.max_rows, d.max_wait.as_micros(), d.lanes), (1000, 1000, 4));
+        let c = parse(&[
+            "--group-commit-rows",
+            "50",
+            "--group-commit-wait-us",
+            "0",
+            "--group-commit-lanes",
+            "8",
+        ])
+        .unwrap()
+        .server_config()
+        .coalesce;
+        assert_eq!((c.max_rows, c.max_wait.as_micros(), c.lanes), (50, 0, 8));
         for bad in [
+            ["--group-commit-lanes", "0"],
             ["--group-commit-rows", "0"],
             ["--group-commit-rows", "10001"],
             ["--group-commit-wait-us", "1000001"],

@@ -327,7 +327,7 @@ fn render_coalescers(out: &mut String, coalescers: &[(&str, BatchSnapshot)]) {
         let _ = writeln!(out, "{name}_count{{kind=\"{kind}\"}} {}", snap.flushes);
     }
     type Get = fn(&BatchSnapshot) -> u64;
-    let counters: [(&str, &str, Get); 3] = [
+    let counters: [(&str, &str, Get); 4] = [
         (
             "pgferry_coalescer_statements_total",
             "Engine statements run by the coalescer (flushes plus per-caller re-runs).",
@@ -343,6 +343,11 @@ fn render_coalescers(out: &mut String, coalescers: &[(&str, BatchSnapshot)]) {
             "Flushes whose merged statement failed.",
             |s| s.failed_flushes,
         ),
+        (
+            "pgferry_coalescer_split_requests_total",
+            "Requests whose items went to several flush lanes (completions: by receipt).",
+            |s| s.split,
+        ),
     ];
     for (name, help, get) in counters {
         let _ = writeln!(out, "# HELP {name} {help}");
@@ -350,6 +355,15 @@ fn render_coalescers(out: &mut String, coalescers: &[(&str, BatchSnapshot)]) {
         for (kind, snap) in coalescers {
             let _ = writeln!(out, "{name}{{kind=\"{}\"}} {}", escape(kind), get(snap));
         }
+    }
+    let name = "pgferry_coalescer_lanes";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Flush lanes of the coalescer, each running one statement at a time when the writer is partitioned."
+    );
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    for (kind, snap) in coalescers {
+        let _ = writeln!(out, "{name}{{kind=\"{}\"}} {}", escape(kind), snap.lanes);
     }
 }
 

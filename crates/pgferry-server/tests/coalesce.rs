@@ -51,6 +51,7 @@ fn wide() -> CoalesceConfig {
         max_rows: 1000,
         max_wait: Duration::from_millis(50),
         max_inflight: 1,
+        lanes: 1,
         queue_depth: 1024,
     }
 }

@@ -2,12 +2,23 @@
 //! merged into one engine statement per flush.
 //!
 //! One [`Coalescer`] per kind of write. A caller validates its own batch (so a bad job fails
-//! only its own request), hands it to the coalescer and awaits a oneshot. A single
-//! collector task gathers callers until `max_rows` rows are waiting or `max_wait` has passed
-//! since the first one, then runs the flush (at most `max_inflight` flushes at once, so the
-//! next batch accumulates while one is in the database) and answers every caller after the
-//! statement committed. A caller's batch is never split across flushes: each request stays
+//! only its own request), hands it to the coalescer and awaits a oneshot. A collector task
+//! gathers callers until `max_rows` rows are waiting or `max_wait` has passed since the first
+//! one, then runs the flush (at most `max_inflight` flushes at once, so the next batch
+//! accumulates while one is in the database) and answers every caller after the statement
+//! committed. A caller's batch is never split across flushes: each request stays
 //! all-or-nothing.
+//!
+//! A *partitioned* writer (completions) has `lanes` collectors instead, each running one
+//! flush at a time, and every item goes to the lane of its key (a completion's receipt).
+//! `pgferry.complete()` holds an advisory lock per receipt until COMMIT, so two concurrent
+//! flushes naming one receipt run one after the other anyway — each holding a pooled
+//! connection while it waits. With lanes, the outcomes of one receipt (a dispatcher's claim,
+//! handed out over many streams and reported in many requests) always meet in the same lane:
+//! concurrent flushes never share a receipt, and what piles up behind a running flush joins
+//! the lane's next one. A request naming receipts of several lanes is split by lane and
+//! answered when every part committed; if a part fails the request fails, though other
+//! parts may have been recorded (an outcome is recorded once: a re-report answers stale).
 //!
 //! If a merged statement fails because of its input (something only the database could
 //! check), the flush is re-run caller by caller so that only the offending request fails.
@@ -18,11 +29,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pgferry_core::{Completed, Engine, NewJob, Outcome};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
 
-use crate::metrics::{Latency, Metrics};
+mod writers;
+
+pub use writers::{Coalescers, CompleteWriter, EnqueueWriter};
 
 /// Limits of one coalescer.
 #[derive(Debug, Clone)]
@@ -31,8 +43,11 @@ pub struct CoalesceConfig {
     pub max_rows: usize,
     /// How long the first waiting caller waits for company.
     pub max_wait: Duration,
-    /// Flushes running at once.
+    /// Flushes running at once (a writer that is not partitioned).
     pub max_inflight: usize,
+    /// Flush lanes of a partitioned writer (completions, by receipt), each running one flush
+    /// at a time: at most this many of its statements at once.
+    pub lanes: usize,
     /// Callers waiting to be collected before submitters feel backpressure.
     pub queue_depth: usize,
 }
@@ -43,6 +58,7 @@ impl Default for CoalesceConfig {
             max_rows: 1000,
             max_wait: Duration::from_millis(1),
             max_inflight: 4,
+            lanes: 4,
             queue_depth: 4096,
         }
     }
@@ -66,6 +82,11 @@ pub struct BatchStats {
     pub failed_flushes: AtomicU64,
     /// Requests refused before merging (their own input was invalid).
     pub rejected: AtomicU64,
+    /// Requests whose items went to more than one lane (each part is a caller of its lane's
+    /// flush; `callers` counts the request once).
+    pub split: AtomicU64,
+    /// Flush lanes (1 unless the writer is partitioned).
+    pub lanes: AtomicU64,
     /// Flushes by rows, non-cumulative: `buckets[i]` counts flushes with
     /// `BATCH_BUCKETS[i-1] < rows <= BATCH_BUCKETS[i]`; the last entry is +Inf.
     pub buckets: [AtomicU64; BATCH_BUCKETS.len() + 1],
@@ -80,6 +101,9 @@ pub struct BatchSnapshot {
     pub rows: u64,
     pub failed_flushes: u64,
     pub rejected: u64,
+    pub split: u64,
+    /// Flush lanes (1 unless the writer is partitioned).
+    pub lanes: u64,
     /// Cumulative counts per `BATCH_BUCKETS` bound, then +Inf (Prometheus `le` buckets).
     pub cumulative: Vec<u64>,
 }
@@ -114,6 +138,8 @@ impl BatchStats {
             rows: load(&self.rows),
             failed_flushes: load(&self.failed_flushes),
             rejected: load(&self.rejected),
+            split: load(&self.split),
+            lanes: load(&self.lanes),
             cumulative,
         }
     }
@@ -160,6 +186,9 @@ pub trait Writer: Send + Sync + 'static {
     type Item: Send + Sync + 'static;
     type Output: Send + 'static;
 
+    /// Whether items go to flush lanes by [`Writer::lane_key`] (see the module docs).
+    const PARTITIONED: bool = false;
+
     /// Checks one caller's batch before it is merged with others.
     fn validate(&self, items: &[Self::Item]) -> pgferry_core::Result<()>;
 
@@ -168,6 +197,11 @@ pub trait Writer: Send + Sync + 'static {
         &self,
         items: &[Self::Item],
     ) -> impl Future<Output = pgferry_core::Result<Vec<Self::Output>>> + Send;
+
+    /// A partitioned writer's key of an item: items with equal keys share a lane.
+    fn lane_key(&self, _item: &Self::Item) -> u64 {
+        0
+    }
 }
 
 type Reply<O> = oneshot::Sender<Result<Vec<O>, SubmitError>>;
@@ -180,27 +214,45 @@ struct Pending<I, O> {
 /// Merges concurrent requests of one [`Writer`] into one statement per flush.
 pub struct Coalescer<W: Writer> {
     writer: Arc<W>,
-    tx: mpsc::Sender<Pending<W::Item, W::Output>>,
+    /// One collector per lane.
+    lanes: Vec<mpsc::Sender<Pending<W::Item, W::Output>>>,
     stats: Arc<BatchStats>,
 }
 
 impl<W: Writer> Coalescer<W> {
-    /// Starts the collector task (on the current Tokio runtime). It ends when the
-    /// coalescer is dropped, after flushing what it holds.
+    /// Starts the collector tasks (on the current Tokio runtime). They end when the
+    /// coalescer is dropped, after flushing what they hold.
     pub fn new(writer: W, config: CoalesceConfig) -> Coalescer<W> {
         let writer = Arc::new(writer);
         let stats = Arc::new(BatchStats::default());
-        let (tx, rx) = mpsc::channel(config.queue_depth.max(1));
-        tokio::spawn(collect(writer.clone(), stats.clone(), config, rx));
-        Coalescer { writer, tx, stats }
+        let (lanes, inflight) = if W::PARTITIONED {
+            (config.lanes.max(1), 1)
+        } else {
+            (1, config.max_inflight.max(1))
+        };
+        stats.lanes.store(lanes as u64, Ordering::Relaxed);
+        let lanes = (0..lanes)
+            .map(|_| {
+                let (tx, rx) = mpsc::channel(config.queue_depth.max(1));
+                let (writer, stats) = (writer.clone(), stats.clone());
+                tokio::spawn(collect(writer, stats, config.clone(), inflight, rx));
+                tx
+            })
+            .collect();
+        Coalescer {
+            writer,
+            lanes,
+            stats,
+        }
     }
 
     pub fn stats(&self) -> &Arc<BatchStats> {
         &self.stats
     }
 
-    /// Writes `items` (all or nothing) together with whatever other callers submit
-    /// meanwhile; answers after COMMIT with one output per item, in order.
+    /// Writes `items` (all or nothing, unless split over lanes: see the module docs)
+    /// together with whatever other callers submit meanwhile; answers after COMMIT with one
+    /// output per item, in order.
     pub async fn submit(&self, items: Vec<W::Item>) -> Result<Vec<W::Output>, SubmitError> {
         self.stats.callers.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = self.writer.validate(&items) {
@@ -210,13 +262,72 @@ impl<W: Writer> Coalescer<W> {
         if items.is_empty() {
             return Ok(Vec::new());
         }
+        let k = self.lanes.len();
+        let lane_of = |item: &W::Item| (self.writer.lane_key(item) % k as u64) as usize;
+        let first = lane_of(&items[0]);
+        if k == 1 || items.iter().all(|i| lane_of(i) == first) {
+            return self.send(first, items).await?.await;
+        }
+        self.stats.split.fetch_add(1, Ordering::Relaxed);
+        let n = items.len();
+        let mut parts: Vec<(Vec<usize>, Vec<W::Item>)> =
+            (0..k).map(|_| (Vec::new(), Vec::new())).collect();
+        for (i, item) in items.into_iter().enumerate() {
+            let part = &mut parts[lane_of(&item)];
+            part.0.push(i);
+            part.1.push(item);
+        }
+        // Every part is queued before any is awaited: the lanes flush them concurrently.
+        let mut answers = Vec::new();
+        for (lane, (at, items)) in parts.into_iter().enumerate() {
+            if !items.is_empty() {
+                answers.push((at, self.send(lane, items).await?));
+            }
+        }
+        let mut out: Vec<Option<W::Output>> = (0..n).map(|_| None).collect();
+        let mut failed = None;
+        for (at, answer) in answers {
+            match answer.await {
+                Ok(outputs) => {
+                    for (i, o) in at.into_iter().zip(outputs) {
+                        out[i] = Some(o);
+                    }
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let out: Vec<W::Output> = out.into_iter().flatten().collect();
+        if out.len() != n {
+            return Err(wrong_count());
+        }
+        Ok(out)
+    }
+
+    /// Queues one lane's part; the returned future is its answer.
+    async fn send(
+        &self,
+        lane: usize,
+        items: Vec<W::Item>,
+    ) -> Result<impl Future<Output = Result<Vec<W::Output>, SubmitError>>, SubmitError> {
         let (reply, rx) = oneshot::channel();
-        self.tx
+        self.lanes[lane]
             .send(Pending { items, reply })
             .await
             .map_err(|_| SubmitError::ShuttingDown)?;
-        rx.await.unwrap_or(Err(SubmitError::ShuttingDown))
+        Ok(async move { rx.await.unwrap_or(Err(SubmitError::ShuttingDown)) })
     }
+}
+
+fn wrong_count() -> SubmitError {
+    SubmitError::from(pgferry_core::Error::InvalidArgument {
+        field: "batch",
+        reason: "internal: write returned the wrong number of rows".into(),
+    })
 }
 
 /// The collector: gathers callers into flushes and starts each flush.
@@ -224,9 +335,10 @@ async fn collect<W: Writer>(
     writer: Arc<W>,
     stats: Arc<BatchStats>,
     config: CoalesceConfig,
+    inflight: usize,
     mut rx: mpsc::Receiver<Pending<W::Item, W::Output>>,
 ) {
-    let inflight = Arc::new(Semaphore::new(config.max_inflight.max(1)));
+    let inflight = Arc::new(Semaphore::new(inflight));
     let mut carry: Option<Pending<W::Item, W::Output>> = None;
     loop {
         // Take the permit first: while every flush slot is busy, callers pile up in the
@@ -299,10 +411,7 @@ async fn flush<W: Writer>(writer: &W, stats: &BatchStats, batch: Vec<Pending<W::
                 outputs = outputs.len(),
                 "coalesced write returned the wrong number of rows"
             );
-            let e = SubmitError::from(pgferry_core::Error::InvalidArgument {
-                field: "batch",
-                reason: "internal: write returned the wrong number of rows".into(),
-            });
+            let e = wrong_count();
             for reply in replies {
                 let _ = reply.send(Err(e.clone()));
             }
@@ -342,146 +451,3 @@ fn caller_attributable(e: &pgferry_core::Error) -> bool {
     }
 }
 
-/// Postgres cannot store U+0000 in jsonb or text: refuse it with a precise error up front
-/// rather than failing the statement (and, merged, every other caller's request with it).
-fn check_no_nul(
-    v: &serde_json::Value,
-    index: usize,
-    field: &'static str,
-) -> pgferry_core::Result<()> {
-    use serde_json::Value;
-    let bad = match v {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(a) => return a.iter().try_for_each(|x| check_no_nul(x, index, field)),
-        Value::Object(m) => {
-            for (k, x) in m {
-                if k.contains('\0') {
-                    return Err(nul_error(index, field));
-                }
-                check_no_nul(x, index, field)?;
-            }
-            false
-        }
-        _ => false,
-    };
-    if bad {
-        return Err(nul_error(index, field));
-    }
-    Ok(())
-}
-
-fn nul_error(index: usize, field: &'static str) -> pgferry_core::Error {
-    pgferry_core::Error::InvalidArgument {
-        field,
-        reason: format!("job {index}: strings may not contain U+0000 (Postgres cannot store it)"),
-    }
-}
-
-/// Enqueue through [`Engine::enqueue`].
-pub struct EnqueueWriter {
-    pub engine: Arc<Engine>,
-}
-
-impl Writer for EnqueueWriter {
-    type Item = NewJob;
-    type Output = i64;
-
-    fn validate(&self, jobs: &[NewJob]) -> pgferry_core::Result<()> {
-        let limit = self.engine.config().max_batch;
-        if jobs.len() > limit {
-            return Err(pgferry_core::Error::BatchTooLarge {
-                size: jobs.len(),
-                limit,
-            });
-        }
-        let max_payload = self.engine.config().max_payload_bytes;
-        for (i, job) in jobs.iter().enumerate() {
-            job.validate(i, max_payload)?;
-            check_no_nul(&job.args, i, "args")?;
-            if let Some(meta) = &job.meta {
-                check_no_nul(meta, i, "meta")?;
-            }
-        }
-        Ok(())
-    }
-
-    fn write(
-        &self,
-        jobs: &[NewJob],
-    ) -> impl Future<Output = pgferry_core::Result<Vec<i64>>> + Send {
-        self.engine.enqueue(jobs)
-    }
-}
-
-/// Completion through [`Engine::complete`].
-pub struct CompleteWriter {
-    pub engine: Arc<Engine>,
-}
-
-impl Writer for CompleteWriter {
-    type Item = Outcome;
-    type Output = Completed;
-
-    fn validate(&self, outcomes: &[Outcome]) -> pgferry_core::Result<()> {
-        let limit = self.engine.config().max_batch;
-        if outcomes.len() > limit {
-            return Err(pgferry_core::Error::BatchTooLarge {
-                size: outcomes.len(),
-                limit,
-            });
-        }
-        Ok(())
-    }
-
-    fn write(
-        &self,
-        outcomes: &[Outcome],
-    ) -> impl Future<Output = pgferry_core::Result<Vec<Completed>>> + Send {
-        self.engine.complete(outcomes)
-    }
-}
-
-/// The server's two coalescers, shared by gRPC streams and HTTP handlers.
-pub struct Coalescers {
-    pub enqueue: Coalescer<EnqueueWriter>,
-    pub complete: Coalescer<CompleteWriter>,
-    /// Commit latencies per request (what a caller waits, group-commit wait included).
-    pub metrics: Arc<Metrics>,
-}
-
-impl Coalescers {
-    pub fn new(
-        engine: Arc<Engine>,
-        config: CoalesceConfig,
-        metrics: Arc<Metrics>,
-    ) -> Arc<Coalescers> {
-        Arc::new(Coalescers {
-            enqueue: Coalescer::new(
-                EnqueueWriter {
-                    engine: engine.clone(),
-                },
-                config.clone(),
-            ),
-            complete: Coalescer::new(CompleteWriter { engine }, config),
-            metrics,
-        })
-    }
-
-    /// Enqueues one request's jobs (all or nothing); ids in order, after COMMIT.
-    pub async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<i64>, SubmitError> {
-        let started = Instant::now();
-        let ids = self.enqueue.submit(jobs).await?;
-        self.metrics
-            .observe(Latency::EnqueueCommit, started.elapsed());
-        Ok(ids)
-    }
-
-    /// Records one request's outcomes; answers in order, after COMMIT.
-    pub async fn complete(&self, outcomes: Vec<Outcome>) -> Result<Vec<Completed>, SubmitError> {
-        let started = Instant::now();
-        let done = self.complete.submit(outcomes).await?;
-        self.metrics
-            .observe(Latency::CompleteCommit, started.elapsed());
-        Ok(done)
-    }
-}

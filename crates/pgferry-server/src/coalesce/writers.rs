@@ -1,0 +1,161 @@
+//! The server's writers (enqueue, completion) and the pair of coalescers built on them.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use pgferry_core::{Completed, Engine, NewJob, Outcome};
+use tokio::time::Instant;
+
+use super::{CoalesceConfig, Coalescer, SubmitError, Writer};
+use crate::metrics::{Latency, Metrics};
+
+/// Postgres cannot store U+0000 in jsonb or text: refuse it with a precise error up front
+/// rather than failing the statement (and, merged, every other caller's request with it).
+fn check_no_nul(
+    v: &serde_json::Value,
+    index: usize,
+    field: &'static str,
+) -> pgferry_core::Result<()> {
+    use serde_json::Value;
+    let bad = match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(a) => return a.iter().try_for_each(|x| check_no_nul(x, index, field)),
+        Value::Object(m) => {
+            for (k, x) in m {
+                if k.contains('\0') {
+                    return Err(nul_error(index, field));
+                }
+                check_no_nul(x, index, field)?;
+            }
+            false
+        }
+        _ => false,
+    };
+    if bad {
+        return Err(nul_error(index, field));
+    }
+    Ok(())
+}
+
+fn nul_error(index: usize, field: &'static str) -> pgferry_core::Error {
+    pgferry_core::Error::InvalidArgument {
+        field,
+        reason: format!("job {index}: strings may not contain U+0000 (Postgres cannot store it)"),
+    }
+}
+
+/// Enqueue through [`Engine::enqueue`].
+pub struct EnqueueWriter {
+    pub engine: Arc<Engine>,
+}
+
+impl Writer for EnqueueWriter {
+    type Item = NewJob;
+    type Output = i64;
+
+    fn validate(&self, jobs: &[NewJob]) -> pgferry_core::Result<()> {
+        let limit = self.engine.config().max_batch;
+        if jobs.len() > limit {
+            return Err(pgferry_core::Error::BatchTooLarge {
+                size: jobs.len(),
+                limit,
+            });
+        }
+        let max_payload = self.engine.config().max_payload_bytes;
+        for (i, job) in jobs.iter().enumerate() {
+            job.validate(i, max_payload)?;
+            check_no_nul(&job.args, i, "args")?;
+            if let Some(meta) = &job.meta {
+                check_no_nul(meta, i, "meta")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write(
+        &self,
+        jobs: &[NewJob],
+    ) -> impl Future<Output = pgferry_core::Result<Vec<i64>>> + Send {
+        self.engine.enqueue(jobs)
+    }
+}
+
+/// Completion through [`Engine::complete`].
+pub struct CompleteWriter {
+    pub engine: Arc<Engine>,
+}
+
+impl Writer for CompleteWriter {
+    type Item = Outcome;
+    type Output = Completed;
+
+    // pgferry.complete() locks each receipt it names until COMMIT: one receipt, one lane.
+    const PARTITIONED: bool = true;
+
+    fn lane_key(&self, outcome: &Outcome) -> u64 {
+        outcome.receipt_id as u64
+    }
+
+    fn validate(&self, outcomes: &[Outcome]) -> pgferry_core::Result<()> {
+        let limit = self.engine.config().max_batch;
+        if outcomes.len() > limit {
+            return Err(pgferry_core::Error::BatchTooLarge {
+                size: outcomes.len(),
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    fn write(
+        &self,
+        outcomes: &[Outcome],
+    ) -> impl Future<Output = pgferry_core::Result<Vec<Completed>>> + Send {
+        self.engine.complete(outcomes)
+    }
+}
+
+/// The server's two coalescers, shared by gRPC streams and HTTP handlers.
+pub struct Coalescers {
+    pub enqueue: Coalescer<EnqueueWriter>,
+    pub complete: Coalescer<CompleteWriter>,
+    /// Commit latencies per request (what a caller waits, group-commit wait included).
+    pub metrics: Arc<Metrics>,
+}
+
+impl Coalescers {
+    pub fn new(
+        engine: Arc<Engine>,
+        config: CoalesceConfig,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Coalescers> {
+        Arc::new(Coalescers {
+            enqueue: Coalescer::new(
+                EnqueueWriter {
+                    engine: engine.clone(),
+                },
+                config.clone(),
+            ),
+            complete: Coalescer::new(CompleteWriter { engine }, config),
+            metrics,
+        })
+    }
+
+    /// Enqueues one request's jobs (all or nothing); ids in order, after COMMIT.
+    pub async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<i64>, SubmitError> {
+        let started = Instant::now();
+        let ids = self.enqueue.submit(jobs).await?;
+        self.metrics
+            .observe(Latency::EnqueueCommit, started.elapsed());
+        Ok(ids)
+    }
+
+    /// Records one request's outcomes; answers in order, after COMMIT.
+    pub async fn complete(&self, outcomes: Vec<Outcome>) -> Result<Vec<Completed>, SubmitError> {
+        let started = Instant::now();
+        let done = self.complete.submit(outcomes).await?;
+        self.metrics
+            .observe(Latency::CompleteCommit, started.elapsed());
+        Ok(done)
+    }
+}
