@@ -208,7 +208,10 @@ mod tests {
     #[test]
     fn group_commit_defaults_and_flags() {
         let d = parse(&[]).unwrap().server_config().coalesce;
-        assert_eq!((d.max_rows, d.max_wait.as_micros(), d.lanes), (1000, 1000, 4));
+        assert_eq!(
+            (d.max_rows, d.max_wait.as_micros(), d.lanes),
+            (1000, 1000, 4)
+        );
         let c = parse(&[
             "--group-commit-rows",
             "50",

@@ -179,7 +179,11 @@ async fn outcomes_of_one_receipt_never_meet_in_concurrent_flushes() {
 
     for w in writes.lock().unwrap().iter() {
         let l: HashSet<usize> = w.iter().map(|r| lane(*r)).collect();
-        assert_eq!(l.len(), 1, "a statement named receipts of several lanes: {w:?}");
+        assert_eq!(
+            l.len(),
+            1,
+            "a statement named receipts of several lanes: {w:?}"
+        );
     }
     let overlaps = overlaps.lock().unwrap().clone();
     assert!(
@@ -220,7 +224,10 @@ async fn a_refused_part_fails_its_request_alone() {
             .collect()
     };
     let (a, b) = (by_lane(0), by_lane(1));
-    assert!(!a.is_empty() && !b.is_empty(), "consecutive receipts fill every lane");
+    assert!(
+        !a.is_empty() && !b.is_empty(),
+        "consecutive receipts fill every lane"
+    );
     let co = Arc::new(Coalescer::new(
         CompleteWriter {
             engine: engine.clone(),
@@ -228,7 +235,10 @@ async fn a_refused_part_fails_its_request_alone() {
         lanes_config(),
     ));
     // The bad request: a good outcome in lane 0, text Postgres refuses in lane 1.
-    let bad = vec![a[0].completed(None), b[0].failed("nul\u{0}", Duration::ZERO)];
+    let bad = vec![
+        a[0].completed(None),
+        b[0].failed("nul\u{0}", Duration::ZERO),
+    ];
     let good: Vec<Vec<Outcome>> = [&a[1..], &b[1..]]
         .iter()
         .flat_map(|js| js.iter().map(|j| vec![j.completed(None)]))

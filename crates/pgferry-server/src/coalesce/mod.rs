@@ -450,4 +450,3 @@ fn caller_attributable(e: &pgferry_core::Error) -> bool {
         other => other.is_invalid_input(),
     }
 }
-
