@@ -52,6 +52,7 @@ fn wide() -> CoalesceConfig {
         max_wait: Duration::from_millis(50),
         max_inflight: 1,
         lanes: 1,
+        gather_wait: Duration::ZERO,
         queue_depth: 1024,
     }
 }
@@ -203,6 +204,7 @@ async fn a_database_refusal_in_a_merged_flush_fails_only_its_caller() {
         Counting {
             inner: CompleteWriter {
                 engine: engine.clone(),
+                receipts: Default::default(),
             },
             calls: calls.clone(),
         },

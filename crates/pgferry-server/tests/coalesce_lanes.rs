@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pgferry_core::{migrate, ClaimedJob, Completed, Engine, EngineConfig, NewJob, Outcome};
-use pgferry_server::coalesce::{CoalesceConfig, Coalescer, CompleteWriter, Writer};
+use pgferry_server::coalesce::{CoalesceConfig, Coalescer, CompleteWriter, ReceiptBook, Writer};
 use serde_json::json;
 use tokio::sync::Barrier;
 
@@ -35,6 +35,10 @@ impl Writer for Recording {
 
     fn lane_key(&self, item: &Outcome) -> u64 {
         self.inner.lane_key(item)
+    }
+
+    fn missing(&self, items: &[&Outcome]) -> Option<usize> {
+        self.inner.missing(items)
     }
 
     fn write(
@@ -75,6 +79,7 @@ fn lanes_config() -> CoalesceConfig {
         max_rows: 1000,
         max_wait: Duration::from_millis(20),
         lanes: LANES,
+        gather_wait: Duration::ZERO,
         ..CoalesceConfig::default()
     }
 }
@@ -134,6 +139,7 @@ async fn outcomes_of_one_receipt_never_meet_in_concurrent_flushes() {
         Recording {
             inner: CompleteWriter {
                 engine: engine.clone(),
+                receipts: Default::default(),
             },
             writes: Arc::clone(&writes),
             running: Arc::default(),
@@ -231,6 +237,7 @@ async fn a_refused_part_fails_its_request_alone() {
     let co = Arc::new(Coalescer::new(
         CompleteWriter {
             engine: engine.clone(),
+            receipts: Default::default(),
         },
         lanes_config(),
     ));
@@ -272,4 +279,84 @@ async fn a_refused_part_fails_its_request_alone() {
         .await
         .expect("recorded");
     assert_eq!((done[0].stale, done[1].stale), (true, false));
+}
+
+/// A receipt's outcomes dealt over several concurrent requests, out of order: the lane
+/// waits for the whole receipt (registered in the book as a dispatcher does) and writes it
+/// in one statement in claim order — the engine's whole-receipt path, which stores the
+/// arrays as given. Another receipt in the same lane waits for the next flush.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receipt_dealt_over_requests_is_written_whole_in_claim_order() {
+    let db = pgferry_testkit::test_db().await;
+    let mut client = db.connect().await;
+    migrate::up(&mut client).await.expect("migrate");
+    let engine = Engine::new(db.pool(8), EngineConfig::default());
+    let jobs = claimed(&db, &engine, 3, 24).await;
+    let book = Arc::new(ReceiptBook::default());
+    book.register(&jobs);
+    assert_eq!(book.len(), 3);
+    let writes = Arc::new(Mutex::new(Vec::new()));
+    let co = Arc::new(Coalescer::new(
+        Recording {
+            inner: CompleteWriter {
+                engine: engine.clone(),
+                receipts: book.clone(),
+            },
+            writes: writes.clone(),
+            running: Arc::default(),
+            overlaps: Arc::default(),
+        },
+        CoalesceConfig {
+            max_wait: Duration::from_millis(1),
+            // Far longer than the test needs: the flush goes when the receipt is whole.
+            gather_wait: Duration::from_secs(30),
+            lanes: 1,
+            ..CoalesceConfig::default()
+        },
+    ));
+    // Reversed and dealt over 9 requests of 8: each request holds one receipt's outcomes
+    // (a request naming two receipts could not be part of a whole one).
+    let mut tasks = Vec::new();
+    let barrier = Arc::new(Barrier::new(9));
+    for chunk in jobs.chunks(24).flat_map(|r| {
+        let mut r: Vec<&ClaimedJob> = r.iter().collect();
+        r.reverse();
+        (0..3).map(move |k| r.iter().skip(k).step_by(3).copied().collect::<Vec<_>>())
+    }) {
+        let outcomes: Vec<Outcome> = chunk.iter().map(|j| j.completed(None)).collect();
+        let want: Vec<i64> = chunk.iter().map(|j| j.job_id).collect();
+        let (co, barrier) = (co.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            (want, co.submit(outcomes).await)
+        }));
+    }
+    for t in tasks {
+        let (want, res) = t.await.unwrap();
+        let done = res.expect("recorded");
+        let got: Vec<i64> = done.iter().map(|d| d.job_id).collect();
+        assert_eq!(got, want, "answers in the request's order");
+        assert!(done.iter().all(|d| !d.stale));
+    }
+    let writes = writes.lock().unwrap().clone();
+    assert_eq!(writes.len(), 3, "one statement per receipt: {writes:?}");
+    assert!(writes.iter().all(|w| w.len() == 1));
+    assert!(
+        book.is_empty(),
+        "every receipt went by the whole-receipt path"
+    );
+    let client = db.connect().await;
+    for r in jobs.chunks(24) {
+        let rows = client
+            .query(
+                "SELECT job_ids FROM pgferry.completions WHERE receipt_id = $1",
+                &[&r[0].receipt_id],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1, "one completion row for the receipt");
+        let ids: Vec<i64> = rows[0].get(0);
+        let claim_order: Vec<i64> = r.iter().map(|j| j.job_id).collect();
+        assert_eq!(ids, claim_order, "stored as the receipt's own arrays");
+    }
 }

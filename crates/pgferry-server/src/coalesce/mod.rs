@@ -24,6 +24,7 @@
 //! check), the flush is re-run caller by caller so that only the offending request fails.
 //! Infrastructure errors (connection lost) go to every caller of the flush.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,7 +33,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
 
+mod receipts;
 mod writers;
+
+pub use receipts::ReceiptBook;
 
 pub use writers::{Coalescers, CompleteWriter, EnqueueWriter};
 
@@ -48,6 +52,9 @@ pub struct CoalesceConfig {
     /// Flush lanes of a partitioned writer (completions, by receipt), each running one flush
     /// at a time: at most this many of its statements at once.
     pub lanes: usize,
+    /// How much longer than `max_wait` a lane waits for the rest of a receipt (see
+    /// [`Writer::missing`]); zero: never.
+    pub gather_wait: Duration,
     /// Callers waiting to be collected before submitters feel backpressure.
     pub queue_depth: usize,
 }
@@ -59,6 +66,7 @@ impl Default for CoalesceConfig {
             max_wait: Duration::from_millis(1),
             max_inflight: 4,
             lanes: 4,
+            gather_wait: Duration::from_millis(2),
             queue_depth: 4096,
         }
     }
@@ -202,6 +210,14 @@ pub trait Writer: Send + Sync + 'static {
     fn lane_key(&self, _item: &Self::Item) -> u64 {
         0
     }
+
+    /// A partitioned writer whose statement is cheapest for a whole group of items (a
+    /// receipt): for a batch that is part of one such group, how many of the group's items
+    /// are not in it yet (`Some(0)`: whole). `None`: not part of a single group. The lane
+    /// waits up to `gather_wait` for the rest and keeps other groups for its next flush.
+    fn missing(&self, _items: &[&Self::Item]) -> Option<usize> {
+        None
+    }
 }
 
 type Reply<O> = oneshot::Sender<Result<Vec<O>, SubmitError>>;
@@ -339,14 +355,16 @@ async fn collect<W: Writer>(
     mut rx: mpsc::Receiver<Pending<W::Item, W::Output>>,
 ) {
     let inflight = Arc::new(Semaphore::new(inflight));
-    let mut carry: Option<Pending<W::Item, W::Output>> = None;
+    // Requests taken from the channel but left for a later flush, oldest first.
+    let mut carry: VecDeque<Pending<W::Item, W::Output>> = VecDeque::new();
+    let gathering = W::PARTITIONED && !config.gather_wait.is_zero();
     loop {
         // Take the permit first: while every flush slot is busy, callers pile up in the
         // channel and the next flush is larger.
         let Ok(permit) = inflight.clone().acquire_owned().await else {
             return;
         };
-        let first = match carry.take() {
+        let first = match carry.pop_front() {
             Some(p) => p,
             None => match rx.recv().await {
                 Some(p) => p,
@@ -356,32 +374,78 @@ async fn collect<W: Writer>(
         let deadline = Instant::now() + config.max_wait;
         let mut rows = first.items.len();
         let mut batch = vec![first];
-        while rows < config.max_rows {
-            let next = match rx.try_recv() {
-                Ok(p) => Some(p),
-                Err(mpsc::error::TryRecvError::Empty) => {
-                    tokio::time::timeout_at(deadline, rx.recv())
-                        .await
-                        .ok()
-                        .flatten()
+        // Taken now but left for a later flush (after the older carry: they came later).
+        let mut aside = Vec::new();
+        let mut missing = if gathering {
+            missing_of(&*writer, &batch, None)
+        } else {
+            None
+        };
+        let mut from_carry = carry.len();
+        // A whole receipt goes at once.
+        while rows < config.max_rows && missing != Some(0) {
+            let next = if from_carry > 0 {
+                from_carry -= 1;
+                carry.pop_front()
+            } else {
+                match rx.try_recv() {
+                    Ok(p) => Some(p),
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        // Past `max_wait`, a receipt not yet whole waits up to
+                        // `gather_wait` more for its other outcomes.
+                        let until = match missing {
+                            Some(n) if n > 0 => deadline + config.gather_wait,
+                            _ => deadline,
+                        };
+                        tokio::time::timeout_at(until, rx.recv())
+                            .await
+                            .ok()
+                            .flatten()
+                    }
+                    Err(mpsc::error::TryRecvError::Disconnected) => None,
                 }
-                Err(mpsc::error::TryRecvError::Disconnected) => None,
             };
             let Some(p) = next else { break };
             if rows + p.items.len() > config.max_rows {
                 // Starts the next flush instead: a request is never split.
-                carry = Some(p);
+                aside.push(p);
                 break;
+            }
+            if let Some(n) = missing {
+                // A single receipt so far: keep it single (the whole-receipt fast path
+                // takes exactly one); other receipts wait for the next flush.
+                match missing_of(&*writer, &batch, Some(&p)) {
+                    Some(m) if m < n => missing = Some(m),
+                    _ => {
+                        aside.push(p);
+                        continue;
+                    }
+                }
             }
             rows += p.items.len();
             batch.push(p);
         }
+        carry.extend(aside);
         let (writer, stats) = (writer.clone(), stats.clone());
         tokio::spawn(async move {
             flush(&*writer, &stats, batch).await;
             drop(permit);
         });
     }
+}
+
+/// [`Writer::missing`] of a batch, plus one more request.
+fn missing_of<W: Writer>(
+    writer: &W,
+    batch: &[Pending<W::Item, W::Output>],
+    more: Option<&Pending<W::Item, W::Output>>,
+) -> Option<usize> {
+    let items: Vec<&W::Item> = batch
+        .iter()
+        .chain(more)
+        .flat_map(|p| p.items.iter())
+        .collect();
+    writer.missing(&items)
 }
 
 /// Runs one merged statement and answers its callers.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use pgferry_core::{Completed, Engine, NewJob, Outcome};
 use tokio::time::Instant;
 
-use super::{CoalesceConfig, Coalescer, SubmitError, Writer};
+use super::{CoalesceConfig, Coalescer, ReceiptBook, SubmitError, Writer};
 use crate::metrics::{Latency, Metrics};
 
 /// Postgres cannot store U+0000 in jsonb or text: refuse it with a precise error up front
@@ -83,6 +83,9 @@ impl Writer for EnqueueWriter {
 /// Completion through [`Engine::complete`].
 pub struct CompleteWriter {
     pub engine: Arc<Engine>,
+    /// Receipts handed out by this server: a flush that is exactly one of them is sent in
+    /// its claim order (the engine's whole-receipt fast path).
+    pub receipts: Arc<ReceiptBook>,
 }
 
 impl Writer for CompleteWriter {
@@ -107,11 +110,31 @@ impl Writer for CompleteWriter {
         Ok(())
     }
 
+    fn missing(&self, outcomes: &[&Outcome]) -> Option<usize> {
+        self.receipts.missing(outcomes)
+    }
+
     fn write(
         &self,
         outcomes: &[Outcome],
     ) -> impl Future<Output = pgferry_core::Result<Vec<Completed>>> + Send {
-        self.engine.complete(outcomes)
+        let whole = self.receipts.claim_order(outcomes);
+        async move {
+            let Some((receipt, order)) = whole else {
+                return self.engine.complete(outcomes).await;
+            };
+            let sorted: Vec<Outcome> = order.iter().map(|&i| outcomes[i].clone()).collect();
+            let done = self.engine.complete(&sorted).await?;
+            self.receipts.forget(receipt);
+            // Back to the callers' order: `done[k]` answers `outcomes[order[k]]`.
+            let mut out: Vec<Option<Completed>> = vec![None; outcomes.len()];
+            for (k, d) in done.into_iter().enumerate() {
+                if let Some(&i) = order.get(k) {
+                    out[i] = Some(d);
+                }
+            }
+            Ok(out.into_iter().flatten().collect())
+        }
     }
 }
 
@@ -119,6 +142,8 @@ impl Writer for CompleteWriter {
 pub struct Coalescers {
     pub enqueue: Coalescer<EnqueueWriter>,
     pub complete: Coalescer<CompleteWriter>,
+    /// Claim order of the receipts handed out (dispatchers register their claims).
+    pub receipts: Arc<ReceiptBook>,
     /// Commit latencies per request (what a caller waits, group-commit wait included).
     pub metrics: Arc<Metrics>,
 }
@@ -129,6 +154,7 @@ impl Coalescers {
         config: CoalesceConfig,
         metrics: Arc<Metrics>,
     ) -> Arc<Coalescers> {
+        let receipts = Arc::new(ReceiptBook::default());
         Arc::new(Coalescers {
             enqueue: Coalescer::new(
                 EnqueueWriter {
@@ -136,7 +162,14 @@ impl Coalescers {
                 },
                 config.clone(),
             ),
-            complete: Coalescer::new(CompleteWriter { engine }, config),
+            complete: Coalescer::new(
+                CompleteWriter {
+                    engine,
+                    receipts: receipts.clone(),
+                },
+                config,
+            ),
+            receipts,
             metrics,
         })
     }

@@ -244,6 +244,7 @@ type Claim =
 
 fn start_claim(inner: &Inner, d: &Dispatcher, want: usize) -> Claim {
     let (engine, metrics) = (inner.engine.clone(), inner.coalescers.metrics.clone());
+    let receipts = inner.coalescers.receipts.clone();
     let (queue, worker) = (d.queue.clone(), inner.worker.clone());
     let (tenant, user_queue) = (d.tenant.clone(), d.user_queue.clone());
     Box::pin(async move {
@@ -253,6 +254,7 @@ fn start_claim(inner: &Inner, d: &Dispatcher, want: usize) -> Claim {
         metrics.observe(Latency::Claim, started.elapsed());
         if let Ok(jobs) = &claimed {
             metrics.add(JobCounter::Claimed, &tenant, &user_queue, jobs.len() as u64);
+            receipts.register(jobs);
         }
         (at, claimed)
     })
