@@ -438,6 +438,15 @@ pub async fn handler(State(state): State<AppState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(&status, &coalescers),
+        {
+            let mut out = state.metrics.render(&status, &coalescers);
+            let name = "pgferry_complete_whole_receipts_total";
+            let _ = writeln!(
+                out,
+                "# HELP {name} Claimed batches completed whole in one statement (the engine's fast path).\n# TYPE {name} counter\n{name} {}",
+                state.coalescers.receipts.whole()
+            );
+            out
+        },
     )
 }

@@ -52,8 +52,9 @@ pub struct CoalesceConfig {
     /// Flush lanes of a partitioned writer (completions, by receipt), each running one flush
     /// at a time: at most this many of its statements at once.
     pub lanes: usize,
-    /// How much longer than `max_wait` a lane waits for the rest of a receipt (see
-    /// [`Writer::missing`]); zero: never.
+    /// How long a lane holding part of one receipt waits for each further part of it,
+    /// past `max_wait` (see [`Writer::missing`]; at most five times this in all); zero:
+    /// never.
     pub gather_wait: Duration,
     /// Callers waiting to be collected before submitters feel backpressure.
     pub queue_depth: usize,
@@ -66,7 +67,7 @@ impl Default for CoalesceConfig {
             max_wait: Duration::from_millis(1),
             max_inflight: 4,
             lanes: 4,
-            gather_wait: Duration::from_millis(2),
+            gather_wait: Duration::from_millis(10),
             queue_depth: 4096,
         }
     }
@@ -382,6 +383,8 @@ async fn collect<W: Writer>(
             None
         };
         let mut from_carry = carry.len();
+        let mut gather_until = deadline + config.gather_wait;
+        let gather_cap = deadline + config.gather_wait * GATHER_ROUNDS;
         // A whole receipt goes at once.
         while rows < config.max_rows && missing != Some(0) {
             let next = if from_carry > 0 {
@@ -391,10 +394,11 @@ async fn collect<W: Writer>(
                 match rx.try_recv() {
                     Ok(p) => Some(p),
                     Err(mpsc::error::TryRecvError::Empty) => {
-                        // Past `max_wait`, a receipt not yet whole waits up to
-                        // `gather_wait` more for its other outcomes.
+                        // Past `max_wait`, a receipt not yet whole waits for its other
+                        // outcomes while they keep coming (at most `gather_wait` apart,
+                        // and not past `GATHER_ROUNDS` times that in all).
                         let until = match missing {
-                            Some(n) if n > 0 => deadline + config.gather_wait,
+                            Some(n) if n > 0 => gather_until.min(gather_cap),
                             _ => deadline,
                         };
                         tokio::time::timeout_at(until, rx.recv())
@@ -415,7 +419,10 @@ async fn collect<W: Writer>(
                 // A single receipt so far: keep it single (the whole-receipt fast path
                 // takes exactly one); other receipts wait for the next flush.
                 match missing_of(&*writer, &batch, Some(&p)) {
-                    Some(m) if m < n => missing = Some(m),
+                    Some(m) if m < n => {
+                        missing = Some(m);
+                        gather_until = Instant::now() + config.gather_wait;
+                    }
                     _ => {
                         aside.push(p);
                         continue;
@@ -433,6 +440,9 @@ async fn collect<W: Writer>(
         });
     }
 }
+
+/// Longest a lane gathers one receipt, in `gather_wait`s.
+const GATHER_ROUNDS: u32 = 5;
 
 /// [`Writer::missing`] of a batch, plus one more request.
 fn missing_of<W: Writer>(

@@ -125,7 +125,7 @@ impl Writer for CompleteWriter {
             };
             let sorted: Vec<Outcome> = order.iter().map(|&i| outcomes[i].clone()).collect();
             let done = self.engine.complete(&sorted).await?;
-            self.receipts.forget(receipt);
+            self.receipts.written_whole(receipt);
             // Back to the callers' order: `done[k]` answers `outcomes[order[k]]`.
             let mut out: Vec<Option<Completed>> = vec![None; outcomes.len()];
             for (k, d) in done.into_iter().enumerate() {
