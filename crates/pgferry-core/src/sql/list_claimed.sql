@@ -23,7 +23,7 @@ WITH lanes AS MATERIALIZED (
            CASE WHEN $9::bool
                 THEN least((SELECT ls.rescue_mark FROM pgferry.leader_state ls),
                            (SELECT min(ll.receipt_id) - 1 FROM pgferry.long_leases ll
-                             WHERE ll.lane = l.lane))
+                             WHERE ll.lane = l.lane AND NOT ll.handed_over))
                 ELSE 0 END AS lower
       FROM pgferry.queues q
       JOIN pgferry.lanes l ON l.queue_id = q.queue_id
@@ -62,6 +62,12 @@ outc AS MATERIALIZED (
       FROM pgferry.completions c,
            unnest(c.job_ids, c.attempts) AS u(job_id, attempt)
      WHERE c.receipt_id = ANY (ARRAY(SELECT DISTINCT x.receipt_id FROM cand x))
+    -- Handed-over attempts (ADR 0008) have their outcome in long_leases.
+    UNION ALL
+    SELECT ll.receipt_id, ll.job_id, ll.attempt, ll.outcome
+      FROM pgferry.long_leases ll
+     WHERE ll.handed_over AND ll.outcome IS NOT NULL
+       AND ll.receipt_id = ANY (ARRAY(SELECT DISTINCT x.receipt_id FROM cand x))
 ),
 st AS (
     SELECT c.receipt_id, c.i, c.job_id,
