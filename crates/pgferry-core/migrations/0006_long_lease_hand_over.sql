@@ -21,6 +21,8 @@ ALTER TABLE pgferry.long_leases
     ADD COLUMN meta         jsonb,
     ADD COLUMN enqueued_at  timestamptz,
     ADD COLUMN claimed_at   timestamptz,
+    -- Position of the attempt in its receipt's arrays (list_claimed.sql pages by it).
+    ADD COLUMN receipt_pos  int,
     -- The outcome of a handed-over attempt (codes as in completions).
     ADD COLUMN outcome      smallint,
     ADD COLUMN error        text,
@@ -69,7 +71,8 @@ BEGIN
     UPDATE pgferry.long_leases ll
        SET handed_over = true, handed_seg = p_segment, max_attempts = r.max_attempts,
            kind = r.kind, args = r.args, meta = r.meta, enqueued_at = r.enqueued_at,
-           claimed_at = rc.claimed_at, worker = coalesce(ll.worker, rc.worker)
+           claimed_at = rc.claimed_at, worker = coalesce(ll.worker, rc.worker),
+           receipt_pos = rc.pos
       FROM pgferry.long_leases c
       CROSS JOIN LATERAL (
           SELECT r.max_attempts, r.kind, r.args, r.meta, r.enqueued_at
@@ -77,7 +80,7 @@ BEGIN
            WHERE r.segment = p_segment AND r.attempt = c.attempt
            LIMIT 1) r
       CROSS JOIN LATERAL (
-          SELECT rc.claimed_at, rc.worker
+          SELECT rc.claimed_at, rc.worker, array_position(rc.job_ids, c.job_id) AS pos
             FROM pgferry.receipts rc
            WHERE rc.segment = c.rseg AND rc.lane = c.lane AND rc.receipt_id = c.receipt_id
              AND c.job_id = ANY (rc.job_ids)

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use pgferry_core::leader::rotator::{self, FreeResult};
 use pgferry_core::leader::{rescuer, LeaderConfig};
-use pgferry_core::{AttemptRef, ClaimedJob, JobState, NewJob};
+use pgferry_core::{AttemptRef, CancelResult, ClaimedJob, JobFilter, JobState, NewJob};
 use serde_json::json;
 use tokio_postgres::Client;
 
@@ -59,9 +59,55 @@ async fn turn(s: &common::Setup, rot: &mut Client, long: &ClaimedJob, rounds: us
     freed
 }
 
+/// Queue q's running count, from the counters and from a forced recount of the truth.
+async fn assert_running(s: &common::Setup, running: i64) {
+    s.engine.flush_counters().await.unwrap();
+    let q = "q".to_string();
+    let counted = s
+        .engine
+        .queue_counts(std::slice::from_ref(&q))
+        .await
+        .unwrap()[&q]
+        .running;
+    assert_eq!(counted, running, "counters");
+    let r = s.engine.recount_queue("q", true).await.unwrap();
+    assert_eq!(r.repaired, 0, "the recount agrees: {r:?}");
+    let truth = s
+        .engine
+        .queue_counts(std::slice::from_ref(&q))
+        .await
+        .unwrap()[&q]
+        .running;
+    assert_eq!(truth, running, "recount");
+}
+
+/// Ids of queue q's jobs in `state` (of `kind`), all pages.
+async fn listed(s: &common::Setup, state: JobState, kind: Option<&str>) -> Vec<i64> {
+    let f = JobFilter {
+        state: Some(state),
+        kind: kind.map(str::to_string),
+        since: None,
+    };
+    let (mut ids, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let page = s
+            .engine
+            .list_jobs("q", &f, cursor.as_deref(), 100)
+            .await
+            .unwrap();
+        ids.extend(page.jobs.iter().map(|j| {
+            assert_eq!(j.state, state);
+            j.id
+        }));
+        if !page.has_more {
+            return ids;
+        }
+        cursor = page.next;
+    }
+}
+
 const READY_ROWS: &str = "SELECT count(*) FROM pgferry.ready_rows($1)";
-const HANDED: &str =
-    "SELECT count(*) FROM pgferry.long_leases WHERE job_id = $1 AND handed_over";
+const HANDED: &str = "SELECT count(*) FROM pgferry.long_leases WHERE job_id = $1 AND handed_over";
 
 #[tokio::test]
 async fn a_job_heartbeating_across_rotations_lets_its_segment_go_then_completes() {
@@ -82,6 +128,14 @@ async fn a_job_heartbeating_across_rotations_lets_its_segment_go_then_completes(
     assert_eq!(info.attempts[0].worker.as_deref(), Some("w-long"));
     assert!(info.attempts[0].claimed_at.is_some());
     assert_eq!(info.kind, "long");
+    // The queue's counters see it running, and a recount (which reads handed-over attempts
+    // from long_leases once their receipt is gone) agrees.
+    assert_running(&s, 1).await;
+    assert_eq!(listed(&s, JobState::Running, None).await, [long.job_id]);
+    assert_eq!(
+        listed(&s, JobState::Running, Some("long")).await,
+        [long.job_id]
+    );
     // Its worker finishes: the outcome wins, once.
     let done = s
         .engine
@@ -97,6 +151,12 @@ async fn a_job_heartbeating_across_rotations_lets_its_segment_go_then_completes(
     assert_eq!(info.attempts.len(), 1);
     assert_eq!(info.attempts[0].outcome, "completed");
     assert_eq!(info.result, Some(json!({"ok": true})));
+    assert_running(&s, 0).await;
+    assert!(listed(&s, JobState::Running, None).await.is_empty());
+    assert_eq!(
+        listed(&s, JobState::Completed, Some("long")).await,
+        [long.job_id]
+    );
     // Nothing of it holds a segment: the ring frees everything sealed.
     let r = rotator::rotate(&mut rot, &quick()).await.unwrap();
     assert!(matches!(r.last(), Some(FreeResult::NoneSealed)), "{r:?}");
@@ -118,7 +178,13 @@ async fn a_handed_over_job_that_fails_is_retried_then_dead_lettered() {
     assert!(!r[0].stale);
     // Attempt 2 is in the log (current segment), claimable, and also runs for hours.
     s.tick().await;
-    let second = s.engine.claim("q", 1, "w-long").await.unwrap().pop().unwrap();
+    let second = s
+        .engine
+        .claim("q", 1, "w-long")
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
     assert_eq!((second.job_id, second.attempt), (long.job_id, 2));
     assert!(beat(&s, &second, Duration::from_secs(600)).await);
     turn(&s, &mut rot, &second, 20).await;
@@ -128,7 +194,11 @@ async fn a_handed_over_job_that_fails_is_retried_then_dead_lettered() {
     let outcomes: Vec<_> = info.attempts.iter().map(|a| a.outcome).collect();
     assert_eq!(outcomes, ["failed", "running"]);
     // The last attempt fails: dead-lettered from the carried job data.
-    let r = s.engine.complete(&[second.fail("boom again")]).await.unwrap();
+    let r = s
+        .engine
+        .complete(&[second.fail("boom again")])
+        .await
+        .unwrap();
     assert!(!r[0].stale);
     assert!(s.engine.complete(&[second.completed(None)]).await.unwrap()[0].stale);
     let info = s.engine.get_job(long.job_id).await.unwrap();
@@ -147,7 +217,7 @@ async fn a_handed_over_job_that_fails_is_retried_then_dead_lettered() {
 }
 
 #[tokio::test]
-async fn a_handed_over_job_whose_worker_died_is_rescued_once() {
+async fn a_handed_over_job_whose_worker_died_is_rescued_once_and_hears_a_cancel() {
     let s = common::setup().await;
     let mut rot = s.db.connect().await;
     let mut rc = s.db.connect().await;
@@ -155,8 +225,29 @@ async fn a_handed_over_job_whose_worker_died_is_rescued_once() {
     assert!(beat(&s, &long, Duration::from_secs(600)).await);
     turn(&s, &mut rot, &long, 20).await;
     assert_eq!(count(&rot, READY_ROWS, long.job_id).await, 0);
+    // Cancelling the running, handed-over job is recorded; its worker hears of it.
+    assert_eq!(
+        s.engine.cancel(long.job_id, Some("stop")).await.unwrap(),
+        CancelResult::Requested
+    );
+    assert!(
+        s.engine
+            .get_job(long.job_id)
+            .await
+            .unwrap()
+            .cancel_requested
+    );
     // The last beat: a short lease, then the worker is gone.
-    assert!(beat(&s, &long, Duration::from_millis(100)).await);
+    let b = s
+        .engine
+        .heartbeat(
+            &[AttemptRef::from(&long)],
+            Duration::from_millis(100),
+            "w-long",
+        )
+        .await
+        .unwrap();
+    assert!(b[0].held && b[0].cancelled, "{b:?}");
     let deadline = Instant::now() + Duration::from_secs(20);
     let rep = loop {
         let rep = rescuer::rescue(&mut rc, Duration::ZERO).await.unwrap();
@@ -171,17 +262,16 @@ async fn a_handed_over_job_whose_worker_died_is_rescued_once() {
     // The late worker: stale, and no longer held.
     assert!(s.engine.complete(&[long.completed(None)]).await.unwrap()[0].stale);
     assert!(!beat(&s, &long, Duration::from_secs(60)).await);
-    // Nothing more to rescue; the retry runs and completes.
+    // Nothing more to rescue. The retry is in the log, and the cancellation request closes
+    // it at the next claim instead of handing it out.
     let rep = rescuer::rescue(&mut rc, Duration::ZERO).await.unwrap();
     assert_eq!(rep.retried + rep.dead, 0);
     s.tick().await;
-    let next = s.engine.claim("q", 1, "w2").await.unwrap().pop().unwrap();
-    assert_eq!((next.job_id, next.attempt), (long.job_id, 2));
-    assert!(!s.engine.complete(&[next.completed(None)]).await.unwrap()[0].stale);
+    assert!(s.engine.claim("q", 1, "w2").await.unwrap().is_empty());
     let info = s.engine.get_job(long.job_id).await.unwrap();
-    assert_eq!(info.state, JobState::Completed);
+    assert_eq!(info.state, JobState::Cancelled);
     let outcomes: Vec<_> = info.attempts.iter().map(|a| a.outcome).collect();
-    assert_eq!(outcomes, ["rescued", "completed"]);
+    assert_eq!(outcomes, ["rescued", "cancelled"]);
 }
 
 #[tokio::test]
@@ -223,20 +313,28 @@ async fn completion_racing_the_hand_over_lands_exactly_once() {
         let second = s.engine.complete(&[outcome]).await.unwrap();
         if !second[0].stale {
             let st: Vec<(i16, String)> = check
-                .query("SELECT segment, state FROM pgferry.segments ORDER BY 1", &[])
+                .query(
+                    "SELECT segment, state FROM pgferry.segments ORDER BY 1",
+                    &[],
+                )
                 .await
                 .unwrap()
                 .iter()
                 .map(|r| (r.get(0), r.get(1)))
                 .collect();
             let ll: Vec<String> = check
-                .query("SELECT row_to_json(l)::text FROM pgferry.long_leases l", &[])
+                .query(
+                    "SELECT row_to_json(l)::text FROM pgferry.long_leases l",
+                    &[],
+                )
                 .await
                 .unwrap()
                 .iter()
                 .map(|r| r.get(0))
                 .collect();
-            panic!("round {i}: second report won; long {long:?} freed {freed:?} segs {st:?} ll {ll:?}");
+            panic!(
+                "round {i}: second report won; long {long:?} freed {freed:?} segs {st:?} ll {ll:?}"
+            );
         }
         // Exactly one outcome: in completions (before the hand-over) or in long_leases.
         let in_log: i64 = check
@@ -270,7 +368,9 @@ async fn completion_racing_the_hand_over_lands_exactly_once() {
         // nothing was freed with an open attempt (a retry sits in the current segment).
         // (Without advancing: a retry waits in the current segment.)
         let last = loop {
-            let r = rotator::free_oldest(&mut rot, Duration::ZERO).await.unwrap();
+            let r = rotator::free_oldest(&mut rot, Duration::ZERO)
+                .await
+                .unwrap();
             if !matches!(r, FreeResult::Freed(_)) {
                 break r;
             }

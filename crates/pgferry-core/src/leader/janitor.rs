@@ -3,7 +3,8 @@
 //! (unique_prune.sql, cancels_prune.sql). Enqueue still takes a key over lazily when it meets
 //! a finished holder; the janitor keeps the table from growing with keys nobody uses again.
 //! `cancels` matters more: while it holds any row, every claim and heartbeat probes it per
-//! job, so requests of finished jobs must not stay forever.
+//! job, so requests of finished jobs must not stay forever. Finished handed-over attempts
+//! (ADR 0008) leave `long_leases` after the retention (long_leases_prune.sql).
 
 use tokio_postgres::{Client, Config};
 

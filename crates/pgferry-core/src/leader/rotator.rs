@@ -83,8 +83,9 @@ pub async fn free_oldest(client: &mut Client, retention: Duration) -> Result<Fre
         return Ok(FreeResult::WriterInProgress(segment));
     }
     let open: bool = client.query_one(OPEN_JOBS, &[&segment]).await?.get(0);
-    if open && (hand_over(client, segment).await? == 0
-        || client.query_one(OPEN_JOBS, &[&segment]).await?.get(0))
+    if open
+        && (hand_over(client, segment).await? == 0
+            || client.query_one(OPEN_JOBS, &[&segment]).await?.get(0))
     {
         return Ok(FreeResult::OpenJobs(segment));
     }
