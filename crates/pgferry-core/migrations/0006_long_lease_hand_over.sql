@@ -186,6 +186,8 @@ DECLARE
     v_hand     bigint[];
     v_gone     bigint[];
     v_map      bigint[];
+    v_handed   boolean;
+    v_reused   boolean;
 BEGIN
     -- The batch names a handful of receipts and segments, not 200: probe each once.
     v_receipts := ARRAY(SELECT DISTINCT r FROM unnest(p_receipts) r ORDER BY 1);
@@ -196,8 +198,13 @@ BEGIN
     -- to completions (their segment counts them closed already, and may be reused). After the
     -- receipts' locks (the rotator hands over under the same locks), so an attempt is either
     -- closed in completions before its hand-over or seen here as handed over. With no
-    -- handed-over attempt anywhere this is one probe of an empty partial index.
-    IF EXISTS (SELECT 1 FROM pgferry.long_leases ll WHERE ll.handed_over) THEN
+    -- handed-over attempt anywhere this is one probe of an empty partial index, made in one
+    -- statement with the reused-segment probe below.
+    SELECT EXISTS (SELECT 1 FROM pgferry.long_leases ll WHERE ll.handed_over),
+           EXISTS (SELECT 1 FROM pgferry.segments s
+                    WHERE s.segment = ANY (v_segments) AND s.reuse_floor >= v_receipts[1])
+      INTO v_handed, v_reused;
+    IF v_handed THEN
         v_hand := ARRAY(
             SELECT o.ord
               FROM unnest(p_job_ids, p_attempts, p_receipts) WITH ORDINALITY AS o(job_id, attempt, receipt_id, ord)
@@ -206,10 +213,8 @@ BEGIN
                          FROM pgferry.long_leases ll
                         WHERE ll.handed_over AND ll.receipt_id = ANY (v_receipts)));
     END IF;
-    -- Outcomes naming a freed incarnation of their segment are stale (reuse_floor above);
-    -- one probe of the 16-row segments table.
-    IF EXISTS (SELECT 1 FROM pgferry.segments s
-                WHERE s.segment = ANY (v_segments) AND s.reuse_floor >= v_receipts[1]) THEN
+    -- Outcomes naming a freed incarnation of their segment are stale (reuse_floor above).
+    IF v_reused THEN
         v_gone := ARRAY(
             SELECT o.ord
               FROM unnest(p_segments, p_receipts) WITH ORDINALITY AS o(segment, receipt_id, ord)
@@ -502,7 +507,10 @@ BEGIN
                 AND (o.receipt_id, o.job_id, o.attempt)
                    NOT IN (SELECT c.receipt_id, c.job_id, c.attempt FROM closed c)
                 AND (o.receipt_id, o.job_id, o.attempt)
-                   NOT IN (SELECT h.receipt_id, h.job_id, h.attempt FROM hand h))
+                   NOT IN (SELECT h.receipt_id, h.job_id, h.attempt FROM hand h)
+                -- Not an attempt of a freed incarnation of its segment (reuse_floor).
+                AND o.receipt_id > (SELECT s.reuse_floor FROM pgferry.segments s
+                                     WHERE s.segment = o.segment))
             OR (o.receipt_id, o.job_id, o.attempt)
                    IN (SELECT h.receipt_id, h.job_id, h.attempt FROM hand h WHERE h.open)
     ),
