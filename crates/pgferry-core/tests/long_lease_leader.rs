@@ -14,6 +14,9 @@ use pgferry_core::{AttemptRef, ClaimedJob, JobState, Leader, LeaderConfig, NewJo
 use rand::Rng;
 use serde_json::json;
 
+/// Accepted outcomes per (job id, attempt): true for a success.
+type Ledger = HashMap<(i64, i32), Vec<bool>>;
+
 async fn poll<F, Fut>(what: &str, mut f: F)
 where
     F: FnMut() -> Fut,
@@ -81,7 +84,7 @@ async fn the_ring_turns_under_the_leader_while_jobs_run_for_hours() {
     };
 
     // Other traffic meanwhile: 10% failures retried at once. Accepted outcomes per attempt.
-    let ledger: Arc<Mutex<HashMap<(i64, i32), Vec<bool>>>> = Arc::default();
+    let ledger: Arc<Mutex<Ledger>> = Arc::default();
     let enqueued: Arc<Mutex<Vec<i64>>> = Arc::default();
     let traffic = {
         let (engine, ledger, enqueued, stop) = (
@@ -218,7 +221,7 @@ async fn claim_all(engine: &pgferry_core::Engine, n: usize) -> Vec<ClaimedJob> {
 }
 
 /// Claims a batch of `short` and reports it: successes, 10% failures retried at once.
-async fn work(engine: &pgferry_core::Engine, ledger: &Mutex<HashMap<(i64, i32), Vec<bool>>>) {
+async fn work(engine: &pgferry_core::Engine, ledger: &Mutex<Ledger>) {
     let jobs = engine.claim("short", 100, "w").await.unwrap();
     if jobs.is_empty() {
         return;
