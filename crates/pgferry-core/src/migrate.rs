@@ -52,6 +52,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0005_listing_counters.sql",
         sql: include_str!("../migrations/0005_listing_counters.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_whole_receipts.sql",
+        sql: include_str!("../migrations/0006_whole_receipts.sql"),
+    },
 ];
 
 /// Advisory lock key for migrations ("pgferry" in ASCII, truncated): not shared with any
