@@ -326,9 +326,16 @@ async fn several_whole_receipts_in_one_report() {
     assert_eq!(rs.len(), 2, "{rs:?}");
     let done = s.engine.complete(&both).await.unwrap();
     assert!(done.iter().all(|d| !d.stale));
-    assert_eq!(rows_for(rs.clone()).await, rs.len() as i64, "one row per receipt");
+    assert_eq!(
+        rows_for(rs.clone()).await,
+        rs.len() as i64,
+        "one row per receipt"
+    );
     let again = s.engine.complete(&both).await.unwrap();
-    assert!(again.iter().all(|d| d.stale), "a report of whole receipts twice");
+    assert!(
+        again.iter().all(|d| d.stale),
+        "a report of whole receipts twice"
+    );
 
     // One attempt of the second receipt reported first: the whole report then wins for
     // every other attempt only.

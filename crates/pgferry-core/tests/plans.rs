@@ -262,7 +262,11 @@ async fn hot_statement_plans() {
     assert_no_seq_scan_on_log(wp[0]);
     assert_eq!(common::rows_read(wp[0], "ready"), 0, "{}", wp[0]);
     let receipts: std::collections::HashSet<i64> = wrids.iter().copied().collect();
-    assert!(common::rows_read(wp[0], "receipts") <= receipts.len() as u64, "{}", wp[0]);
+    assert!(
+        common::rows_read(wp[0], "receipts") <= receipts.len() as u64,
+        "{}",
+        wp[0]
+    );
 
     // heartbeat: the receipt probe and closed-attempt lookup of complete(), one upsert into
     // long_leases per held attempt; nothing read from the ready log.
