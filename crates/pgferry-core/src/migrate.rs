@@ -54,8 +54,13 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 6,
-        name: "0006_long_lease_hand_over.sql",
-        sql: include_str!("../migrations/0006_long_lease_hand_over.sql"),
+        name: "0006_whole_receipts.sql",
+        sql: include_str!("../migrations/0006_whole_receipts.sql"),
+    },
+    Migration {
+        version: 7,
+        name: "0007_long_lease_hand_over.sql",
+        sql: include_str!("../migrations/0007_long_lease_hand_over.sql"),
     },
 ];
 

@@ -385,3 +385,56 @@ async fn completion_racing_the_hand_over_lands_exactly_once() {
         }
     }
 }
+
+/// ADR 0008 §3: a job's segment freed while its receipt (in a later segment) lives on; a
+/// duplicate report — whole receipt or not — must be stale, not counted in the segment's
+/// next incarnation.
+#[tokio::test]
+async fn a_late_report_naming_a_freed_segment_is_stale() {
+    let s = common::setup().await;
+    let mut rot = s.db.connect().await;
+    s.engine
+        .enqueue(&[
+            NewJob::new("q", "k", json!({})),
+            NewJob::new("q", "k", json!({})),
+        ])
+        .await
+        .unwrap();
+    s.tick().await;
+    // Claimed after an advance: the jobs are in segment 0, their receipt in segment 1.
+    assert!(rotator::advance(&rot, Duration::ZERO).await.unwrap());
+    let c = s.engine.claim("q", 2, "w").await.unwrap();
+    assert_eq!((c[0].segment, c[0].receipt_segment), (0, 1));
+    s.complete_all(&c).await;
+    assert_eq!(
+        rotator::free_oldest(&mut rot, Duration::ZERO)
+            .await
+            .unwrap(),
+        FreeResult::Freed(0)
+    );
+    let whole: Vec<_> = c.iter().map(|j| j.completed(None)).collect();
+    assert!(s
+        .engine
+        .complete(&whole)
+        .await
+        .unwrap()
+        .iter()
+        .all(|d| d.stale));
+    let one = s
+        .engine
+        .complete(&[c[1].failed("x", Duration::ZERO)])
+        .await
+        .unwrap();
+    assert!(one[0].stale);
+    assert!(!beat(&s, &c[0], Duration::from_secs(60)).await);
+    // Segment 0's next incarnation counts nothing of them.
+    let counted: i64 = rot
+        .query_one(
+            "SELECT count(*) FROM pgferry.completions WHERE segment = 0",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(counted, 0);
+}

@@ -148,7 +148,7 @@ async fn finish_freeing(client: &Client, segment: i16) -> Result<FreeResult> {
         .collect();
     // One transaction (a multi-statement simple query): the hand-overs this segment counted
     // closed must stop counting exactly when its number is free for reuse, and outcomes
-    // naming the old incarnation become stale (reuse_floor, migration 0006).
+    // naming the old incarnation become stale (reuse_floor, migration 0007).
     client
         .batch_execute(&format!(
             "TRUNCATE {}; UPDATE pgferry.long_leases SET handed_seg = NULL WHERE handed_seg = {segment}; \
