@@ -261,21 +261,29 @@ impl Engine {
                 ],
             )
             .await?;
+        // One row per outcome, keyed by its position: outcomes of handed-over attempts
+        // (ADR 0008) are answered before the others.
+        let mut won = vec![false; n];
+        for r in &rows {
+            let ord: i64 = r.get(0);
+            if let Some(w) = usize::try_from(ord - 1).ok().and_then(|i| won.get_mut(i)) {
+                *w = r.get::<_, bool>(1);
+            }
+        }
         self.counters.finished(
             outcomes
                 .iter()
-                .zip(rows.iter())
-                .filter(|(_, r)| r.get::<_, bool>(1))
+                .zip(won.iter())
+                .filter(|(_, w)| **w)
                 .map(|(o, _)| o),
         );
-        // One row per outcome, in input order (ORDER BY ord).
         Ok(outcomes
             .iter()
-            .zip(rows.iter())
-            .map(|(o, r)| Completed {
+            .zip(won.iter())
+            .map(|(o, w)| Completed {
                 job_id: o.job_id,
                 attempt: o.attempt,
-                stale: !r.get::<_, bool>(1),
+                stale: !*w,
             })
             .collect())
     }

@@ -52,6 +52,16 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0005_listing_counters.sql",
         sql: include_str!("../migrations/0005_listing_counters.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_whole_receipts.sql",
+        sql: include_str!("../migrations/0006_whole_receipts.sql"),
+    },
+    Migration {
+        version: 7,
+        name: "0007_long_lease_hand_over.sql",
+        sql: include_str!("../migrations/0007_long_lease_hand_over.sql"),
+    },
 ];
 
 /// Advisory lock key for migrations ("pgferry" in ASCII, truncated): not shared with any

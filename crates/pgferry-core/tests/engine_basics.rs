@@ -281,3 +281,104 @@ async fn whole_batch_completion_keeps_first_outcome_wins() {
         .get(0);
     assert_eq!(dups, 0, "an attempt with two outcomes");
 }
+
+/// A report made of several whole receipts (a worker that claimed over two shards, or a
+/// server flush of several workers' batches) is one completion row per receipt; anything
+/// less than whole receipts falls back to the per-outcome path with the same answers.
+#[tokio::test]
+async fn several_whole_receipts_in_one_report() {
+    let s = common::setup().await;
+    let opts = pgferry_core::QueueOptions {
+        shards: 2,
+        ..Default::default()
+    };
+    s.engine.upsert_queue("emails", &opts).await.unwrap();
+    s.engine
+        .enqueue(&(0..400).map(job).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    s.tick().await;
+    let client = s.db.connect().await;
+    let receipts_of = |c: &[pgferry_core::ClaimedJob]| {
+        let mut r: Vec<i64> = c.iter().map(|j| j.receipt_id).collect();
+        r.dedup();
+        r
+    };
+    let rows_for = |r: Vec<i64>| {
+        let client = &client;
+        async move {
+            client
+                .query_one(
+                    "SELECT count(*) FROM pgferry.completions WHERE receipt_id = ANY($1)",
+                    &[&r],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    };
+
+    // Two claims (one receipt each, from either shard) reported at once.
+    let a = s.engine.claim("emails", 60, "w").await.unwrap();
+    let b = s.engine.claim("emails", 60, "w").await.unwrap();
+    let both: Vec<_> = a.iter().chain(&b).map(|j| j.completed(None)).collect();
+    let rs: Vec<i64> = receipts_of(&a).into_iter().chain(receipts_of(&b)).collect();
+    assert_eq!(rs.len(), 2, "{rs:?}");
+    let done = s.engine.complete(&both).await.unwrap();
+    assert!(done.iter().all(|d| !d.stale));
+    assert_eq!(
+        rows_for(rs.clone()).await,
+        rs.len() as i64,
+        "one row per receipt"
+    );
+    let again = s.engine.complete(&both).await.unwrap();
+    assert!(
+        again.iter().all(|d| d.stale),
+        "a report of whole receipts twice"
+    );
+
+    // One attempt of the second receipt reported first: the whole report then wins for
+    // every other attempt only.
+    let mut c = s.engine.claim("emails", 60, "w").await.unwrap();
+    c.extend(s.engine.claim("emails", 60, "w").await.unwrap());
+    let rc = receipts_of(&c);
+    assert!(rc.len() >= 2, "{rc:?}");
+    let k = c.iter().position(|j| j.receipt_id == rc[1]).unwrap();
+    assert!(!s.engine.complete(&[c[k].completed(None)]).await.unwrap()[0].stale);
+    let all: Vec<_> = c.iter().map(|j| j.completed(None)).collect();
+    let done = s.engine.complete(&all).await.unwrap();
+    let stale: Vec<usize> = (0..c.len()).filter(|&i| done[i].stale).collect();
+    assert_eq!(stale, vec![k]);
+
+    // Receipts interleaved (not contiguous) and one job reported twice in the same batch:
+    // the per-outcome path, first outcome per attempt wins.
+    let mut d = s.engine.claim("emails", 60, "w").await.unwrap();
+    d.extend(s.engine.claim("emails", 60, "w").await.unwrap());
+    let mut mixed: Vec<_> = d.iter().rev().map(|j| j.completed(None)).collect();
+    mixed.push(d[0].completed(None));
+    let done = s.engine.complete(&mixed).await.unwrap();
+    let stale: Vec<usize> = (0..mixed.len()).filter(|&i| done[i].stale).collect();
+    assert_eq!(stale, vec![mixed.len() - 1]);
+
+    let dups: i64 = client
+        .query_one(
+            "SELECT count(*) FROM (
+                 SELECT u.job_id, u.attempt
+                   FROM pgferry.completions c, unnest(c.job_ids, c.attempts) u(job_id, attempt)
+                  GROUP BY 1, 2 HAVING count(*) > 1) d",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(dups, 0, "an attempt with two outcomes");
+    let closed: i64 = client
+        .query_one(
+            "SELECT coalesce(sum(cardinality(job_ids)), 0) FROM pgferry.completions",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(closed, (a.len() + b.len() + c.len() + d.len()) as i64);
+}

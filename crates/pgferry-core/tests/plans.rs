@@ -223,6 +223,51 @@ async fn hot_statement_plans() {
     assert!(common::rows_read(comp, "ready") <= 40, "{comp}");
     assert!(common::rows_read(comp, "receipts") <= 1, "{comp}");
 
+    // complete, whole receipts (the common report: a worker's whole batch, all successes):
+    // one completion row per receipt, proved by array equality against the receipt — one
+    // probe of its lane cursor index, nothing read from the ready log, no per-outcome work.
+    let whole = s.engine.claim("q", 300, "w").await.unwrap();
+    assert!(!whole.is_empty());
+    let col = |f: fn(&pgferry_core::ClaimedJob) -> i64| whole.iter().map(f).collect::<Vec<i64>>();
+    let (wids, wrids) = (col(|j| j.job_id), col(|j| j.receipt_id));
+    let watts: Vec<i32> = whole.iter().map(|j| j.attempt).collect();
+    let wsegs: Vec<i16> = whole.iter().map(|j| j.segment).collect();
+    let wlanes: Vec<i32> = whole.iter().map(|j| j.lane).collect();
+    let wrsegs: Vec<i16> = whole.iter().map(|j| j.receipt_segment).collect();
+    let wcodes: Vec<i16> = whole.iter().map(|_| 1).collect();
+    // Columns nobody set travel as NULL arrays, as the engine sends them.
+    let none_t: Option<Vec<Option<String>>> = None;
+    let none_i: Option<Vec<Option<i64>>> = None;
+    let none_j: Option<Vec<Option<serde_json::Value>>> = None;
+    let none_d: Option<Vec<Option<i32>>> = None;
+    common::drain(&mut notices);
+    let r = client
+        .query(
+            &stmt,
+            &[
+                &wids, &watts, &wsegs, &wrids, &wlanes, &wrsegs, &wcodes, &none_t, &none_i,
+                &none_j, &none_d,
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.len(), whole.len());
+    assert!(r.iter().all(|row| row.get::<_, bool>(1)));
+    let plans = common::drain(&mut notices);
+    let wp = common::plans_with(&plans, "INSERT INTO pgferry.completions");
+    // Only complete_batch's insert ran: pgferry.complete() was never entered.
+    assert_eq!(wp.len(), 1, "{plans:#?}");
+    assert!(wp[0].contains("p_job_ids[w.lo:w.hi]"), "{}", wp[0]);
+    assert!(wp[0].contains("Index Scan using receipts_"), "{}", wp[0]);
+    assert_no_seq_scan_on_log(wp[0]);
+    assert_eq!(common::rows_read(wp[0], "ready"), 0, "{}", wp[0]);
+    let receipts: std::collections::HashSet<i64> = wrids.iter().copied().collect();
+    assert!(
+        common::rows_read(wp[0], "receipts") <= receipts.len() as u64,
+        "{}",
+        wp[0]
+    );
+
     // heartbeat: the receipt probe and closed-attempt lookup of complete(), one upsert into
     // long_leases per held attempt; nothing read from the ready log.
     let held = s.engine.claim("q", 50, "w").await.unwrap();

@@ -3,7 +3,8 @@
 //! (unique_prune.sql, cancels_prune.sql). Enqueue still takes a key over lazily when it meets
 //! a finished holder; the janitor keeps the table from growing with keys nobody uses again.
 //! `cancels` matters more: while it holds any row, every claim and heartbeat probes it per
-//! job, so requests of finished jobs must not stay forever.
+//! job, so requests of finished jobs must not stay forever. Finished handed-over attempts
+//! (ADR 0008) leave `long_leases` after the retention (long_leases_prune.sql).
 
 use tokio_postgres::{Client, Config};
 
@@ -12,6 +13,7 @@ use crate::error::Result;
 
 const UNIQUE_PRUNE: &str = include_str!("../sql/unique_prune.sql");
 const CANCELS_PRUNE: &str = include_str!("../sql/cancels_prune.sql");
+const LONG_LEASES_PRUNE: &str = include_str!("../sql/long_leases_prune.sql");
 
 /// Where a pass over `unique_keys` is, and what one batch did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -74,6 +76,18 @@ pub async fn prune_cancels(
     })
 }
 
+/// Drops up to `batch` finished handed-over attempts (ADR 0008) whose retention passed and
+/// whose segment and receipt are gone; returns how many.
+pub async fn prune_long_leases(
+    client: &Client,
+    batch: i64,
+    retention: std::time::Duration,
+) -> Result<i64> {
+    let stmt = client.prepare(LONG_LEASES_PRUNE).await?;
+    let ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+    Ok(client.query_one(&stmt, &[&ms, &batch]).await?.get(0))
+}
+
 #[derive(Default)]
 struct Marks {
     unique: Option<(String, String)>,
@@ -93,14 +107,16 @@ pub async fn run(pg: Config, config: LeaderConfig) {
             let r = async {
                 let u = prune_unique(&client, unique.as_ref(), batch).await?;
                 let c = prune_cancels(&client, cancels.unwrap_or(0), batch, retention).await?;
-                if u.released + c.dropped > 0 {
+                let l = prune_long_leases(&client, batch, retention).await?;
+                if u.released + c.dropped + l > 0 {
                     tracing::info!(
                         keys = u.released,
                         cancels = c.dropped,
+                        handed_over = l,
                         "released unique keys and finished cancellation requests"
                     );
                 }
-                let more = u.after.is_some() || c.after.is_some();
+                let more = u.after.is_some() || c.after.is_some() || l >= batch;
                 let mut m = marks.lock().expect("janitor marks");
                 (m.unique, m.cancels) = (u.after, c.after);
                 Ok(more)

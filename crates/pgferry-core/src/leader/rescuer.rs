@@ -12,6 +12,7 @@ const RESCUE_LOCK: &str = include_str!("../sql/rescue_lock.sql");
 const RESCUE: &str = include_str!("../sql/rescue.sql");
 const RESCUE_LONG_LOCK: &str = include_str!("../sql/rescue_long_lock.sql");
 const LONG_LEASES_DROP: &str = include_str!("../sql/long_leases_drop.sql");
+const RESCUE_HANDED: &str = include_str!("../sql/rescue_handed.sql");
 const RESCUE_MARK: &str = include_str!("../sql/rescue_mark.sql");
 const READ_MARK: &str = "SELECT rescue_mark FROM pgferry.leader_state";
 /// Receipts examined per statement.
@@ -91,6 +92,16 @@ pub async fn rescue(client: &mut Client, settle: Duration) -> Result<RescueRepor
         tx.execute(LONG_LEASES_DROP, &[&ids]).await?;
     }
     tx.commit().await?;
+
+    // Handed-over attempts (ADR 0008) whose heartbeats stopped: their receipt may be gone,
+    // their long_leases row decides (first outcome wins on the row itself).
+    let row = client
+        .query_one(RESCUE_HANDED, &[&RECEIPTS_PER_PASS])
+        .await?;
+    let examined = row.get::<_, i64>(0);
+    if examined > 0 {
+        report.add(0, &row);
+    }
     Ok(report)
 }
 

@@ -15,6 +15,11 @@
 //! open attempt the partitions are attached back untouched.
 //!
 //! The segment is marked 'freeing' first; a crash part-way is finished by the next pass.
+//!
+//! An attempt that heartbeats for hours would keep its segment, and so the whole ring, from
+//! turning: when the oldest segment is still open, its attempts with a live long lease are
+//! handed over to `long_leases` (ADR 0008), which then counts them closed for the segment;
+//! the truncating transaction forgets that count (`handed_seg`) as the number is reused.
 
 use std::time::Duration;
 
@@ -32,6 +37,7 @@ const CARRY_CURSORS: &str = include_str!("../sql/carry_cursors.sql");
 const MARK: &str = include_str!("../sql/segment_mark.sql");
 const PARTITION_STATE: &str = include_str!("../sql/partition_state.sql");
 const FREEING: &str = include_str!("../sql/segments_freeing.sql");
+const HAND_OVER: &str = include_str!("../sql/hand_over.sql");
 
 /// Hot tables of a segment, all freed together.
 const SEGMENT_TABLES: [&str; 5] = ["ready", "receipts", "completions", "results", "ticks"];
@@ -77,7 +83,10 @@ pub async fn free_oldest(client: &mut Client, retention: Duration) -> Result<Fre
         return Ok(FreeResult::WriterInProgress(segment));
     }
     let open: bool = client.query_one(OPEN_JOBS, &[&segment]).await?.get(0);
-    if open {
+    if open
+        && (hand_over(client, segment).await? == 0
+            || client.query_one(OPEN_JOBS, &[&segment]).await?.get(0))
+    {
         return Ok(FreeResult::OpenJobs(segment));
     }
     if client
@@ -90,6 +99,11 @@ pub async fn free_oldest(client: &mut Client, retention: Duration) -> Result<Fre
     }
     carry_cursors(client, segment).await?;
     finish_freeing(client, segment).await
+}
+
+/// Hands the segment's open long-leased attempts over to `long_leases`; returns how many.
+pub async fn hand_over(client: &Client, segment: i16) -> Result<i32> {
+    Ok(client.query_one(HAND_OVER, &[&segment]).await?.get(0))
 }
 
 /// Copies lane cursors out of the segment while holding those lanes' claim locks.
@@ -110,8 +124,10 @@ async fn finish_freeing(client: &Client, segment: i16) -> Result<FreeResult> {
         partition("ready", segment),
         partition("completions", segment),
     );
-    let recheck =
-        format!("SELECT (SELECT count(*) FROM {ready}) > (SELECT coalesce(sum(cardinality(job_ids)), 0) FROM {completions})");
+    let recheck = format!(
+        "SELECT (SELECT count(*) FROM {ready}) > (SELECT coalesce(sum(cardinality(job_ids)), 0) FROM {completions}) \
+         + (SELECT count(*) FROM pgferry.long_leases WHERE handed_seg = {segment})"
+    );
     let open: bool = client.query_one(&recheck, &[]).await?.get(0);
     if open {
         tracing::warn!(
@@ -130,8 +146,16 @@ async fn finish_freeing(client: &Client, segment: i16) -> Result<FreeResult> {
         .iter()
         .map(|t| partition(t, segment))
         .collect();
+    // One transaction (a multi-statement simple query): the hand-overs this segment counted
+    // closed must stop counting exactly when its number is free for reuse, and outcomes
+    // naming the old incarnation become stale (reuse_floor, migration 0007).
     client
-        .batch_execute(&format!("TRUNCATE {}", tables.join(", ")))
+        .batch_execute(&format!(
+            "TRUNCATE {}; UPDATE pgferry.long_leases SET handed_seg = NULL WHERE handed_seg = {segment}; \
+             UPDATE pgferry.segments SET reuse_floor = (SELECT last_value FROM pgferry.receipt_seq) \
+             WHERE segment = {segment}",
+            tables.join(", ")
+        ))
         .await?;
     for table in SEGMENT_TABLES {
         attach(client, table, segment).await?;

@@ -9,7 +9,11 @@ WITH sched AS (
     RETURNING job_id, lane, attempt, max_attempts, kind, args, meta
 ),
 found AS (
-    SELECT EXISTS (SELECT 1 FROM pgferry.ready_rows($1) r) AS in_log,
+    -- A running attempt handed over to long_leases (ADR 0008) may have left the log.
+    SELECT EXISTS (SELECT 1 FROM pgferry.ready_rows($1) r)
+           OR EXISTS (SELECT 1 FROM pgferry.long_leases ll
+                       WHERE ll.job_id = $1 AND ll.handed_over AND ll.outcome IS NULL)
+             AS in_log,
            EXISTS (SELECT 1 FROM pgferry.dead d WHERE d.job_id = $1) AS is_dead
 ),
 req AS (

@@ -15,7 +15,11 @@ sched AS (
 ),
 found AS MATERIALIZED (
     SELECT i.job_id,
-           (SELECT r.lane FROM pgferry.ready_rows(i.job_id) r LIMIT 1) AS log_lane,
+           -- A running attempt handed over to long_leases (ADR 0008) may have left the log.
+           coalesce((SELECT r.lane FROM pgferry.ready_rows(i.job_id) r LIMIT 1),
+                    (SELECT ll.lane FROM pgferry.long_leases ll
+                      WHERE ll.job_id = i.job_id AND ll.handed_over AND ll.outcome IS NULL
+                      LIMIT 1)) AS log_lane,
            EXISTS (SELECT 1 FROM pgferry.dead d WHERE d.job_id = i.job_id) AS is_dead
       FROM ids i
 ),

@@ -60,6 +60,9 @@ done AS (
       LEFT JOIN last a ON a.job_id = b.job_id
       LEFT JOIN outc o ON o.job_id = b.job_id
      WHERE NOT EXISTS (SELECT 1 FROM pgferry.scheduled s WHERE s.job_id = b.job_id)
+       -- Running after a hand-over (ADR 0008): its worker must still hear of the request.
+       AND NOT EXISTS (SELECT 1 FROM pgferry.long_leases ll
+                        WHERE ll.job_id = b.job_id AND ll.handed_over AND ll.outcome IS NULL)
        AND CASE
                WHEN b.lane IS NOT NULL
                    THEN a.job_id IS NULL

@@ -5,7 +5,8 @@
 --     without a cancel request;
 --   running: attempts of the receipts that can hold an open one (after the rescue mark, or
 --     named by a long lease; see list_claimed.sql) minus those closed in completions
---     (completions_receipt, one probe per receipt);
+--     (completions_receipt, one probe per receipt), with handed-over attempts counted from
+--     long_leases (ADR 0008);
 --   scheduled, dead: index scheduled_lane / dead_lane.
 -- $1 lane
 WITH cur AS MATERIALIZED (
@@ -46,7 +47,7 @@ live AS MATERIALIZED (
      WHERE rc.lane = $1
        AND rc.receipt_id > least((SELECT ls.rescue_mark FROM pgferry.leader_state ls),
                                  (SELECT min(ll.receipt_id) - 1 FROM pgferry.long_leases ll
-                                   WHERE ll.lane = $1))
+                                   WHERE ll.lane = $1 AND NOT ll.handed_over))
 )
 SELECT (SELECT count(*) FROM (SELECT job_id FROM after UNION ALL SELECT job_id FROM open_xip) p
          WHERE NOT EXISTS (SELECT 1 FROM pgferry.cancels x WHERE x.job_id = p.job_id))
@@ -55,6 +56,14 @@ SELECT (SELECT count(*) FROM (SELECT job_id FROM after UNION ALL SELECT job_id F
          - (SELECT coalesce(sum(cardinality(c.job_ids)), 0)
               FROM pgferry.completions c
              WHERE c.receipt_id = ANY (ARRAY(SELECT l.receipt_id FROM live l)))
+         -- Handed-over attempts (ADR 0008) never reach completions: the ones of live
+         -- receipts are counted from long_leases instead, and so are those whose receipt
+         -- is gone (index long_leases_handed, long_leases_handed_open).
+         - (SELECT count(*) FROM pgferry.long_leases ll
+             WHERE ll.handed_over AND ll.lane = $1
+               AND ll.receipt_id = ANY (ARRAY(SELECT l.receipt_id FROM live l)))
+         + (SELECT count(*) FROM pgferry.long_leases ll
+             WHERE ll.handed_over AND ll.outcome IS NULL AND ll.lane = $1)
            AS running,
        (SELECT count(*) FROM pgferry.scheduled s WHERE s.lane = $1) AS scheduled,
        (SELECT count(*) FROM pgferry.dead d WHERE d.lane = $1) AS dead

@@ -20,14 +20,22 @@ WITH ids AS (
     SELECT DISTINCT i.job_id FROM unnest((SELECT $1::bigint[])) AS i(job_id)
 ),
 -- ready_rows() per id (a LATERAL, so that no estimate of the array's size turns it into a
--- scan of the log).
+-- scan of the log). An attempt handed over to long_leases (ADR 0008) is read from there,
+-- whether or not its segment still holds its ready row (long_leases primary key).
 att AS MATERIALIZED (
-    SELECT r.*
+    SELECT r.*, false AS handed
       FROM ids i
       CROSS JOIN LATERAL (
           SELECT r.job_id, r.attempt, r.segment, r.lane, r.xid, r.seq, r.kind, r.args, r.meta,
                  r.max_attempts, r.enqueued_at
             FROM pgferry.ready_rows(i.job_id) r) r
+     WHERE NOT EXISTS (SELECT 1 FROM pgferry.long_leases ll
+                        WHERE ll.job_id = r.job_id AND ll.attempt = r.attempt AND ll.handed_over)
+    UNION ALL
+    SELECT ll.job_id, ll.attempt, ll.segment, ll.lane, NULL::xid8, NULL::bigint, ll.kind,
+           ll.args, ll.meta, ll.max_attempts, ll.enqueued_at, true
+      FROM ids i
+      JOIN pgferry.long_leases ll ON ll.job_id = i.job_id AND ll.handed_over
 ),
 cur AS MATERIALIZED (
     SELECT l.lane, rc.lo_snap, rc.hi_snap, rc.last_xid, rc.last_seq, rc.exhausted
@@ -41,7 +49,7 @@ cur AS MATERIALIZED (
 ),
 a2 AS MATERIALIZED (
     SELECT a.*,
-           coalesce(pg_visible_in_snapshot(a.xid, c.lo_snap)
+           a.handed OR coalesce(pg_visible_in_snapshot(a.xid, c.lo_snap)
                     OR (pg_visible_in_snapshot(a.xid, c.hi_snap)
                         AND (c.exhausted OR (a.xid, a.seq) <= (c.last_xid, c.last_seq))),
                     false) AS claimed,
@@ -56,6 +64,12 @@ outc AS MATERIALIZED (
      WHERE c.segment = ANY (ARRAY(SELECT DISTINCT a.segment FROM a2 a WHERE a.claimed))
        AND c.job_ids && ARRAY(SELECT a.job_id FROM a2 a WHERE a.claimed)
        AND (u.job_id, u.attempt) IN (SELECT a.job_id, a.attempt FROM a2 a WHERE a.claimed)
+    UNION ALL
+    SELECT ll.job_id, ll.attempt, ll.outcome, ll.error, ll.duration_ms, ll.finished_at,
+           ll.receipt_id
+      FROM a2 a
+      JOIN pgferry.long_leases ll ON ll.job_id = a.job_id AND ll.attempt = a.attempt
+     WHERE a.handed AND ll.outcome IS NOT NULL
 ),
 -- The side rows, one primary-key probe each per id (LATERAL: never a hash of a whole table).
 side AS MATERIALIZED (

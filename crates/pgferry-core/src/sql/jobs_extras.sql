@@ -17,6 +17,11 @@ WITH a AS (
 SELECT a.ord, rcp.claimed_at, rcp.worker, res.result
   FROM a
   LEFT JOIN LATERAL (
+      -- A handed-over attempt (ADR 0008) carries its claim (long_leases primary key).
+      SELECT ll.claimed_at, ll.worker
+        FROM pgferry.long_leases ll
+       WHERE ll.job_id = a.job_id AND ll.attempt = a.attempt AND ll.handed_over
+      UNION ALL
       SELECT rc.claimed_at, rc.worker
         FROM pgferry.receipts rc
        WHERE a.receipt_id IS NOT NULL AND rc.lane = a.lane AND rc.receipt_id = a.receipt_id
@@ -26,7 +31,7 @@ SELECT a.ord, rcp.claimed_at, rcp.worker, res.result
         WHERE a.receipt_id IS NULL AND rc.lane = a.lane
           AND rc.receipt_id > least((SELECT ls.rescue_mark FROM pgferry.leader_state ls),
                                     (SELECT min(ll.receipt_id) - 1 FROM pgferry.long_leases ll
-                                      WHERE ll.lane = a.lane))
+                                      WHERE ll.lane = a.lane AND NOT ll.handed_over))
           AND rc.job_ids @> ARRAY[a.job_id]
         ORDER BY rc.receipt_id DESC
         LIMIT 1)
@@ -34,5 +39,9 @@ SELECT a.ord, rcp.claimed_at, rcp.worker, res.result
   LEFT JOIN LATERAL (
       SELECT r.result FROM pgferry.results r
        WHERE a.want_result AND r.job_id = a.job_id AND r.attempt = a.attempt
+      UNION ALL
+      SELECT ll.result FROM pgferry.long_leases ll
+       WHERE a.want_result AND ll.job_id = a.job_id AND ll.attempt = a.attempt
+         AND ll.handed_over AND ll.result IS NOT NULL
        LIMIT 1) res ON true
  ORDER BY a.ord

@@ -23,7 +23,7 @@ WITH lanes AS MATERIALIZED (
            CASE WHEN $9::bool
                 THEN least((SELECT ls.rescue_mark FROM pgferry.leader_state ls),
                            (SELECT min(ll.receipt_id) - 1 FROM pgferry.long_leases ll
-                             WHERE ll.lane = l.lane))
+                             WHERE ll.lane = l.lane AND NOT ll.handed_over))
                 ELSE 0 END AS lower
       FROM pgferry.queues q
       JOIN pgferry.lanes l ON l.queue_id = q.queue_id
@@ -36,16 +36,30 @@ cand AS MATERIALIZED (
     SELECT c.lane, x.*
       FROM lanes c
       CROSS JOIN LATERAL (
-          SELECT rc.receipt_id, u.i, u.job_id, u.attempt, u.segment
-            FROM pgferry.receipts rc,
-                 unnest(rc.job_ids, rc.attempts, rc.job_segments) WITH ORDINALITY
-                     AS u(job_id, attempt, segment, i)
-           WHERE rc.lane = c.lane
-             AND rc.receipt_id > c.lower
-             AND ($2::bigint IS NULL OR rc.receipt_id <= $2)
-             AND ($2::bigint IS NULL OR (rc.receipt_id, u.i) < ($2, $3::bigint))
-           ORDER BY rc.receipt_id DESC, u.i DESC
-           LIMIT (SELECT lim.n FROM lim)) x
+          SELECT y.* FROM (
+            (SELECT rc.receipt_id, u.i, u.job_id, u.attempt, u.segment
+               FROM pgferry.receipts rc,
+                    unnest(rc.job_ids, rc.attempts, rc.job_segments) WITH ORDINALITY
+                        AS u(job_id, attempt, segment, i)
+              WHERE rc.lane = c.lane
+                AND rc.receipt_id > c.lower
+                AND ($2::bigint IS NULL OR rc.receipt_id <= $2)
+                AND ($2::bigint IS NULL OR (rc.receipt_id, u.i) < ($2, $3::bigint))
+              ORDER BY rc.receipt_id DESC, u.i DESC
+              LIMIT (SELECT lim.n FROM lim))
+            UNION ALL
+            -- Attempts handed over to long_leases (ADR 0008) whose receipt was truncated
+            -- since, at their place in it (running only: the open ones, whatever the mark).
+            (SELECT ll.receipt_id, ll.receipt_pos::bigint, ll.job_id, ll.attempt, ll.segment
+               FROM pgferry.long_leases ll
+              WHERE ll.handed_over AND ll.lane = c.lane
+                AND (NOT $9::bool OR ll.outcome IS NULL)
+                AND ($2::bigint IS NULL OR (ll.receipt_id, ll.receipt_pos::bigint) < ($2, $3::bigint))
+                AND NOT EXISTS (SELECT 1 FROM pgferry.receipts rc
+                                 WHERE rc.lane = ll.lane AND rc.receipt_id = ll.receipt_id))
+          ) y
+          ORDER BY y.receipt_id DESC, y.i DESC
+          LIMIT (SELECT lim.n FROM lim)) x
 ),
 mark AS (
     SELECT m.receipt_id, m.i
@@ -62,6 +76,12 @@ outc AS MATERIALIZED (
       FROM pgferry.completions c,
            unnest(c.job_ids, c.attempts) AS u(job_id, attempt)
      WHERE c.receipt_id = ANY (ARRAY(SELECT DISTINCT x.receipt_id FROM cand x))
+    -- Handed-over attempts (ADR 0008) have their outcome in long_leases.
+    UNION ALL
+    SELECT ll.receipt_id, ll.job_id, ll.attempt, ll.outcome
+      FROM pgferry.long_leases ll
+     WHERE ll.handed_over AND ll.outcome IS NOT NULL
+       AND ll.receipt_id = ANY (ARRAY(SELECT DISTINCT x.receipt_id FROM cand x))
 ),
 st AS (
     SELECT c.receipt_id, c.i, c.job_id,
@@ -92,10 +112,16 @@ st AS (
     AND ($7::text IS NULL OR s.state = $7)
     AND ($5::text IS NULL
          OR EXISTS (SELECT 1 FROM pgferry.ready_rows(s.job_id) r
-                     WHERE r.segment = s.segment AND r.attempt = s.attempt AND r.kind = $5))
+                     WHERE r.segment = s.segment AND r.attempt = s.attempt AND r.kind = $5)
+         OR EXISTS (SELECT 1 FROM pgferry.long_leases ll
+                     WHERE ll.job_id = s.job_id AND ll.attempt = s.attempt AND ll.handed_over
+                       AND ll.kind = $5))
     AND ($6::timestamptz IS NULL
-         OR (SELECT r0.enqueued_at FROM pgferry.ready_rows(s.job_id) r0
-              ORDER BY r0.attempt LIMIT 1) >= $6)
+         OR coalesce((SELECT r0.enqueued_at FROM pgferry.ready_rows(s.job_id) r0
+                       ORDER BY r0.attempt LIMIT 1),
+                     (SELECT l0.enqueued_at FROM pgferry.long_leases l0
+                       WHERE l0.job_id = s.job_id AND l0.handed_over
+                       ORDER BY l0.attempt LIMIT 1)) >= $6)
   ORDER BY s.receipt_id DESC, s.i DESC
   LIMIT $8)
 UNION ALL

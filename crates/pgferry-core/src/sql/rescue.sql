@@ -30,10 +30,12 @@ open AS (
            LIMIT 1) rd
      WHERE (e.receipt_id, e.job_id, e.attempt)
                NOT IN (SELECT c.receipt_id, c.job_id, c.attempt FROM closed c)
-       -- A heartbeat extended this attempt's lease (long_leases primary key): not yet.
+       -- A heartbeat extended this attempt's lease (long_leases primary key): not yet. A
+       -- handed-over attempt is rescued from its long_leases row (rescue_handed.sql), never
+       -- here: its outcome must not land in completions.
        AND NOT EXISTS (SELECT 1 FROM pgferry.long_leases ll
                         WHERE ll.job_id = e.job_id AND ll.attempt = e.attempt
-                          AND ll.lease_until >= now())
+                          AND (ll.lease_until >= now() OR ll.handed_over))
 ),
 done AS (
     INSERT INTO pgferry.completions (segment, receipt_id, outcome, job_ids, attempts, errors)

@@ -58,6 +58,9 @@ released AS (
       LEFT JOIN last a ON a.job_id = b.job_id
       LEFT JOIN outc o ON o.job_id = b.job_id
      WHERE NOT EXISTS (SELECT 1 FROM pgferry.scheduled s WHERE s.job_id = b.job_id)
+       -- Running after a hand-over (ADR 0008): its log rows may be gone, it still holds.
+       AND NOT EXISTS (SELECT 1 FROM pgferry.long_leases ll
+                        WHERE ll.job_id = b.job_id AND ll.handed_over AND ll.outcome IS NULL)
        AND CASE
                -- Never in the log and not scheduled: cancelled there, or gone.
                WHEN a.job_id IS NULL THEN true
