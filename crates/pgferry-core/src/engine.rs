@@ -244,7 +244,7 @@ impl Engine {
             durations.push(o.duration_ms);
         }
         // Columns nobody set travel as NULL arrays: cheaper to send, and the whole-receipt
-        // fast path of pgferry.complete() requires results to be NULL.
+        // path of pgferry.complete_batch() requires results to be NULL.
         fn some<T: Copy>(v: Vec<Option<T>>) -> Option<Vec<Option<T>>> {
             v.iter().any(Option::is_some).then_some(v)
         }
