@@ -62,6 +62,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0007_long_lease_hand_over.sql",
         sql: include_str!("../migrations/0007_long_lease_hand_over.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_free_segments_detached.sql",
+        sql: include_str!("../migrations/0008_free_segments_detached.sql"),
+    },
 ];
 
 /// Advisory lock key for migrations ("pgferry" in ASCII, truncated): not shared with any

@@ -34,7 +34,7 @@ async fn segment_is_freed_only_when_closed_and_cursor_survives() {
     let first = s.engine.claim("q", 100, "w").await.unwrap();
     assert_eq!(first.len(), 10);
 
-    assert!(rotator::advance(&rot, Duration::ZERO).await.unwrap());
+    assert!(rotator::advance(&mut rot, Duration::ZERO).await.unwrap());
     assert_eq!(current_segment(&rot).await, 1);
     // Nine of ten closed: the segment must stay.
     let outcomes: Vec<_> = first[..9].iter().map(|j| j.completed(None)).collect();
@@ -97,7 +97,7 @@ async fn open_writer_blocks_truncation() {
     s.tick().await;
     let c = s.engine.claim("q", 10, "w").await.unwrap();
     s.complete_all(&c).await;
-    rotator::advance(&rot, Duration::ZERO).await.unwrap();
+    rotator::advance(&mut rot, Duration::ZERO).await.unwrap();
     assert_eq!(
         rotator::free_oldest(&mut rot, Duration::ZERO)
             .await
@@ -128,8 +128,8 @@ async fn open_writer_blocks_truncation() {
 async fn freeing_a_segment_never_blocks_the_hot_path() {
     let s = common::setup().await;
     s.run_through("q", 1).await;
-    let rot = s.db.connect().await;
-    rotator::advance(&rot, Duration::ZERO).await.unwrap();
+    let mut rot = s.db.connect().await;
+    rotator::advance(&mut rot, Duration::ZERO).await.unwrap();
     // What the rotator's NOTIFY tells every listening process: enqueues now go to the new
     // segment (without it they keep writing the old one for a few seconds, which delays its
     // freeing but loses nothing).
@@ -188,17 +188,32 @@ async fn freeing_a_segment_never_blocks_the_hot_path() {
     );
     rtx.commit().await.unwrap();
     assert_eq!(freeing.await.unwrap().unwrap(), FreeResult::Freed(0));
-    let attached: i64 =
-        s.db.connect()
-            .await
-            .query_one(
-                "SELECT count(*) FROM pg_inherits WHERE inhparent = 'pgferry.ready'::regclass",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-    assert_eq!(attached, 16, "every partition is attached again");
+    // Attached are exactly the segments in use: the freed one stays detached until the ring
+    // comes back to it (ADR 0009).
+    let (attached, in_use): (Vec<String>, Vec<String>) = s
+        .db
+        .connect()
+        .await
+        .query_one(
+            "SELECT ARRAY(SELECT inhrelid::regclass::text FROM pg_inherits
+                           WHERE inhparent = 'pgferry.ready'::regclass ORDER BY 1),
+                    ARRAY(SELECT format('pgferry.ready_%s', lpad(segment::text, 2, '0'))
+                            FROM pgferry.segments WHERE state <> 'free' ORDER BY 1)",
+            &[],
+        )
+        .await
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(attached, in_use);
+    assert_eq!(attached, ["pgferry.ready_01"]);
+    // A producer that still believes the freed segment is current: its COPY meets no
+    // partition, is retried in the current segment, and the jobs are claimed as usual.
+    s.engine.observe_segment(0);
+    let ids = s.engine.enqueue(&jobs(2)).await.unwrap();
+    s.tick().await;
+    let got = s.engine.claim("q", 10, "w").await.unwrap();
+    assert_eq!(got.iter().map(|j| j.job_id).collect::<Vec<_>>(), ids);
+    assert!(got.iter().all(|j| j.segment == 1), "written to the current segment");
 }
 
 #[tokio::test]
@@ -206,7 +221,7 @@ async fn interrupted_rotation_is_finished_by_the_next_pass() {
     let s = common::setup().await;
     let mut rot = s.db.connect().await;
     s.run_through("q", 2).await;
-    rotator::advance(&rot, Duration::ZERO).await.unwrap();
+    rotator::advance(&mut rot, Duration::ZERO).await.unwrap();
     // Simulate a leader that died after marking and detaching two of the five partitions.
     rot.batch_execute(
         "UPDATE pgferry.segments SET state = 'freeing' WHERE segment = 0;
@@ -231,7 +246,8 @@ async fn interrupted_rotation_is_finished_by_the_next_pass() {
         .await
         .map(|r| (r.get(0), r.get(1), r.get(2)))
         .unwrap();
-    assert_eq!((state.as_str(), attached, rows), ("free", 5, 0));
+    // Free, empty, and detached until it is opened again (ADR 0009).
+    assert_eq!((state.as_str(), attached, rows), ("free", 0, 0));
     // The queue still works and nothing is re-delivered.
     s.tick().await;
     assert!(s.engine.claim("q", 10, "w").await.unwrap().is_empty());
@@ -327,7 +343,7 @@ async fn queue_retention_keeps_closed_segments() {
     };
     s.engine.update_queue("kept", &keep).await.unwrap();
     let mut rot = s.db.connect().await;
-    assert!(rotator::advance(&rot, Duration::ZERO).await.unwrap());
+    assert!(rotator::advance(&mut rot, Duration::ZERO).await.unwrap());
     let freed = rotator::free_oldest(&mut rot, Duration::ZERO)
         .await
         .unwrap();

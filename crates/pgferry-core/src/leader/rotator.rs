@@ -5,8 +5,13 @@
 //! on all partitions of `ready`; under load such a lock request waits, and every new claim
 //! queues behind the waiting request. Instead each partition of the segment is
 //! `DETACH … CONCURRENTLY` (waits for transactions that may use it, blocks no one), then the
-//! detached tables — unreachable through the parents — are checked again and truncated, and
-//! finally `ATTACH`ed (SHARE UPDATE EXCLUSIVE on the parent: compatible with all DML).
+//! detached tables — unreachable through the parents — are checked again and truncated. They
+//! stay detached while the segment is free (ADR 0009): every hot statement is a generic plan
+//! that locks and starts a scan on each attached partition, so only segments in use are
+//! attached. The transaction that opens a segment `ATTACH`es its partitions (SHARE UPDATE
+//! EXCLUSIVE on the parents: compatible with all DML) and makes it current, so a segment is
+//! attached exactly when it is not free, and a COPY that names a free segment fails and is
+//! retried instead of writing rows no claim would read.
 //!
 //! A segment is freed only when (1) its retention has passed, (2) no transaction holds a write
 //! lock on its ready partition (an early exit: detaching would wait for that transaction),
@@ -23,12 +28,13 @@
 
 use std::time::Duration;
 
-use tokio_postgres::{Client, Config};
+use tokio_postgres::{Client, Config, GenericClient};
 
 use super::{duty_loop, LeaderConfig};
 use crate::error::Result;
 
 const ADVANCE: &str = include_str!("../sql/advance_segment.sql");
+const ADVANCE_DUE: &str = include_str!("../sql/advance_due.sql");
 const OLDEST_SEALED: &str = include_str!("../sql/segment_oldest_sealed.sql");
 const WRITERS: &str = include_str!("../sql/segment_writers.sql");
 const OPEN_JOBS: &str = include_str!("../sql/segment_open_jobs.sql");
@@ -52,10 +58,26 @@ pub enum FreeResult {
     OpenJobs(i16),
 }
 
-/// Seals the current segment and opens the next if it is older than `segment_duration`.
-pub async fn advance(client: &Client, segment_duration: Duration) -> Result<bool> {
+/// Seals the current segment and opens the next if it is older than `segment_duration`: one
+/// transaction attaches the next segment's partitions and swaps the states, so no statement
+/// ever sees a free segment attached or a current one detached.
+pub async fn advance(client: &mut Client, segment_duration: Duration) -> Result<bool> {
     let ms = i64::try_from(segment_duration.as_millis()).unwrap_or(i64::MAX);
-    Ok(!client.query(ADVANCE, &[&ms]).await?.is_empty())
+    let Some(row) = client.query_opt(ADVANCE_DUE, &[&ms]).await? else {
+        return Ok(false);
+    };
+    let next: i16 = row.get(0);
+    let tx = client.transaction().await?;
+    for table in SEGMENT_TABLES {
+        attach(&tx, table, next).await?;
+    }
+    if tx.query(ADVANCE, &[&ms]).await?.is_empty() {
+        // Another rotator advanced meanwhile: undo the attach.
+        tx.rollback().await?;
+        return Ok(false);
+    }
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// Name of one partition. Segment numbers come from our own table, never from input; DDL
@@ -115,7 +137,8 @@ async fn carry_cursors(client: &mut Client, segment: i16) -> Result<()> {
     Ok(())
 }
 
-/// Detach, recheck, truncate, attach. Idempotent: every step looks at the catalog first.
+/// Detach, recheck, truncate; the partitions stay detached until the segment is opened
+/// again (`advance`). Idempotent: every step looks at the catalog first.
 async fn finish_freeing(client: &Client, segment: i16) -> Result<FreeResult> {
     for table in SEGMENT_TABLES {
         detach(client, table, segment).await?;
@@ -157,9 +180,6 @@ async fn finish_freeing(client: &Client, segment: i16) -> Result<FreeResult> {
             tables.join(", ")
         ))
         .await?;
-    for table in SEGMENT_TABLES {
-        attach(client, table, segment).await?;
-    }
     client
         .execute(MARK, &[&segment, &"freeing", &"free"])
         .await?;
@@ -177,7 +197,7 @@ async fn repair(client: &Client) -> Result<()> {
     Ok(())
 }
 
-async fn detach(client: &Client, table: &str, segment: i16) -> Result<()> {
+async fn detach(client: &impl GenericClient, table: &str, segment: i16) -> Result<()> {
     let part = partition(table, segment);
     let state = client.query_opt(PARTITION_STATE, &[&part]).await?;
     let sql = match state.map(|r| r.get::<_, bool>(0)) {
@@ -189,7 +209,7 @@ async fn detach(client: &Client, table: &str, segment: i16) -> Result<()> {
     Ok(())
 }
 
-async fn attach(client: &Client, table: &str, segment: i16) -> Result<()> {
+async fn attach(client: &impl GenericClient, table: &str, segment: i16) -> Result<()> {
     let part = partition(table, segment);
     if client.query_opt(PARTITION_STATE, &[&part]).await?.is_some() {
         return Ok(());
