@@ -190,20 +190,19 @@ async fn freeing_a_segment_never_blocks_the_hot_path() {
     assert_eq!(freeing.await.unwrap().unwrap(), FreeResult::Freed(0));
     // Attached are exactly the segments in use: the freed one stays detached until the ring
     // comes back to it (ADR 0009).
-    let (attached, in_use): (Vec<String>, Vec<String>) = s
-        .db
-        .connect()
-        .await
-        .query_one(
-            "SELECT ARRAY(SELECT inhrelid::regclass::text FROM pg_inherits
+    let (attached, in_use): (Vec<String>, Vec<String>) =
+        s.db.connect()
+            .await
+            .query_one(
+                "SELECT ARRAY(SELECT inhrelid::regclass::text FROM pg_inherits
                            WHERE inhparent = 'pgferry.ready'::regclass ORDER BY 1),
                     ARRAY(SELECT format('pgferry.ready_%s', lpad(segment::text, 2, '0'))
                             FROM pgferry.segments WHERE state <> 'free' ORDER BY 1)",
-            &[],
-        )
-        .await
-        .map(|r| (r.get(0), r.get(1)))
-        .unwrap();
+                &[],
+            )
+            .await
+            .map(|r| (r.get(0), r.get(1)))
+            .unwrap();
     assert_eq!(attached, in_use);
     assert_eq!(attached, ["pgferry.ready_01"]);
     // A producer that still believes the freed segment is current: its COPY meets no
@@ -213,7 +212,10 @@ async fn freeing_a_segment_never_blocks_the_hot_path() {
     s.tick().await;
     let got = s.engine.claim("q", 10, "w").await.unwrap();
     assert_eq!(got.iter().map(|j| j.job_id).collect::<Vec<_>>(), ids);
-    assert!(got.iter().all(|j| j.segment == 1), "written to the current segment");
+    assert!(
+        got.iter().all(|j| j.segment == 1),
+        "written to the current segment"
+    );
 }
 
 #[tokio::test]
