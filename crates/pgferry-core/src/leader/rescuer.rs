@@ -61,6 +61,10 @@ pub type RescueFeed = tokio::sync::broadcast::Sender<Arc<RescueReport>>;
 /// jobs were never rescued — found by a test that hung waiting for the rescue.)
 pub async fn rescue(client: &mut Client, settle: Duration) -> Result<RescueReport> {
     let tx = client.transaction().await?;
+    // Every read here has an index made for it (receipts_id, BRIN). The current segment's
+    // partitions were empty when last analyzed (opened fresh, ADR 0009) and grow faster than
+    // autoanalyze follows, so statistics would pick a Seq Scan of the whole current segment.
+    tx.batch_execute("SET LOCAL enable_seqscan = off").await?;
     let mark: i64 = tx.query_one(READ_MARK, &[]).await?.get(0);
     let locked = tx
         .query_one(RESCUE_LOCK, &[&mark, &RECEIPTS_PER_PASS])
