@@ -54,6 +54,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
             config.clone(),
             LeaderConfig {
                 tick_interval: opts.tick_interval,
+                segment_duration: opts.segment_duration,
                 ..LeaderConfig::default()
             },
         )

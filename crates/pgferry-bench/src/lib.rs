@@ -46,6 +46,11 @@ pub struct BenchOpts {
     /// pgferry only: the ticker's pause after a tick while the log grows.
     #[serde(serialize_with = "secs")]
     pub tick_interval: Duration,
+    /// pgferry only: how long a segment stays current. With the leader's retention this sets
+    /// how many segments are in use, and so attached (ADR 0009): runs shorter than the
+    /// retention never reach the steady number.
+    #[serde(serialize_with = "secs")]
+    pub segment_duration: Duration,
     /// cycle (in process) only: jobs scheduled far in the future on the benchmark queue
     /// before the run, with a probe of promotion lateness during it (Some(0): the probe and
     /// the settling step alone, the baseline to compare with).
@@ -71,6 +76,7 @@ impl Default for BenchOpts {
             hold_xmin: false,
             shards: 2,
             tick_interval: Duration::from_millis(2),
+            segment_duration: pgferry_core::LeaderConfig::default().segment_duration,
             scheduled: None,
         }
     }

@@ -40,6 +40,9 @@ pub struct BenchArgs {
     /// pgferry: ticker pause (ms) after a tick while the log grows.
     #[arg(long, default_value_t = 2)]
     pub tick_ms: u64,
+    /// pgferry: how long a segment stays current (ms); default: the leader's default.
+    #[arg(long)]
+    pub segment_ms: Option<u64>,
     /// cycle: run in process (the engine directly) or through a server over gRPC.
     #[arg(long, value_enum, default_value_t = Via::Inprocess)]
     pub via: Via,
@@ -109,6 +112,10 @@ impl BenchArgs {
             hold_xmin: self.hold_xmin,
             shards: self.shards,
             tick_interval: Duration::from_millis(self.tick_ms),
+            segment_duration: self
+                .segment_ms
+                .map(Duration::from_millis)
+                .unwrap_or(pgferry_core::LeaderConfig::default().segment_duration),
             max_depth: self.max_depth,
             scheduled: self.scheduled,
         }

@@ -61,7 +61,11 @@ impl Default for LeaderConfig {
             rescue_interval: Duration::from_secs(1),
             claim_settle: Duration::from_secs(60),
             rotate_interval: Duration::from_secs(1),
-            segment_duration: Duration::from_secs(10),
+            // Half the retention: a segment in use is current for 30 s and kept 60 s after
+            // it is sealed, so 3-4 segments are attached. Every hot statement pays per
+            // attached segment (ADR 0009): in a 110 s cycle run the last 40 s did 35.4k
+            // jobs/s with 10 s segments (7-8 attached) and 44.8k with 30 s (3-4).
+            segment_duration: Duration::from_secs(30),
             retention: Duration::from_secs(60),
             recount_interval: Duration::from_secs(5),
             prune_interval: Duration::from_secs(10),
