@@ -188,8 +188,8 @@ async fn freeing_a_segment_never_blocks_the_hot_path() {
     );
     rtx.commit().await.unwrap();
     assert_eq!(freeing.await.unwrap().unwrap(), FreeResult::Freed(0));
-    // Attached are exactly the segments in use: the freed one stays detached until the ring
-    // comes back to it (ADR 0009).
+    // Attached are exactly the segments in use and the next one to open: the freed one stays
+    // detached until the ring comes back to it (ADR 0009).
     let (attached, in_use): (Vec<String>, Vec<String>) =
         s.db.connect()
             .await
@@ -197,14 +197,18 @@ async fn freeing_a_segment_never_blocks_the_hot_path() {
                 "SELECT ARRAY(SELECT inhrelid::regclass::text FROM pg_inherits
                            WHERE inhparent = 'pgferry.ready'::regclass ORDER BY 1),
                     ARRAY(SELECT format('pgferry.ready_%s', lpad(segment::text, 2, '0'))
-                            FROM pgferry.segments WHERE state <> 'free' ORDER BY 1)",
+                            FROM pgferry.segments
+                           WHERE state <> 'free'
+                              OR segment = (SELECT (segment + 1) % 16 FROM pgferry.segments
+                                             WHERE state = 'current')
+                           ORDER BY 1)",
                 &[],
             )
             .await
             .map(|r| (r.get(0), r.get(1)))
             .unwrap();
     assert_eq!(attached, in_use);
-    assert_eq!(attached, ["pgferry.ready_01"]);
+    assert_eq!(attached, ["pgferry.ready_01", "pgferry.ready_02"]);
     // A producer that still believes the freed segment is current: its COPY meets no
     // partition, is retried in the current segment, and the jobs are claimed as usual.
     s.engine.observe_segment(0);

@@ -7,11 +7,10 @@
 //! `DETACH … CONCURRENTLY` (waits for transactions that may use it, blocks no one), then the
 //! detached tables — unreachable through the parents — are checked again and truncated. They
 //! stay detached while the segment is free (ADR 0009): every hot statement is a generic plan
-//! that locks and starts a scan on each attached partition, so only segments in use are
-//! attached. The transaction that opens a segment `ATTACH`es its partitions (SHARE UPDATE
-//! EXCLUSIVE on the parents: compatible with all DML) and makes it current, so a segment is
-//! attached exactly when it is not free, and a COPY that names a free segment fails and is
-//! retried instead of writing rows no claim would read.
+//! that locks and starts a scan on each attached partition, so only the segments in use and
+//! the next one to open are attached. The next one is `ATTACH`ed (SHARE UPDATE EXCLUSIVE on
+//! the parents: compatible with all DML) a segment ahead of its opening (see [`advance`]). A
+//! COPY that names any other free segment fails and is retried in the current one.
 //!
 //! A segment is freed only when (1) its retention has passed, (2) no transaction holds a write
 //! lock on its ready partition (an early exit: detaching would wait for that transaction),
@@ -34,7 +33,7 @@ use super::{duty_loop, LeaderConfig};
 use crate::error::Result;
 
 const ADVANCE: &str = include_str!("../sql/advance_segment.sql");
-const ADVANCE_DUE: &str = include_str!("../sql/advance_due.sql");
+const NEXT_FREE: &str = include_str!("../sql/segment_next_free.sql");
 const OLDEST_SEALED: &str = include_str!("../sql/segment_oldest_sealed.sql");
 const WRITERS: &str = include_str!("../sql/segment_writers.sql");
 const OPEN_JOBS: &str = include_str!("../sql/segment_open_jobs.sql");
@@ -58,26 +57,40 @@ pub enum FreeResult {
     OpenJobs(i16),
 }
 
-/// Seals the current segment and opens the next if it is older than `segment_duration`: one
-/// transaction attaches the next segment's partitions and swaps the states, so no statement
-/// ever sees a free segment attached or a current one detached.
-pub async fn advance(client: &mut Client, segment_duration: Duration) -> Result<bool> {
+/// Seals the current segment and opens the next if it is older than `segment_duration`, then
+/// attaches the segment after it ahead of time.
+///
+/// A segment must be attached well before it becomes current. A session takes in an
+/// `ATTACH` only when it next acquires a lock it did not hold (that is when invalidations are
+/// read), while a new snapshot sees the attaching transaction committed at once: a claim
+/// already holding its locks, whose next statement read the new current segment, found no
+/// partition for its receipt (seen with 60 ms segments). So the next segment is attached one
+/// whole segment (or at least one rotation pass) before it opens, and a segment that is not
+/// attached yet is attached now and opened on a later pass.
+pub async fn advance(client: &Client, segment_duration: Duration) -> Result<bool> {
+    if attach_next(client).await? {
+        return Ok(false);
+    }
     let ms = i64::try_from(segment_duration.as_millis()).unwrap_or(i64::MAX);
-    let Some(row) = client.query_opt(ADVANCE_DUE, &[&ms]).await? else {
+    let advanced = !client.query(ADVANCE, &[&ms]).await?.is_empty();
+    if advanced {
+        attach_next(client).await?;
+    }
+    Ok(advanced)
+}
+
+/// Attaches the tables of the segment after the current one if it is free and detached;
+/// true when it attached any.
+async fn attach_next(client: &Client) -> Result<bool> {
+    let Some(row) = client.query_opt(NEXT_FREE, &[]).await? else {
         return Ok(false);
     };
     let next: i16 = row.get(0);
-    let tx = client.transaction().await?;
+    let mut attached = false;
     for table in SEGMENT_TABLES {
-        attach(&tx, table, next).await?;
+        attached |= attach(client, table, next).await?;
     }
-    if tx.query(ADVANCE, &[&ms]).await?.is_empty() {
-        // Another rotator advanced meanwhile: undo the attach.
-        tx.rollback().await?;
-        return Ok(false);
-    }
-    tx.commit().await?;
-    Ok(true)
+    Ok(attached)
 }
 
 /// Name of one partition. Segment numbers come from our own table, never from input; DDL
@@ -209,17 +222,18 @@ async fn detach(client: &impl GenericClient, table: &str, segment: i16) -> Resul
     Ok(())
 }
 
-async fn attach(client: &impl GenericClient, table: &str, segment: i16) -> Result<()> {
+/// Attaches one partition unless it is attached; true when it did.
+async fn attach(client: &impl GenericClient, table: &str, segment: i16) -> Result<bool> {
     let part = partition(table, segment);
     if client.query_opt(PARTITION_STATE, &[&part]).await?.is_some() {
-        return Ok(());
+        return Ok(false);
     }
     client
         .batch_execute(&format!(
             "ALTER TABLE pgferry.{table} ATTACH PARTITION {part} FOR VALUES IN ({segment})"
         ))
         .await?;
-    Ok(())
+    Ok(true)
 }
 
 /// One rotation: advance if due, then free as many old segments as possible.
