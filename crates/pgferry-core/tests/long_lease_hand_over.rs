@@ -281,7 +281,7 @@ async fn completion_racing_the_hand_over_lands_exactly_once() {
     let check = s.db.connect().await;
     for i in 0..30 {
         // A long job and a short one in a fresh segment; the short one closes at once.
-        rotator::advance(&mut rot, Duration::ZERO).await.unwrap();
+        rotator::advance(&rot, Duration::ZERO).await.unwrap();
         let ids = s
             .engine
             .enqueue(&[
@@ -297,7 +297,7 @@ async fn completion_racing_the_hand_over_lands_exactly_once() {
         assert_eq!(long.job_id, ids[0]);
         s.complete_all(std::slice::from_ref(short)).await;
         assert!(beat(&s, long, Duration::from_secs(600)).await);
-        rotator::advance(&mut rot, Duration::ZERO).await.unwrap();
+        rotator::advance(&rot, Duration::ZERO).await.unwrap();
         // Mixed outcomes: a success, or a failure that retries in the current segment.
         let outcome = if i % 2 == 0 {
             long.completed(None)
@@ -402,7 +402,7 @@ async fn a_late_report_naming_a_freed_segment_is_stale() {
         .unwrap();
     s.tick().await;
     // Claimed after an advance: the jobs are in segment 0, their receipt in segment 1.
-    assert!(rotator::advance(&mut rot, Duration::ZERO).await.unwrap());
+    assert!(rotator::advance(&rot, Duration::ZERO).await.unwrap());
     let c = s.engine.claim("q", 2, "w").await.unwrap();
     assert_eq!((c[0].segment, c[0].receipt_segment), (0, 1));
     s.complete_all(&c).await;

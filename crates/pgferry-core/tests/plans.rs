@@ -45,10 +45,10 @@ async fn hot_statement_plans() {
     let s = common::setup().await;
     // A log with history: 40k jobs, half completed, in two segments (both attached: only
     // segments in use are, ADR 0009).
-    let mut rot = s.db.connect().await;
+    let rot = s.db.connect().await;
     for i in 0..40 {
         if i == 20 {
-            assert!(rotator::advance(&mut rot, Duration::ZERO).await.unwrap());
+            assert!(rotator::advance(&rot, Duration::ZERO).await.unwrap());
             s.engine.observe_segment(1);
         }
         let batch: Vec<_> = (0..1000)

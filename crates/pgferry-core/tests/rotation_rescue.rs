@@ -34,7 +34,7 @@ async fn segment_is_freed_only_when_closed_and_cursor_survives() {
     let first = s.engine.claim("q", 100, "w").await.unwrap();
     assert_eq!(first.len(), 10);
 
-    assert!(rotator::advance(&mut rot, Duration::ZERO).await.unwrap());
+    assert!(rotator::advance(&rot, Duration::ZERO).await.unwrap());
     assert_eq!(current_segment(&rot).await, 1);
     // Nine of ten closed: the segment must stay.
     let outcomes: Vec<_> = first[..9].iter().map(|j| j.completed(None)).collect();
@@ -97,7 +97,7 @@ async fn open_writer_blocks_truncation() {
     s.tick().await;
     let c = s.engine.claim("q", 10, "w").await.unwrap();
     s.complete_all(&c).await;
-    rotator::advance(&mut rot, Duration::ZERO).await.unwrap();
+    rotator::advance(&rot, Duration::ZERO).await.unwrap();
     assert_eq!(
         rotator::free_oldest(&mut rot, Duration::ZERO)
             .await
@@ -128,8 +128,8 @@ async fn open_writer_blocks_truncation() {
 async fn freeing_a_segment_never_blocks_the_hot_path() {
     let s = common::setup().await;
     s.run_through("q", 1).await;
-    let mut rot = s.db.connect().await;
-    rotator::advance(&mut rot, Duration::ZERO).await.unwrap();
+    let rot = s.db.connect().await;
+    rotator::advance(&rot, Duration::ZERO).await.unwrap();
     // What the rotator's NOTIFY tells every listening process: enqueues now go to the new
     // segment (without it they keep writing the old one for a few seconds, which delays its
     // freeing but loses nothing).
@@ -227,7 +227,7 @@ async fn interrupted_rotation_is_finished_by_the_next_pass() {
     let s = common::setup().await;
     let mut rot = s.db.connect().await;
     s.run_through("q", 2).await;
-    rotator::advance(&mut rot, Duration::ZERO).await.unwrap();
+    rotator::advance(&rot, Duration::ZERO).await.unwrap();
     // Simulate a leader that died after marking and detaching two of the five partitions.
     rot.batch_execute(
         "UPDATE pgferry.segments SET state = 'freeing' WHERE segment = 0;
@@ -349,7 +349,7 @@ async fn queue_retention_keeps_closed_segments() {
     };
     s.engine.update_queue("kept", &keep).await.unwrap();
     let mut rot = s.db.connect().await;
-    assert!(rotator::advance(&mut rot, Duration::ZERO).await.unwrap());
+    assert!(rotator::advance(&rot, Duration::ZERO).await.unwrap());
     let freed = rotator::free_oldest(&mut rot, Duration::ZERO)
         .await
         .unwrap();
