@@ -517,7 +517,8 @@ fn grant(shared: &StreamShared, subs: &[Subscription], n: u32, max: u64) {
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
             Some(cur.saturating_add(u64::from(n)).min(max))
         });
-    subs.iter().for_each(Subscription::wake);
+    // Served from the buffers right here (no hop through the dispatcher tasks).
+    subs.iter().for_each(Subscription::serve);
 }
 
 /// Drops a held attempt once its outcome is recorded (a newer attempt of the job stays).

@@ -1,0 +1,108 @@
+//! A dispatcher's claims: several at once, each in the background.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use pgferry_core::ClaimedJob;
+
+use super::{Buffered, Dispatcher, Inner};
+use crate::metrics::{JobCounter, Latency};
+
+/// A claim running in the background: how many it asked for, when it started, and what it
+/// got.
+type Claim = Pin<
+    Box<dyn Future<Output = (usize, SystemTime, pgferry_core::Result<Vec<ClaimedJob>>)> + Send>,
+>;
+
+fn start_claim(inner: &Inner, d: &Dispatcher, want: usize) -> Claim {
+    let (engine, metrics) = (inner.engine.clone(), inner.coalescers.metrics.clone());
+    let receipts = inner.coalescers.receipts.clone();
+    let (queue, worker) = (d.queue.clone(), inner.worker.clone());
+    let (tenant, user_queue) = (d.tenant.clone(), d.user_queue.clone());
+    Box::pin(async move {
+        let at = SystemTime::now();
+        let started = Instant::now();
+        let claimed = engine.claim(&queue, want, &worker).await;
+        metrics.observe(Latency::Claim, started.elapsed());
+        if let Ok(jobs) = &claimed {
+            metrics.add(JobCounter::Claimed, &tenant, &user_queue, jobs.len() as u64);
+            receipts.register(jobs);
+        }
+        (want, at, claimed)
+    })
+}
+
+/// The claims of one dispatcher running at once. Several at a time: one claim's round trip
+/// (milliseconds under load) feeding every stream bounds delivery, and the engine runs
+/// concurrent claims of one process on different lanes of the queue.
+#[derive(Default)]
+pub(super) struct Claims {
+    running: FuturesUnordered<Claim>,
+    /// Jobs the running claims asked for in all (counted as on their way).
+    pub wanted: usize,
+}
+
+impl Claims {
+    pub fn len(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn start(&mut self, inner: &Inner, d: &Dispatcher, want: usize) {
+        self.wanted += want;
+        self.running.push(start_claim(inner, d, want));
+    }
+
+    /// The next claim to finish (pending forever while none runs).
+    pub async fn next(&mut self) -> (SystemTime, pgferry_core::Result<Vec<ClaimedJob>>) {
+        match self.running.next().await {
+            Some((want, at, res)) => {
+                self.wanted -= want;
+                (at, res)
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Waits for every running claim and buffers what they got (to be delivered or handed
+    /// back: claimed jobs are never dropped on the floor).
+    pub async fn settle(&mut self, d: &Dispatcher, lease: Duration) {
+        while let Some((want, at, res)) = self.running.next().await {
+            self.wanted -= want;
+            if let Ok(jobs) = res {
+                d.buffer_lock().extend(buffered(jobs, at, lease));
+            }
+        }
+    }
+}
+
+pub(super) fn buffered(
+    jobs: Vec<ClaimedJob>,
+    at: SystemTime,
+    lease: Duration,
+) -> impl Iterator<Item = Buffered> {
+    jobs.into_iter().map(move |job| Buffered {
+        job,
+        lease_until: at + lease,
+    })
+}
+
+/// Jobs of `buffer` taken in order while `take` says yes; `take` is asked once per job and
+/// stops the scan when it returns `None` (no more room). Jobs it refuses stay, in order.
+pub(super) fn take_from(
+    buffer: &mut VecDeque<Buffered>,
+    mut take: impl FnMut(&Buffered) -> Option<bool>,
+) -> Vec<Buffered> {
+    let mut taken = Vec::new();
+    let mut i = 0;
+    while i < buffer.len() {
+        match take(&buffer[i]) {
+            None => break,
+            Some(true) => taken.extend(buffer.remove(i)),
+            Some(false) => i += 1,
+        }
+    }
+    taken
+}
