@@ -67,6 +67,16 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0008_free_segments_detached.sql",
         sql: include_str!("../migrations/0008_free_segments_detached.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_compressed_batch_rows.sql",
+        sql: include_str!("../migrations/0009_compressed_batch_rows.sql"),
+    },
+    Migration {
+        version: 10,
+        name: "0010_unique_keys_by_job.sql",
+        sql: include_str!("../migrations/0010_unique_keys_by_job.sql"),
+    },
 ];
 
 /// Advisory lock key for migrations ("pgferry" in ASCII, truncated): not shared with any

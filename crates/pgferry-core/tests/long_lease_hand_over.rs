@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use pgferry_core::leader::rotator::{self, FreeResult};
-use pgferry_core::leader::{rescuer, LeaderConfig};
+use pgferry_core::leader::{janitor, rescuer, LeaderConfig};
 use pgferry_core::{AttemptRef, CancelResult, ClaimedJob, JobFilter, JobState, NewJob};
 use serde_json::json;
 use tokio_postgres::Client;
@@ -437,4 +437,62 @@ async fn a_late_report_naming_a_freed_segment_is_stale() {
         .unwrap()
         .get(0);
     assert_eq!(counted, 0);
+}
+
+#[tokio::test]
+async fn a_handed_over_job_keeps_its_unique_key_for_its_period() {
+    let s = common::setup().await;
+    let mut rot = s.db.connect().await;
+    let keyed = || {
+        NewJob::new("q", "long", json!({}))
+            .unique("nightly")
+            .unique_period(Duration::from_secs(3600))
+    };
+    let id = s.engine.enqueue_many(&[keyed()]).await.unwrap()[0].id;
+    s.tick().await;
+    let long = s.engine.claim("q", 1, "w-long").await.unwrap().remove(0);
+    assert_eq!(long.job_id, id);
+    assert!(beat(&s, &long, Duration::from_secs(600)).await);
+    turn(&s, &mut rot, &long, 20).await;
+    assert_eq!(count(&rot, READY_ROWS, id).await, 0);
+    assert_eq!(count(&rot, HANDED, id).await, 1);
+    assert!(!s.engine.complete(&[long.completed(None)]).await.unwrap()[0].stale);
+    // Its receipt and every segment of its time go; only long_leases remembers the job.
+    for _ in 0..20 {
+        s.run_through("other", 3).await;
+        rotator::rotate(&mut rot, &quick()).await.unwrap();
+    }
+    // The janitor, with retention zero, keeps the row and the key for the key's period...
+    let janitor = s.db.connect().await;
+    assert_eq!(
+        janitor::prune_long_leases(&janitor, 1000, Duration::ZERO)
+            .await
+            .unwrap(),
+        0
+    );
+    janitor::prune_unique(&janitor, None, 1000).await.unwrap();
+    const KEYS: &str = "SELECT count(*) FROM pgferry.unique_keys WHERE job_id = $1";
+    assert_eq!(count(&rot, KEYS, id).await, 1);
+    assert_eq!(
+        s.engine.get_job(id).await.unwrap().state,
+        JobState::Completed
+    );
+    // ...so a duplicate still answers the holder.
+    let dup = s.engine.enqueue_many(&[keyed()]).await.unwrap();
+    assert_eq!((dup[0].id, dup[0].duplicate), (id, true));
+    // Once the period is over the key is released and the row goes.
+    rot.execute(
+        "UPDATE pgferry.unique_keys SET period_ms = 1 WHERE job_id = $1",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    janitor::prune_unique(&janitor, None, 1000).await.unwrap();
+    assert_eq!(count(&rot, KEYS, id).await, 0);
+    assert_eq!(
+        janitor::prune_long_leases(&janitor, 1000, Duration::ZERO)
+            .await
+            .unwrap(),
+        1
+    );
 }

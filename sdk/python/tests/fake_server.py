@@ -32,6 +32,9 @@ class FakeServer:
         self.max_outstanding = 0
         self.push: asyncio.Queue[worker_pb2.WorkerResponse] = asyncio.Queue()
         self.drop_worker_after_results = -1
+        # Seconds before each message goes out: plays a loaded server, so the stream's own
+        # tasks (feed, read) run between its sends.
+        self.send_delay = 0.0
         self.batch = 0
         self.hellos: list[worker_pb2.WorkerHello] = []
         self.job_batch_sizes: list[int] = []
@@ -122,11 +125,13 @@ class FakeServer:
         batch = min(self.batch, first.hello.max_batch)
         yield worker_pb2.WorkerResponse(hello_ack=worker_pb2.WorkerHelloAck(tenant="t", default_lease_ms=30_000, max_batch=batch))
         out: asyncio.Queue[worker_pb2.WorkerResponse | None] = asyncio.Queue()
-        state: dict[str, int] = {"credits": 0, "outstanding": 0, "results": 0, "draining": 0, "dropped": 0}
+        # closing: the end-of-stream marker is queued in `out`; anything queued behind it is
+        # never sent, so feed must take no more jobs from the shared queue.
+        state: dict[str, int] = {"credits": 0, "outstanding": 0, "results": 0, "draining": 0, "dropped": 0, "closing": 0}
 
         async def feed() -> None:
             while True:
-                if state["credits"] > 0 and not state["draining"]:
+                if state["credits"] > 0 and not state["draining"] and not state["closing"]:
                     jobs = [await self.jobs.get()]
                     # Whatever else is queued right now, within credits and the batch size.
                     while batch and len(jobs) < min(batch, state["credits"]) and not self.jobs.empty():
@@ -167,7 +172,7 @@ class FakeServer:
                     state["results"] += len(results)
                     if 0 <= self.drop_worker_after_results <= state["results"]:
                         self.drop_worker_after_results = -1
-                        state["dropped"] = 1
+                        state["dropped"] = state["closing"] = 1
                         await out.put(None)
                         return
                 elif which == "heartbeat":
@@ -177,15 +182,24 @@ class FakeServer:
                     state["draining"] = 1
                     state["outstanding"] -= len(req.drain.release)
                     await out.put(worker_pb2.WorkerResponse(drained=worker_pb2.Drained()))
+            state["closing"] = 1
             await out.put(None)
 
         tasks = [asyncio.create_task(f()) for f in (feed, pushes, read)]
         try:
             while (msg := await out.get()) is not None:
+                if self.send_delay:
+                    await asyncio.sleep(self.send_delay)
                 yield msg
         finally:
             for t in tasks:
                 t.cancel()
+            # Jobs taken for this stream but never sent (it ended first) go back, as a real
+            # server's lease expiry would hand them out again.
+            while not out.empty():
+                if (m := out.get_nowait()) is not None:
+                    for j in [m.job] if m.HasField("job") else m.jobs.jobs:
+                        self.jobs.put_nowait(j)
         if state.get("dropped"):
             await ctx.abort(grpc.StatusCode.UNAVAILABLE, "fake restart")
 

@@ -219,9 +219,13 @@ def test_drain_hands_back_jobs_that_arrive_after_stop(batch: int) -> None:
 
 
 @both_modes
-def test_worker_reconnects_and_keeps_going(batch: int) -> None:
+@pytest.mark.parametrize("send_delay", [0.0, 0.02], ids=["fast", "slow"])
+def test_worker_reconnects_and_keeps_going(batch: int, send_delay: float) -> None:
     async def body(fake: FakeServer) -> None:
         fake.drop_worker_after_results = 3
+        # slow: the fake's feed runs between the drop decision and the stream's end (what
+        # a loaded machine did by chance); the jobs it took then must not vanish.
+        fake.send_delay = send_delay
         app = pgferry.Worker(fake.url, "good", queues=["q"], concurrency=2, handle_signals=False, reconnect_cap=0.2)
         done: set[int] = set()
 

@@ -61,6 +61,12 @@ released AS (
        -- Running after a hand-over (ADR 0008): its log rows may be gone, it still holds.
        AND NOT EXISTS (SELECT 1 FROM pgferry.long_leases ll
                         WHERE ll.job_id = b.job_id AND ll.handed_over AND ll.outcome IS NULL)
+       -- Completed after a hand-over: its outcome is in long_leases, not in completions, and
+       -- its log rows may be gone; it holds for the key's period like any completion (the
+       -- janitor keeps the row that long, long_leases_prune.sql).
+       AND NOT EXISTS (SELECT 1 FROM pgferry.long_leases ll
+                        WHERE ll.job_id = b.job_id AND ll.handed_over AND ll.outcome = 1
+                          AND ll.finished_at + b.period_ms * interval '1 millisecond' > now())
        AND CASE
                -- Never in the log and not scheduled: cancelled there, or gone.
                WHEN a.job_id IS NULL THEN true
