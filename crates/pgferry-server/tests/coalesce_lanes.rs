@@ -74,6 +74,33 @@ impl Writer for Recording {
     }
 }
 
+/// Completes each request from its own task, all released at once, and checks that every
+/// request is answered, in its own order, with nothing stale.
+async fn submit_together(
+    co: &Arc<Coalescer<Recording>>,
+    requests: &[Vec<&ClaimedJob>],
+    what: &str,
+) {
+    let barrier = Arc::new(Barrier::new(requests.len()));
+    let mut tasks = Vec::new();
+    for r in requests {
+        let outcomes: Vec<Outcome> = r.iter().map(|j| j.completed(None)).collect();
+        let want: Vec<i64> = r.iter().map(|j| j.job_id).collect();
+        let (co, barrier) = (co.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            (want, co.submit(outcomes).await)
+        }));
+    }
+    for t in tasks {
+        let (want, res) = t.await.unwrap();
+        let done = res.expect("recorded");
+        let got: Vec<i64> = done.iter().map(|d| d.job_id).collect();
+        assert_eq!(got, want, "{what}");
+        assert!(done.iter().all(|d| !d.stale));
+    }
+}
+
 fn lanes_config() -> CoalesceConfig {
     CoalesceConfig {
         max_rows: 1000,
@@ -164,24 +191,12 @@ async fn outcomes_of_one_receipt_never_meet_in_concurrent_flushes() {
         .count();
     assert!(spanning > 0, "the data must make some requests span lanes");
 
-    let barrier = Arc::new(Barrier::new(callers));
-    let mut tasks = Vec::new();
-    for d in &dealt {
-        let outcomes: Vec<Outcome> = d.iter().map(|j| j.completed(None)).collect();
-        let want: Vec<i64> = d.iter().map(|j| j.job_id).collect();
-        let (co, barrier) = (co.clone(), barrier.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            (want, co.submit(outcomes).await)
-        }));
-    }
-    for t in tasks {
-        let (want, res) = t.await.unwrap();
-        let done = res.expect("recorded");
-        let got: Vec<i64> = done.iter().map(|d| d.job_id).collect();
-        assert_eq!(got, want, "one answer per outcome, in the request's order");
-        assert!(done.iter().all(|d| !d.stale));
-    }
+    submit_together(
+        &co,
+        &dealt,
+        "one answer per outcome, in the request's order",
+    )
+    .await;
 
     for w in writes.lock().unwrap().iter() {
         let l: HashSet<usize> = w.iter().map(|r| lane(*r)).collect();
@@ -316,28 +331,16 @@ async fn a_receipt_dealt_over_requests_is_written_whole_in_claim_order() {
     ));
     // Reversed and dealt over 9 requests of 8: each request holds one receipt's outcomes
     // (a request naming two receipts could not be part of a whole one).
-    let mut tasks = Vec::new();
-    let barrier = Arc::new(Barrier::new(9));
-    for chunk in jobs.chunks(24).flat_map(|r| {
-        let mut r: Vec<&ClaimedJob> = r.iter().collect();
-        r.reverse();
-        (0..3).map(move |k| r.iter().skip(k).step_by(3).copied().collect::<Vec<_>>())
-    }) {
-        let outcomes: Vec<Outcome> = chunk.iter().map(|j| j.completed(None)).collect();
-        let want: Vec<i64> = chunk.iter().map(|j| j.job_id).collect();
-        let (co, barrier) = (co.clone(), barrier.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            (want, co.submit(outcomes).await)
-        }));
-    }
-    for t in tasks {
-        let (want, res) = t.await.unwrap();
-        let done = res.expect("recorded");
-        let got: Vec<i64> = done.iter().map(|d| d.job_id).collect();
-        assert_eq!(got, want, "answers in the request's order");
-        assert!(done.iter().all(|d| !d.stale));
-    }
+    let requests: Vec<Vec<&ClaimedJob>> = jobs
+        .chunks(24)
+        .flat_map(|r| {
+            let mut r: Vec<&ClaimedJob> = r.iter().collect();
+            r.reverse();
+            (0..3).map(move |k| r.iter().skip(k).step_by(3).copied().collect::<Vec<_>>())
+        })
+        .collect();
+    assert_eq!(requests.len(), 9);
+    submit_together(&co, &requests, "answers in the request's order").await;
     let writes = writes.lock().unwrap().clone();
     assert_eq!(writes.len(), 3, "one statement per receipt: {writes:?}");
     assert!(writes.iter().all(|w| w.len() == 1));
