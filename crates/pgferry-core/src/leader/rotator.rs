@@ -27,7 +27,7 @@
 
 use std::time::Duration;
 
-use tokio_postgres::{Client, Config, GenericClient};
+use tokio_postgres::{Client, Config};
 
 use super::{duty_loop, LeaderConfig};
 use crate::error::Result;
@@ -210,7 +210,7 @@ async fn repair(client: &Client) -> Result<()> {
     Ok(())
 }
 
-async fn detach(client: &impl GenericClient, table: &str, segment: i16) -> Result<()> {
+async fn detach(client: &Client, table: &str, segment: i16) -> Result<()> {
     let part = partition(table, segment);
     let state = client.query_opt(PARTITION_STATE, &[&part]).await?;
     let sql = match state.map(|r| r.get::<_, bool>(0)) {
@@ -223,7 +223,7 @@ async fn detach(client: &impl GenericClient, table: &str, segment: i16) -> Resul
 }
 
 /// Attaches one partition unless it is attached; true when it did.
-async fn attach(client: &impl GenericClient, table: &str, segment: i16) -> Result<bool> {
+async fn attach(client: &Client, table: &str, segment: i16) -> Result<bool> {
     let part = partition(table, segment);
     if client.query_opt(PARTITION_STATE, &[&part]).await?.is_some() {
         return Ok(false);
