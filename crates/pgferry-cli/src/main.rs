@@ -11,6 +11,13 @@ use std::path::PathBuf;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+/// mimalloc instead of glibc malloc: the server's hot path allocates and frees many small
+/// buffers per job across threads (protobuf messages, HTTP/2 frames, row buffers), where
+/// glibc spent ~18% of the process's CPU in a gRPC cycle benchmark (free-list
+/// consolidation, chunk unlinking); see docs/performance.md for the A/B.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "pgferry",
