@@ -293,6 +293,21 @@ impl Session {
             .then_some(a)
     }
 
+    /// The attempt a result names and the queue's backoff for it. A job this stream holds
+    /// under the very token the client sent back needs no HMAC: that token came from here.
+    /// Anything else (a result after a reconnect, a forged token) is checked in full.
+    fn attempt_of(&self, r: &pb::AttemptRef) -> Option<(Attempt, Backoff)> {
+        let backoff = {
+            let held = self.shared.held.lock().expect("held");
+            match held.get(&r.id).filter(|h| h.attempt.attempt == r.attempt) {
+                Some(h) if h.token == r.token => return Some((h.attempt.clone(), h.backoff)),
+                Some(h) => h.backoff,
+                None => Backoff::default(),
+            }
+        };
+        Some((self.verify(r)?, backoff))
+    }
+
     fn held(&self, job_id: i64) -> Option<Held> {
         self.shared.held.lock().expect("held").get(&job_id).cloned()
     }
@@ -323,7 +338,7 @@ impl Session {
                 pb_error("invalid_argument", "result without ref", "ref"),
             ));
         };
-        let Some(attempt) = self.verify(&aref) else {
+        let Some((attempt, backoff)) = self.attempt_of(&aref) else {
             let e = pb_error(
                 "not_found",
                 "unknown attempt (bad or foreign token)",
@@ -331,14 +346,6 @@ impl Session {
             );
             return Err(result_error(Some(aref), e));
         };
-        let backoff = self
-            .shared
-            .held
-            .lock()
-            .expect("held")
-            .get(&aref.id)
-            .filter(|h| h.attempt.attempt == aref.attempt)
-            .map_or_else(Backoff::default, |h| h.backoff);
         match outcome_of(&attempt, backoff, r) {
             Ok(o) => Ok((aref, o, attempt.queue)),
             Err(e) => Err(result_error(Some(aref), e)),
