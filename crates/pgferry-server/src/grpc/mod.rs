@@ -320,8 +320,11 @@ pub async fn serve_grpc(
         .add_service(producer)
         .add_service(worker)
         .add_service(admin)
+        // Server::tcp_nodelay only reaches sockets tonic binds itself; accepted sockets of
+        // a listener passed in get it here. Without it Nagle holds each small JobBatch
+        // until the previous segment is acked, which bounds a worker's round trip.
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             signal,
         )
         .await;
