@@ -320,22 +320,35 @@ pub async fn serve_grpc(
         .add_service(producer)
         .add_service(worker)
         .add_service(admin)
-        // Server::tcp_nodelay only reaches sockets tonic binds itself; accepted sockets of
-        // a listener passed in get it here. Without it Nagle holds each small JobBatch
-        // until the previous segment is acked, which bounds a worker's round trip.
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            signal,
-        )
+        .serve_with_incoming_shutdown(incoming(listener), signal)
         .await;
     let _ = state.stop.send(true);
     state.dispatchers.close_all().await;
     result
 }
 
+/// Accepted connections with TCP_NODELAY. `Server::tcp_nodelay` only reaches sockets tonic
+/// binds itself, not those of a listener passed in; without it Nagle holds each small
+/// JobBatch back until the previous segment is acked, which bounded every worker's round
+/// trip (gRPC cycle 26-34k jobs/s with Nagle, 41-48k without; docs/performance.md).
+fn incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn accepted_sockets_have_nodelay() {
+        use tokio_stream::StreamExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut incoming = incoming(listener);
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let accepted = incoming.next().await.unwrap().unwrap();
+        assert!(accepted.nodelay().unwrap());
+    }
 
     #[tokio::test]
     async fn a_panicking_stream_task_ends_its_stream_with_internal() {
