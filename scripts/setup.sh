@@ -21,6 +21,9 @@ have_pg_server() {
 
 have_pg_server || need+=(postgresql)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+# A C compiler: rustc links through `cc`, and libmimalloc-sys (the binary's allocator)
+# compiles mimalloc's C sources.
+command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v python3 >/dev/null 2>&1 || need+=(python3 python3-venv)
 # Debian splits venv/ensurepip out of python3: the Python SDK tests and `make test-fuzz`
 # need them.
