@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator
 from typing import Any
 
 _otel: Any = None
@@ -26,20 +26,19 @@ def _load() -> Any:
     return _otel
 
 
-def inject(meta: MutableMapping[str, str]) -> None:
-    """Add `traceparent` (and `tracestate`) for the current span, if there is one and the
-    caller did not set it explicitly."""
+def carrier() -> dict[str, str] | None:
+    """The current span's `traceparent` (and `tracestate`) headers, or None outside a span.
+    Looked up once per enqueue call: every job of a batch is enqueued in the same span."""
     otel = _load()
-    if otel is None or "traceparent" in meta:
-        return
+    if otel is None:
+        return None
     propagate, trace = otel
     span = trace.get_current_span()
     if not span.get_span_context().is_valid:
-        return
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier)
-    for k, v in carrier.items():
-        meta.setdefault(k, v)
+        return None
+    headers: dict[str, str] = {}
+    propagate.inject(headers)
+    return headers or None
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -14,13 +14,20 @@ from pgferry.v1 import admin_pb2, common_pb2
 DEFAULT_QUEUE = "default"
 
 
+# Compact separators: args are stored as jsonb; spaces only cost bytes on the wire. One
+# encoder for the process: json.dumps with any option builds a new JSONEncoder per call,
+# which cost more than the encoding itself for small args.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def dumps(value: Any) -> str:
-    # Compact separators: args are stored as jsonb; spaces only cost bytes on the wire.
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    # None (no args, a handler returning nothing) is the common case; skip the encoder.
+    return "null" if value is None else _encode(value)
 
 
 def loads(text: str) -> Any:
-    return json.loads(text) if text else None
+    # Empty and "null" (no args) need no parser.
+    return json.loads(text) if text and text != "null" else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,18 +102,34 @@ def _delay_ms(delay: float | timedelta) -> int:
 def to_spec(req: JobRequest, *, trace: bool = True) -> common_pb2.JobSpec:
     """Build the protocol JobSpec; raises ValueError/TypeError for input that can never be
     valid (the server validates everything else and answers InvalidArgument)."""
+    return fill_spec(common_pb2.JobSpec, req, req.queue, _tracing.carrier() if trace else None)
+
+
+def fill_spec(
+    new: Callable[..., common_pb2.JobSpec],
+    req: JobRequest,
+    queue: str,
+    carrier: Mapping[str, str] | None,
+) -> common_pb2.JobSpec:
+    """`to_spec` with the parts that are the same for every job of a batch passed in:
+    `new` makes the message (the JobSpec class, or `batch.jobs.add` to build it in place
+    instead of copying it into the batch later), `queue` replaces req.queue, and `carrier`
+    is the current span's trace headers (`_tracing.carrier()`, looked up once per call)."""
     if req.run_at is not None and req.delay is not None:
         raise ValueError("pass run_at or delay, not both")
-    meta: dict[str, str] = dict(req.meta) if req.meta else {}
-    if trace:
-        _tracing.inject(meta)
-    spec = common_pb2.JobSpec(
-        queue=req.queue,
-        kind=req.kind,
-        args=dumps(req.args),
-        meta=meta,
-        priority=req.priority,
-    )
+    args = dumps(req.args)
+    meta = req.meta
+    # The span's headers go in unless the caller set traceparent explicitly.
+    if carrier and not (meta and "traceparent" in meta):
+        merged = dict(carrier)
+        if meta:
+            merged.update(meta)
+        meta = merged
+    # An empty map argument costs more than the rest of the message: leave it out.
+    if meta:
+        spec = new(queue=queue, kind=req.kind, args=args, meta=dict(meta), priority=req.priority)
+    else:
+        spec = new(queue=queue, kind=req.kind, args=args, priority=req.priority)
     if req.max_attempts is not None:
         spec.max_attempts = req.max_attempts
     if req.run_at is not None:

@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from pgferry import _conn
+from pgferry import _conn, _tracing
 from pgferry._http_admin import HttpAdmin
 from pgferry._types import (
     DEFAULT_QUEUE,
@@ -24,6 +24,7 @@ from pgferry._types import (
     QueueInfo,
     job_from_pb,
     queue_from_pb,
+    fill_spec,
     queue_settings_pb,
     to_spec,
 )
@@ -301,16 +302,21 @@ class Client:
         reqs = [_as_request(j) for j in jobs]
         if not reqs:
             return []
-        specs = [
-            to_spec(r if r.queue != DEFAULT_QUEUE else _with_queue(r, self.default_queue))
-            for r in reqs
-        ]
+        # The specs are built inside the request (no copy of each into the batch), and
+        # what is the same for every job (trace headers, default queue) is found once.
+        req = producer_pb2.ProducerRequest()
+        batch = req.batch
+        add = batch.jobs.add
+        carrier = _tracing.carrier()
+        default_queue = self.default_queue
+        for r in reqs:
+            fill_spec(add, r, default_queue if r.queue == DEFAULT_QUEUE else r.queue, carrier)
         seq = next(self._seq)
-        req = producer_pb2.ProducerRequest(batch=producer_pb2.EnqueueBatch(seq=seq, jobs=specs))
+        batch.seq = seq
         ack = await self._send(seq, req)
-        if len(ack.job_ids) != len(specs):
-            raise ProtocolError(f"enqueue ack has {len(ack.job_ids)} ids for {len(specs)} jobs")
-        dups = list(ack.duplicates) or [False] * len(specs)
+        if len(ack.job_ids) != len(reqs):
+            raise ProtocolError(f"enqueue ack has {len(ack.job_ids)} ids for {len(reqs)} jobs")
+        dups = list(ack.duplicates) or [False] * len(reqs)
         return [EnqueuedJob(i, d) for i, d in zip(ack.job_ids, dups)]
 
     async def _send(self, seq: int, req: producer_pb2.ProducerRequest) -> producer_pb2.EnqueueAck:
@@ -477,12 +483,6 @@ class Client:
             assert self._http is not None
             return await self._http.queue_action(name, "resume")
         return queue_from_pb(r)
-
-
-def _with_queue(r: JobRequest, queue: str) -> JobRequest:
-    from dataclasses import replace
-
-    return replace(r, queue=queue)
 
 
 __all__ = ["Client", "JobLike"]

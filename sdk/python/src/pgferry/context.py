@@ -4,7 +4,7 @@ that the job was cancelled."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -28,7 +28,8 @@ class JobContext:
         "queue",
         "kind",
         "args",
-        "meta",
+        "_meta",
+        "_meta_src",
         "max_attempts",
         "priority",
         "enqueued_at_ms",
@@ -48,7 +49,7 @@ class JobContext:
         queue: str,
         kind: str,
         args: Any,
-        meta: dict[str, str],
+        meta: Mapping[str, str],
         max_attempts: int,
         priority: int,
         enqueued_at_ms: int,
@@ -63,7 +64,10 @@ class JobContext:
         self.queue = queue
         self.kind = kind
         self.args = args
-        self.meta = meta
+        # Converted on first use: most handlers never read it, and copying a protobuf
+        # map costs more per job than the rest of the context.
+        self._meta: dict[str, str] | None = None
+        self._meta_src: Mapping[str, str] | None = meta
         self.max_attempts = max_attempts
         self.priority = priority
         self.enqueued_at_ms = enqueued_at_ms
@@ -78,6 +82,20 @@ class JobContext:
 
     def __repr__(self) -> str:
         return f"<JobContext {self.kind} id={self.id} attempt={self.attempt} queue={self.queue}>"
+
+    @property
+    def meta(self) -> dict[str, str]:
+        """The job's headers (as enqueued; `traceparent` when enqueued inside a span)."""
+        meta = self._meta
+        if meta is None:
+            # _meta_src stays: a sync handler's thread may convert it at the same time.
+            src = self._meta_src
+            meta = self._meta = dict(src) if src else {}
+        return meta
+
+    @meta.setter
+    def meta(self, value: dict[str, str]) -> None:
+        self._meta, self._meta_src = value, None
 
     @property
     def is_last_attempt(self) -> bool:

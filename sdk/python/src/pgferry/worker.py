@@ -30,7 +30,9 @@ import grpc
 import grpc.aio
 
 from pgferry import _conn, _tracing
-from pgferry._handlers import Handler, call_args, failure_text
+from pgferry._handlers import Handler, call_args
+from pgferry._heartbeats import Heartbeats
+from pgferry._steps import OK_NONE, Key, Result, drive, first_step, outcome_of, result_pb
 from pgferry._types import dumps, loads
 from pgferry.context import JobCancelled, JobContext
 from pgferry.errors import (
@@ -43,7 +45,7 @@ from pgferry.errors import (
     Unavailable,
     from_rpc_error,
 )
-from pgferry.outcomes import Cancel, Fail, Snooze
+from pgferry.outcomes import Cancel, Fail, Outcome, Snooze
 from pgferry.v1 import common_pb2, worker_pb2
 
 log = logging.getLogger("pgferry.worker")
@@ -55,7 +57,6 @@ _MAX_BATCH = 500
 F = TypeVar("F", bound=Callable[..., Any])
 # Errors that end `run` instead of a reconnect: another try would get the same answer.
 _FATAL = (AuthError, InvalidArgument, NotFound, Conflict)
-Key = tuple[int, int]
 
 
 class Worker:
@@ -103,18 +104,20 @@ class Worker:
         self._reset_runtime()
 
     def _reset_runtime(self) -> None:
-        self._running: dict[Key, tuple[JobContext, asyncio.Task[None]]] = {}
+        # Jobs started and not finished, with the task running each once it has suspended
+        # (None before that: see _steps).
+        self._running: dict[Key, tuple[JobContext, asyncio.Task[None] | None]] = {}
+        # Runner tasks, referenced until done (the loop keeps only weak references).
+        self._runners: set[asyncio.Task[None]] = set()
         # Control messages (credits, heartbeats, drains) waiting for the writer.
         self._outbox: collections.deque[worker_pb2.WorkerRequest] = collections.deque()
         # Results waiting for the writer, and those written but not yet acked.
-        self._results: list[worker_pb2.JobResult] = []
-        self._unacked: dict[Key, worker_pb2.JobResult] = {}
+        self._results: list[Result] = []
+        self._unacked: dict[Key, Result] = {}
         self._batch = 0  # items per batch granted on this stream; 0: single messages
         self._credits = 0  # freed slots not yet granted to the server
         self._server_credits = 0  # granted on this stream and not yet used by a Job
-        self._hb_pending: dict[Key, list[asyncio.Future[bool]]] = {}
-        self._hb_inflight: dict[Key, list[asyncio.Future[bool]]] = {}
-        self._hb_refs: dict[Key, common_pb2.AttemptRef] = {}
+        self._hb = Heartbeats()
         self._unstarted: list[common_pb2.AttemptRef] = []
         # Events are not bound to a loop until first awaited (3.10+), so they can be made here.
         self._wake = asyncio.Event()
@@ -230,7 +233,7 @@ class Worker:
                 watch.cancel()
                 await asyncio.gather(watch, return_exceptions=True)
                 self._call = None
-                self._fail_heartbeats()
+                self._hb.fail_all()
             if self._stopping.is_set():
                 if self._finished() or loop.time() >= self._drain_deadline:
                     self._abandon()
@@ -267,7 +270,8 @@ class Worker:
             )
         for ctx, task in list(self._running.values()):
             ctx._set_cancelled()
-            task.cancel()
+            if task is not None:
+                task.cancel()
         self.stats["abandoned"] += len(self._running)
         self._running.clear()
         self._outbox.clear()
@@ -381,18 +385,26 @@ class Worker:
         ResultBatch messages (with the freed slots' credits) when batching, else one each.
         From here they count as sent: a lost stream sends them again."""
         results, self._results = self._results, []
+        unacked = self._unacked
         for r in results:
-            self._unacked[(r.ref.id, r.ref.attempt)] = r
+            unacked[r[0]] = r
         if not self._batch:
-            self._outbox.extend(worker_pb2.WorkerRequest(result=r) for r in results)
+            self._outbox.extend(
+                worker_pb2.WorkerRequest(result=result_pb(worker_pb2.JobResult, r)) for r in results
+            )
             return
         credit = 0
         if not self._draining:
             credit, self._credits = self._credits, 0
             self._server_credits += credit
         for i in range(0, len(results), self._batch):
-            batch = worker_pb2.ResultBatch(results=results[i : i + self._batch], credit=credit)
-            self._outbox.append(worker_pb2.WorkerRequest(results=batch))
+            req = worker_pb2.WorkerRequest()
+            batch = req.results
+            batch.credit = credit
+            add = batch.results.add
+            for r in results[i : i + self._batch]:
+                result_pb(add, r)
+            self._outbox.append(req)
             credit = 0
 
     def _credit_due(self) -> bool:
@@ -409,10 +421,14 @@ class Worker:
     # -- incoming ----------------------------------------------------------------------
 
     def _on_jobs(self, jobs: Iterable[worker_pb2.Job]) -> None:
-        """Starts the jobs of one message (a Job, or a JobBatch): a task each."""
-        loop = asyncio.get_running_loop()
+        """Starts the jobs of one message (a Job, or a JobBatch) in one runner task."""
         # Once per message, not per job: whether a tracer provider is configured.
         traced = _tracing.enabled()
+        loop = asyncio.get_running_loop()
+        running = self._running
+        # Looked up once per message (a bound method is a new object on every access).
+        heartbeat, worker_id = self._heartbeat, self.worker_id
+        start: list[tuple[JobContext, str]] = []
         n = 0
         for job in jobs:
             n += 1
@@ -425,21 +441,54 @@ class Worker:
                 queue=job.queue,
                 kind=job.kind,
                 args=None,
-                meta=dict(job.meta),
+                meta=job.meta,
                 max_attempts=job.max_attempts,
                 priority=job.priority,
                 enqueued_at_ms=job.enqueued_at_unix_ms,
                 lease_until_ms=job.lease_until_unix_ms,
-                worker_id=self.worker_id,
-                heartbeat=self._heartbeat,
+                worker_id=worker_id,
+                heartbeat=heartbeat,
                 loop=loop,
             )
-            task = loop.create_task(self._execute(ctx, job.args, traced))
-            self._running[(ref.id, ref.attempt)] = (ctx, task)
+            running[(ctx.id, ctx.attempt)] = (ctx, None)
+            start.append((ctx, job.args))
         self.stats["received"] += n
         self._server_credits -= n
+        if start:
+            self._start_runner(start, traced)
         if self._draining:
             self._kick()
+
+    def _start_runner(self, jobs: list[tuple[JobContext, str]], traced: bool) -> None:
+        task = asyncio.get_running_loop().create_task(self._run_jobs(jobs, traced))
+        self._runners.add(task)
+        task.add_done_callback(self._runners.discard)
+
+    async def _run_jobs(self, jobs: list[tuple[JobContext, str]], traced: bool) -> None:
+        """Starts `jobs` in order; stays with the first that suspends (see _steps)."""
+        running = self._running
+        for i, (ctx, args) in enumerate(jobs):
+            key = (ctx.id, ctx.attempt)
+            entry = running.get(key)
+            if entry is None or entry[0] is not ctx:
+                continue  # abandoned (shutdown) before its turn
+            coro = self._execute(ctx, args, traced)
+            context = contextvars.copy_context()
+            try:
+                suspended, yielded = first_step(coro, context)
+            except asyncio.CancelledError:
+                # The handler raised it itself: that ends this job alone, as it ended the
+                # job's own task before; the jobs after it still run.
+                continue
+            if not suspended:
+                continue
+            if i + 1 < len(jobs):
+                self._start_runner(jobs[i + 1 :], traced)
+            task = asyncio.current_task()
+            if key in running:
+                running[key] = (ctx, task)
+            await drive(coro, context, yielded)
+            return
 
     def _on_result_acks(self, acks: Iterable[worker_pb2.ResultAck]) -> None:
         n = stale = 0
@@ -463,63 +512,36 @@ class Worker:
             return
         ctx, task = entry
         ctx._set_cancelled()
-        if self.hard_cancel:
+        # A job not started yet (task None) is reported cancelled when its turn comes.
+        if self.hard_cancel and task is not None:
             task.cancel()
 
-    # Heartbeats: at most one Heartbeat message in flight per stream, carrying every ref
-    # whose handler asked since the last one. The server answers each message with one
-    # HeartbeatAck but may answer two messages out of order; with one in flight an ack
-    # always belongs to the batch that was sent.
-
     def _on_heartbeat_ack(self, ack: worker_pb2.HeartbeatAck) -> None:
-        lost = {(r.id, r.attempt) for r in ack.lost}
-        for key in lost:
-            entry = self._running.get(key)
-            if entry is not None:
-                entry[0]._set_cancelled()
-        batch, self._hb_inflight = self._hb_inflight, {}
-        for key, futs in batch.items():
-            entry = self._running.get(key)
-            if entry is not None and key not in lost and ack.lease_until_unix_ms:
-                entry[0].lease_until_ms = ack.lease_until_unix_ms
-            for fut in futs:
-                if not fut.done():
-                    fut.set_result(key not in lost)
+        self._hb.on_ack(ack, self._running)
         self._flush_heartbeats()
 
     async def _heartbeat(self, ctx: JobContext) -> bool:
         if self._call is None:
             raise Unavailable("worker is not connected")
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        key = (ctx.id, ctx.attempt)
-        self._hb_pending.setdefault(key, []).append(fut)
-        self._hb_refs[key] = ctx.ref
+        fut = self._hb.request(ctx)
         self._flush_heartbeats()
         return await fut
 
     def _flush_heartbeats(self) -> None:
-        if self._hb_inflight or not self._hb_pending:
-            return
-        self._hb_inflight, self._hb_pending = self._hb_pending, {}
-        refs = [self._hb_refs.pop(k) for k in self._hb_inflight]
-        self._outbox.append(worker_pb2.WorkerRequest(heartbeat=worker_pb2.Heartbeat(refs=refs)))
-        self._kick()
-
-    def _fail_heartbeats(self) -> None:
-        batches = [self._hb_inflight, self._hb_pending]
-        self._hb_inflight, self._hb_pending, self._hb_refs = {}, {}, {}
-        for batch in batches:
-            for futs in batch.values():
-                for fut in futs:
-                    if not fut.done():
-                        fut.set_exception(Unavailable("worker stream lost before the heartbeat ack"))
+        msg = self._hb.next_message()
+        if msg is not None:
+            self._outbox.append(msg)
+            self._kick()
 
     # -- execution ---------------------------------------------------------------------
 
     async def _execute(self, ctx: JobContext, args_json: str, traced: bool) -> None:
         started = time.monotonic()
-        result = worker_pb2.JobResult(ref=ctx.ref)
+        outcome: Any
         try:
+            if self.hard_cancel and ctx.cancelled:
+                # Cancelled between arrival and start: its task would have been cancelled.
+                raise JobCancelled("cancelled by the server")
             handler = self._handlers.get(ctx.kind)
             if handler is None:
                 raise Fail(f"no handler registered for kind {ctx.kind!r}", kind="UnknownKind")
@@ -534,38 +556,21 @@ class Worker:
                 value = await self._run_sync(handler.fn, ctx, pos, kw)
             if isinstance(value, (Snooze, Cancel, Fail)):
                 raise value
-            result.ok.result = "" if value is None else dumps(value)
+            field, outcome = "ok", OK_NONE if value is None else worker_pb2.Success(result=dumps(value))
             self.stats["completed"] += 1
-        except Snooze as s:
-            result.snooze.delay_ms = int(s.seconds * 1000)
-            self.stats["snoozed"] += 1
-        except (Cancel, JobCancelled) as c:
-            result.cancelled.message = str(c)
-            self.stats["cancelled"] += 1
-        except Fail as f:
-            result.error.message = f.message
-            result.error.kind = f.kind
-            result.error.retryable = not f.permanent
-            if f.retry_in is not None:
-                result.error.retry_delay_ms = int(f.retry_in * 1000)
-            self.stats["failed"] += 1
         except asyncio.CancelledError:
             if not ctx.cancelled or (self._stopping is not None and self._stopping.is_set()):
                 raise  # abandoned at shutdown: the lease hands the job back
-            result.cancelled.message = "cancelled by the server"
+            field, outcome = "cancelled", worker_pb2.Cancelled(message="cancelled by the server")
             self.stats["cancelled"] += 1
-        except Exception as e:  # any other exception: a retryable failure
-            result.error.message = failure_text(e)
-            result.error.kind = type(e).__name__
-            result.error.retryable = True
-            self.stats["failed"] += 1
-            log.debug("pgferry worker: job %d (%s) failed", ctx.id, ctx.kind, exc_info=True)
-        result.duration_ms = int((time.monotonic() - started) * 1000)
-        self._finish(ctx, result)
-
-    def _finish(self, ctx: JobContext, result: worker_pb2.JobResult) -> None:
-        self._running.pop((ctx.id, ctx.attempt), None)
-        self._results.append(result)
+        except Exception as e:  # an outcome raised (Snooze, Cancel, Fail) or a failure
+            field, outcome, stat = outcome_of(e)
+            self.stats[stat] += 1
+            if not isinstance(e, (Outcome, JobCancelled)):
+                log.debug("pgferry worker: job %d (%s) failed", ctx.id, ctx.kind, exc_info=True)
+        key = (ctx.id, ctx.attempt)
+        self._running.pop(key, None)
+        self._results.append((key, ctx.ref, field, outcome, int((time.monotonic() - started) * 1000)))
         if not self._draining:
             self._credits += 1
         self._kick()
