@@ -11,11 +11,10 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from pgferry._steps import Key
 from pgferry.context import JobContext
 from pgferry.errors import Unavailable
 from pgferry.v1 import common_pb2, worker_pb2
-
-Key = tuple[int, int]
 
 
 class Heartbeats:

@@ -45,7 +45,7 @@ from pgferry.errors import (
     Unavailable,
     from_rpc_error,
 )
-from pgferry.outcomes import Cancel, Fail, Outcome, Snooze
+from pgferry.outcomes import Fail, Outcome
 from pgferry.v1 import common_pb2, worker_pb2
 
 log = logging.getLogger("pgferry.worker")
@@ -554,7 +554,7 @@ class Worker:
                 value = await handler.fn(ctx, *pos, **kw)
             else:
                 value = await self._run_sync(handler.fn, ctx, pos, kw)
-            if isinstance(value, (Snooze, Cancel, Fail)):
+            if isinstance(value, Outcome):  # Snooze, Cancel or Fail, returned
                 raise value
             field, outcome = "ok", OK_NONE if value is None else worker_pb2.Success(result=dumps(value))
             self.stats["completed"] += 1
