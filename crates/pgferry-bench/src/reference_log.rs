@@ -8,6 +8,14 @@
 //! reader passed them loses those rows — measured: the unread backlog grew until the depth
 //! bound stopped the producers.) pgferry needs no such constraint: tick visibility lets any
 //! number of producers share a lane.
+//!
+//! `log-acked` is the same log plus the two durable writes any queue with acknowledgements
+//! owes per batch, and nothing else: the read appends a receipt row (the batch's ids and the
+//! cursor after it, in the read's own commit) and the reader then commits one ack row for the
+//! batch. The cursor still lives in memory (the receipt would restore it after a restart);
+//! no lane lock, no visibility ticks, no stale check. It measures what those two commits
+//! cost on this machine, i.e. the closest any design with a durable claim and a durable
+//! per-batch outcome can come to the plain log.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -31,6 +39,23 @@ CREATE TABLE ref_log.events (
 );
 CREATE INDEX events_read ON ref_log.events (shard, id);";
 
+// log-acked only: the durable cursor (latest receipt of a shard) and the per-batch acks.
+const SCHEMA_ACKED: &str = "
+CREATE TABLE ref_log.receipts (
+    receipt_id bigserial,
+    shard      int NOT NULL,
+    last_id    bigint NOT NULL,
+    ids        bigint[] NOT NULL,
+    claimed_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX receipts_cursor ON ref_log.receipts (shard, receipt_id DESC);
+CREATE TABLE ref_log.acks (
+    receipt_id  bigint NOT NULL,
+    ids         bigint[] NOT NULL,
+    finished_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX acks_receipt ON ref_log.acks (receipt_id);";
+
 const COPY_IN: &str = "COPY ref_log.events (shard, kind, args) FROM STDIN BINARY";
 
 // The job itself (kind, args) goes to the reader, like every queue hands a worker its job.
@@ -38,11 +63,35 @@ const READ: &str = "
 SELECT id, enqueued_at, kind, args FROM ref_log.events
  WHERE shard = $1 AND id > $2 ORDER BY id LIMIT $3";
 
-pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
-    measure::connect(config, "setup")
-        .await?
-        .batch_execute(SCHEMA)
-        .await?;
+// log-acked: the same read, and the receipt appended in the same statement (so in the same
+// commit). An empty read writes nothing (HAVING), like an idle pgferry claim.
+const READ_ACKED: &str = "
+WITH r AS (
+    SELECT id, enqueued_at, kind, args FROM ref_log.events
+     WHERE shard = $1 AND id > $2 ORDER BY id LIMIT $3
+), rec AS (
+    INSERT INTO ref_log.receipts (shard, last_id, ids)
+    SELECT $1, max(r.id), array_agg(r.id) FROM r HAVING count(*) > 0
+    RETURNING receipt_id
+)
+SELECT r.id, r.enqueued_at, r.kind, r.args, rec.receipt_id FROM r, rec ORDER BY r.id";
+
+const ACK: &str = "INSERT INTO ref_log.acks (receipt_id, ids) VALUES ($1, $2)";
+
+/// Which log: the bare floor, or the floor plus a durable receipt and ack per batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Bare,
+    Acked,
+}
+
+pub async fn run(config: &Config, opts: &BenchOpts, mode: Mode) -> anyhow::Result<Report> {
+    let setup = measure::connect(config, "setup").await?;
+    setup.batch_execute(SCHEMA).await?;
+    if mode == Mode::Acked {
+        setup.batch_execute(SCHEMA_ACKED).await?;
+    }
+    drop(setup);
     let counters = Arc::new(Counters::default());
     let payload = crate::payload(opts.payload_bytes);
     let shards = opts.workers.max(1) as i32;
@@ -90,7 +139,13 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
         let batch = i64::try_from(opts.claim_batch).unwrap_or(100);
         tasks.push(tokio::spawn(async move {
             let client = measure::connect(&config, "reader").await?;
-            let read = client.prepare(READ).await?;
+            let read = client
+                .prepare(if mode == Mode::Acked { READ_ACKED } else { READ })
+                .await?;
+            let ack = match mode {
+                Mode::Acked => Some(client.prepare(ACK).await?),
+                Mode::Bare => None,
+            };
             let (shard, mut cursor) = (w as i32, 0i64);
             while counters.running() {
                 let rows = client.query(&read, &[&shard, &cursor, &batch]).await?;
@@ -102,19 +157,29 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
                 counters.record_latencies(rows.iter().map(|r| r.get::<_, SystemTime>(1)));
                 measure::take_jobs(&rows, 2, 3);
                 cursor = rows.last().map(|r| r.get(0)).unwrap_or(cursor);
+                if let Some(ack) = &ack {
+                    // After the handler, as a queue's completion: counted once committed.
+                    let receipt: i64 = rows[0].get(4);
+                    let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                    client.execute(ack, &[&receipt, &ids]).await?;
+                }
                 counters.add_finished(rows.len() as u64);
             }
             Ok(())
         }));
     }
+    let (name, pattern) = match mode {
+        Mode::Bare => ("log", "^events$"),
+        Mode::Acked => ("log_acked", "^(events|receipts|acks)$"),
+    };
     measure::window(
-        "log",
+        name,
         config,
         &counters,
         opts,
         measure::Tables {
             schema: "ref_log",
-            pattern: "^events$",
+            pattern,
         },
         tasks,
     )

@@ -81,6 +81,8 @@ pub enum Via {
 pub enum RefKind {
     Skiplocked,
     Log,
+    /// The log plus a durable receipt and a durable ack per batch (not an issue-3 target).
+    LogAcked,
 }
 
 #[derive(clap::Subcommand)]
@@ -169,6 +171,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             let (v, db) = match kind {
                 RefKind::Skiplocked => (Variant::Skiplocked, "bench_skiplocked"),
                 RefKind::Log => (Variant::Log, "bench_log"),
+                RefKind::LogAcked => (Variant::LogAcked, "bench_log_acked"),
             };
             serde_json::to_value(pgferry_bench::run(v, &base, db, &opts).await?)?
         }
