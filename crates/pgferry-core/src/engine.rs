@@ -159,7 +159,9 @@ impl Engine {
         // The tick known before the claim: a lane found empty now has nothing new until a
         // later tick (claims read the newest tick in the database, never an older one).
         let tick = *self.ticks.borrow();
-        let held = self.busy.take(lanes.claim_order(tick));
+        let held = self
+            .busy
+            .take(lanes.claim_order(tick), |l| lanes.priority_of(l));
         if held.lanes.is_empty() {
             return Ok(Vec::new());
         }

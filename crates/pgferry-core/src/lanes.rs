@@ -61,6 +61,11 @@ struct Head {
 }
 
 impl QueueLanes {
+    /// The priority `lane` belongs to (None: not a lane of this queue).
+    pub fn priority_of(&self, lane: i32) -> Option<usize> {
+        (0..4).find(|&p| self.by_priority[p].contains(&lane))
+    }
+
     /// Picks the lane of `priority` for the next job (round-robin over shards).
     pub fn lane_for(&self, priority: u8) -> Option<i32> {
         let shards = &self.by_priority[priority as usize];
@@ -143,7 +148,7 @@ impl QueueLanes {
         let now = Instant::now();
         let mut heads = self.heads.lock().expect("heads");
         for lane in asked {
-            if let Some(p) = (0..4).find(|&p| self.by_priority[p].contains(lane)) {
+            if let Some(p) = self.priority_of(*lane) {
                 visited[p] = now;
                 // Served: its head moved, its age must be probed again if it starves again.
                 heads[p] = Head::default();
@@ -286,25 +291,84 @@ impl LaneCache {
 pub struct BusyLanes(Mutex<HashSet<i32>>);
 
 impl BusyLanes {
-    /// Takes the lanes of `order` no other local claim holds, keeping their order.
-    pub fn take(&self, order: Vec<i32>) -> BusyGuard<'_> {
+    /// The lanes of `order` a claim may visit, keeping their order: none that another local
+    /// claim holds. Of each priority (`group`) it holds only the first free shard; the other
+    /// free shards follow it unheld, visited only if the held one runs short (they may then
+    /// lose the database's try-lock to a local claim that takes them meanwhile, which
+    /// skips them). Holding every free shard made one claim, usually filled by its first
+    /// lane, leave concurrent claimers nothing to do: a queue's claims in one process ran
+    /// one at a time, with the CPU a quarter idle (docs/performance.md, 2026-11-23).
+    pub fn take(&self, order: Vec<i32>, group: impl Fn(i32) -> Option<usize>) -> BusyGuard<'_> {
         let mut busy = self.0.lock().expect("busy lanes");
-        let lanes = order.into_iter().filter(|l| busy.insert(*l)).collect();
-        BusyGuard { busy: self, lanes }
+        let mut held_group = [false; 4];
+        let (mut lanes, mut held) = (Vec::new(), Vec::new());
+        for l in order {
+            if busy.contains(&l) {
+                continue;
+            }
+            match group(l) {
+                Some(g) if held_group[g] => {}
+                g => {
+                    busy.insert(l);
+                    held.push(l);
+                    if let Some(g) = g {
+                        held_group[g] = true;
+                    }
+                }
+            }
+            lanes.push(l);
+        }
+        BusyGuard {
+            busy: self,
+            lanes,
+            held,
+        }
     }
 }
 
-/// Lanes held by one claim; released when dropped (also when the claim fails).
+/// Lanes one claim visits (`lanes`, in claim order) and holds (`held`, released when
+/// dropped, also when the claim fails).
 pub struct BusyGuard<'a> {
     busy: &'a BusyLanes,
     pub lanes: Vec<i32>,
+    held: Vec<i32>,
 }
 
 impl Drop for BusyGuard<'_> {
     fn drop(&mut self) {
         let mut busy = self.busy.0.lock().expect("busy lanes");
-        for l in &self.lanes {
+        for l in &self.held {
             busy.remove(l);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BusyLanes;
+
+    /// Lanes 10, 11 are priority 0's shards, 20, 21 priority 1's.
+    fn priority(lane: i32) -> Option<usize> {
+        Some((lane / 10 - 1) as usize)
+    }
+
+    #[test]
+    fn a_claim_holds_one_shard_per_priority_and_visits_the_rest() {
+        let busy = BusyLanes::default();
+        let a = busy.take(vec![10, 11, 20, 21], priority);
+        assert_eq!(a.lanes, vec![10, 11, 20, 21]);
+        assert_eq!(a.held, vec![10, 20]);
+        // A concurrent claim gets the shards nobody holds, first in its order.
+        let b = busy.take(vec![11, 10, 21, 20], priority);
+        assert_eq!(b.lanes, vec![11, 21]);
+        assert_eq!(b.held, vec![11, 21]);
+        // Everything held: nothing to visit, so no round trip.
+        assert!(busy.take(vec![10, 11, 20, 21], priority).lanes.is_empty());
+        drop(a);
+        let c = busy.take(vec![10, 11, 20, 21], priority);
+        assert_eq!(
+            (c.lanes.clone(), c.held.clone()),
+            (vec![10, 20], vec![10, 20])
+        );
     }
 }
