@@ -1,4 +1,4 @@
-//! `pgferry bench`: the engine's full cycle and two reference queues written in plain SQL,
+//! `pgferry bench`: the engine's full cycle and reference queues written in plain SQL,
 //! run with the same workload (producers keeping the queue depth bounded, claimers completing
 //! with a no-op handler) and the same client concurrency, each on a fresh database of one
 //! cluster, reported in one JSON shape.
@@ -82,7 +82,7 @@ impl Default for BenchOpts {
     }
 }
 
-/// The three variants.
+/// The variants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Variant {
     /// pgferry's engine: ready log, ticks, receipts, completions.
@@ -125,9 +125,7 @@ pub async fn run(
         Variant::CycleHttp => http_cycle::run(&config, opts).await?,
         Variant::Skiplocked => reference_skiplocked::run(&config, opts).await?,
         Variant::Log => reference_log::run(&config, opts, reference_log::Mode::Bare).await?,
-        Variant::LogAcked => {
-            reference_log::run(&config, opts, reference_log::Mode::Acked).await?
-        }
+        Variant::LogAcked => reference_log::run(&config, opts, reference_log::Mode::Acked).await?,
     };
     drop(holder);
     Ok(report)

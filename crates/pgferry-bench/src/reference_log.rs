@@ -140,7 +140,11 @@ pub async fn run(config: &Config, opts: &BenchOpts, mode: Mode) -> anyhow::Resul
         tasks.push(tokio::spawn(async move {
             let client = measure::connect(&config, "reader").await?;
             let read = client
-                .prepare(if mode == Mode::Acked { READ_ACKED } else { READ })
+                .prepare(if mode == Mode::Acked {
+                    READ_ACKED
+                } else {
+                    READ
+                })
                 .await?;
             let ack = match mode {
                 Mode::Acked => Some(client.prepare(ACK).await?),
