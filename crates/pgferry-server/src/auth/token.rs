@@ -164,6 +164,7 @@ impl TokenKey {
         TokenKey { inner, outer }
     }
 
+    /// HMAC-SHA256 of `msg` under the secret.
     fn tag(&self, msg: &[u8]) -> [u8; 32] {
         let inner = self.inner.clone().chain_update(msg).finalize();
         self.outer.clone().chain_update(inner).finalize().into()
@@ -218,14 +219,8 @@ impl TokenKey {
     }
 }
 
-/// HMAC-SHA256 (RFC 2104) over sha2, the hash the workspace already uses.
-pub fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
-    let [inner, outer] = hmac_states(key);
-    let inner = inner.chain_update(msg).finalize();
-    outer.chain_update(inner).finalize().into()
-}
-
-/// The inner and outer hash states of HMAC-SHA256 after the padded key.
+/// The inner and outer hash states of HMAC-SHA256 (RFC 2104, over sha2, the hash the
+/// workspace already uses) after the padded key.
 fn hmac_states(key: &[u8]) -> [Sha256; 2] {
     const BLOCK: usize = 64;
     let mut k = [0u8; BLOCK];
@@ -243,7 +238,7 @@ mod tests {
 
     #[test]
     fn hmac_matches_rfc4231_case_2() {
-        let tag = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
+        let tag = TokenKey::new(b"Jefe".to_vec()).tag(b"what do ya want for nothing?");
         assert_eq!(
             hex::encode(tag),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
