@@ -31,5 +31,5 @@ pub use job::{Backoff, ClaimedJob, Completed, NewJob, Outcome, OutcomeKind};
 pub use leader::{Leader, LeaderConfig};
 pub use listing::{JobFilter, JobPage};
 pub use lookup::{AttemptInfo, CancelResult, JobInfo, JobState};
-pub use queues::{QueueInfo, QueueSettings};
+pub use queues::{Durability, QueueInfo, QueueSettings};
 pub use unique::Enqueued;

@@ -77,6 +77,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0010_unique_keys_by_job.sql",
         sql: include_str!("../migrations/0010_unique_keys_by_job.sql"),
     },
+    Migration {
+        version: 11,
+        name: "0011_queue_durability.sql",
+        sql: include_str!("../migrations/0011_queue_durability.sql"),
+    },
 ];
 
 /// Advisory lock key for migrations ("pgferry" in ASCII, truncated): not shared with any

@@ -25,6 +25,66 @@ pub struct QueueSettings {
     /// Most attempts of the queue running at once across servers; `Some(0)` removes the
     /// limit. Attempts already running when a limit is first set are not counted.
     pub concurrency: Option<u32>,
+    /// How the queue's hot-path writes commit (DESIGN §1.7).
+    pub durability: Option<Durability>,
+}
+
+/// How a queue's enqueues, claims and completions commit (DESIGN §1.7).
+///
+/// `Async` commits with `synchronous_commit = off`: the caller is answered once the commit
+/// is in Postgres's WAL buffers, not on disk, so a Postgres crash (not a pgferry crash) can
+/// lose the last fraction of a second of acknowledged enqueues and completions (up to three
+/// `wal_writer_delay`s). A lost claim only means the jobs are delivered again; a lost
+/// completion means the attempt runs again after its lease. Nothing is ever half-written,
+/// and any later synchronous commit makes everything before it durable too.
+///
+/// A batch that holds jobs of several queues commits synchronously unless every one of
+/// them is `Async`, so mixing never weakens a `Sync` queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Committed with the server's `synchronous_commit` before anything is acknowledged.
+    #[default]
+    Sync,
+    /// Committed asynchronously: faster, at the risk above.
+    Async,
+}
+
+impl Durability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Sync => "sync",
+            Durability::Async => "async",
+        }
+    }
+
+    fn from_async_commit(async_commit: bool) -> Durability {
+        if async_commit {
+            Durability::Async
+        } else {
+            Durability::Sync
+        }
+    }
+}
+
+impl std::str::FromStr for Durability {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Durability> {
+        match s {
+            "sync" => Ok(Durability::Sync),
+            "async" => Ok(Durability::Async),
+            other => Err(Error::InvalidArgument {
+                field: "durability",
+                reason: format!("{other:?} is not \"sync\" or \"async\""),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A queue's settings as stored.
@@ -39,6 +99,7 @@ pub struct QueueInfo {
     pub retention: Duration,
     pub aging: Duration,
     pub concurrency: Option<u32>,
+    pub durability: Durability,
 }
 
 fn ms(field: &'static str, d: Option<Duration>, max: u128) -> Result<Option<i64>> {
@@ -102,6 +163,7 @@ impl Engine {
                     &to_i32(aging),
                     &s.paused,
                     &concurrency,
+                    &s.durability.map(|d| d == Durability::Async),
                 ],
             )
             .await?
@@ -121,6 +183,7 @@ impl Engine {
             retention: Duration::from_millis(row.get::<_, i64>(6) as u64),
             aging: d(7),
             concurrency: row.get::<_, Option<i32>>(8).map(|n| n as u32),
+            durability: Durability::from_async_commit(row.get(9)),
         })
     }
 

@@ -306,6 +306,7 @@ impl pb::admin_server::Admin for AdminService {
             aging: ms_setting("settings.aging_ms", s.aging_ms, 0, 86_400_000)?,
             paused: None,
             concurrency: s.concurrency,
+            durability: None,
         };
         // A queue is created on first use; an update may be that first use.
         self.state

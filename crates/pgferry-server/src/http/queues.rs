@@ -193,6 +193,7 @@ pub async fn update(
         aging: ms_in("aging_ms", s.aging_ms, 0, 86_400_000)?,
         paused: None,
         concurrency: s.concurrency,
+        durability: None,
     };
     let current = load(&state, &p, &name).await?;
     if current.is_none() || s.shards.is_some() {
