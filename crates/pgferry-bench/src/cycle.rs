@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig, NewJob, QueueOptions};
+use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig, NewJob};
 use tokio_postgres::Config;
 
 use crate::measure::{self, Counters, Report};
@@ -14,19 +14,9 @@ use crate::BenchOpts;
 pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     let mut c = measure::connect(config, "migrate").await?;
     migrate::up(&mut c).await?;
-    let pool = db::pool(config, "bench", opts.producers + opts.workers + 2);
-    let engine = Engine::new(pool, EngineConfig::default());
-    let shards = opts.shards;
-    engine
-        .upsert_queue(
-            "bench",
-            &QueueOptions {
-                shards,
-                max_attempts: 25,
-                lease: Duration::from_secs(300),
-            },
-        )
-        .await?;
+    let pools = db::Pools::new(config, "bench", opts.producers + opts.workers + 2);
+    let engine = Engine::new(pools, EngineConfig::default());
+    crate::bench_queue(&engine, "bench", opts).await?;
     if let Some(n) = opts.scheduled {
         crate::scheduled::preload(&engine, "bench", n).await?;
     }

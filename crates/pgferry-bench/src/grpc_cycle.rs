@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pgferry_client::{JobSpec, Outcome, Producer, Worker, WorkerOptions};
-use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig, QueueOptions};
+use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig};
 use pgferry_server::auth::{admin, Scopes};
 use pgferry_server::grpc::{GrpcConfig, GrpcState};
 use pgferry_server::{AppState, ServerConfig};
@@ -27,19 +27,11 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     let key = key.expose();
 
     let engine = Engine::new(
-        db::pool(config, "api", SERVER_POOL),
+        db::Pools::new(config, "api", SERVER_POOL),
         EngineConfig::default(),
     );
-    engine
-        .upsert_queue(
-            &pgferry_server::auth::engine_queue(tenant_id, "bench")?,
-            &QueueOptions {
-                shards: opts.shards,
-                max_attempts: 25,
-                lease: Duration::from_secs(300),
-            },
-        )
-        .await?;
+    let queue = pgferry_server::auth::engine_queue(tenant_id, "bench")?;
+    crate::bench_queue(&engine, &queue, opts).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let leader = tokio::spawn(
         Leader::new(

@@ -13,6 +13,7 @@ mod scheduled;
 
 use std::time::Duration;
 
+use pgferry_core::{Durability, Engine, QueueOptions, QueueSettings};
 use serde::Serialize;
 use tokio_postgres::{Config, NoTls};
 
@@ -55,6 +56,14 @@ pub struct BenchOpts {
     /// before the run, with a probe of promotion lateness during it (Some(0): the probe and
     /// the settling step alone, the baseline to compare with).
     pub scheduled: Option<usize>,
+    /// pgferry only: the benchmark queue's durability (DESIGN §1.7). The references always
+    /// commit synchronously.
+    #[serde(serialize_with = "durability")]
+    pub durability: Durability,
+}
+
+fn durability<S: serde::Serializer>(d: &Durability, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(d.as_str())
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -78,6 +87,7 @@ impl Default for BenchOpts {
             tick_interval: Duration::from_millis(2),
             segment_duration: pgferry_core::LeaderConfig::default().segment_duration,
             scheduled: None,
+            durability: Durability::Sync,
         }
     }
 }
@@ -132,21 +142,35 @@ pub async fn run(
 }
 
 /// Runs the cycle and the references one after another on the same cluster and adds the
-/// ratios. `log_acked` comes last: it is not one of issue 3's targets but tells how much of
-/// the gap to `log` any acknowledged queue pays.
+/// ratios. The targets compare `cycle` (synchronous, as the references are) with them;
+/// `cycle_async` reports the same cycle on a queue with async durability (DESIGN §1.7: the
+/// bench reports both modes), and `log_acked` comes last: it is not one of issue 3's targets
+/// but tells how much of the gap to `log` any acknowledged queue pays.
 pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_json::Value> {
-    let cycle = run(Variant::Cycle, base, "bench_cycle", opts).await?;
-    let skiplocked = run(Variant::Skiplocked, base, "bench_skiplocked", opts).await?;
-    let log = run(Variant::Log, base, "bench_log", opts).await?;
-    let log_acked = run(Variant::LogAcked, base, "bench_log_acked", opts).await?;
+    let sync = BenchOpts {
+        durability: Durability::Sync,
+        ..opts.clone()
+    };
+    let cycle = run(Variant::Cycle, base, "bench_cycle", &sync).await?;
+    let cycle_async = BenchOpts {
+        durability: Durability::Async,
+        ..opts.clone()
+    };
+    let cycle_async = run(Variant::Cycle, base, "bench_cycle_async", &cycle_async).await?;
+    let skiplocked = run(Variant::Skiplocked, base, "bench_skiplocked", &sync).await?;
+    let log = run(Variant::Log, base, "bench_log", &sync).await?;
+    let log_acked = run(Variant::LogAcked, base, "bench_log_acked", &sync).await?;
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     Ok(serde_json::json!({
-        "options": opts,
+        "options": sync,
         "cycle": cycle,
+        "cycle_async": cycle_async,
         "skiplocked": skiplocked,
         "log": log,
         "log_acked": log_acked,
         "ratios": {
+            "cycle_async_vs_cycle_jobs_per_s": ratio(cycle_async.jobs_per_s, cycle.jobs_per_s),
+            "cycle_async_vs_log_jobs_per_s": ratio(cycle_async.jobs_per_s, log.jobs_per_s),
             "cycle_vs_skiplocked_jobs_per_s": ratio(cycle.jobs_per_s, skiplocked.jobs_per_s),
             "cycle_vs_log_jobs_per_s": ratio(cycle.jobs_per_s, log.jobs_per_s),
             "cycle_vs_log_wal_bytes_per_job": ratio(cycle.wal_bytes_per_job, log.wal_bytes_per_job),
@@ -196,6 +220,22 @@ pub async fn http_vs_inprocess(
                 ratio(http.enqueued_per_s, inprocess.enqueued_per_s),
         },
     }))
+}
+
+/// Creates the benchmark queue `name` with the run's shards and durability.
+async fn bench_queue(engine: &Engine, name: &str, opts: &BenchOpts) -> anyhow::Result<()> {
+    let queue = QueueOptions {
+        shards: opts.shards,
+        max_attempts: 25,
+        lease: Duration::from_secs(300),
+    };
+    engine.upsert_queue(name, &queue).await?;
+    let settings = QueueSettings {
+        durability: Some(opts.durability),
+        ..Default::default()
+    };
+    engine.update_queue(name, &settings).await?;
+    Ok(())
 }
 
 /// Drops and recreates `dbname`; returns a config pointing at it.

@@ -63,6 +63,9 @@ pub struct BenchArgs {
     /// alone, the baseline to compare with).
     #[arg(long)]
     pub scheduled: Option<usize>,
+    /// pgferry: the benchmark queue's durability (`compare` runs the cycle in both modes).
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Sync)]
+    pub durability: DurabilityArg,
     /// Use this database instead of a private cluster.
     #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
     pub database_url: Option<String>,
@@ -75,6 +78,13 @@ pub enum Via {
     /// HTTP/JSON API: batch enqueue, long-poll claim (`--claim-batch`) and complete per
     /// `--workers` task.
     Http,
+}
+
+/// DESIGN §1.7: `async` commits the queue's writes with synchronous_commit = off.
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+pub enum DurabilityArg {
+    Sync,
+    Async,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy)]
@@ -120,6 +130,10 @@ impl BenchArgs {
                 .unwrap_or(pgferry_core::LeaderConfig::default().segment_duration),
             max_depth: self.max_depth,
             scheduled: self.scheduled,
+            durability: match self.durability {
+                DurabilityArg::Sync => pgferry_core::Durability::Sync,
+                DurabilityArg::Async => pgferry_core::Durability::Async,
+            },
         }
     }
 }

@@ -23,7 +23,8 @@ pub struct ServerArgs {
     /// Do not apply migrations on start.
     #[arg(long)]
     pub no_migrate: bool,
-    /// Connections in the request pool.
+    /// Connections in the request pool; queues with async durability get a second pool of
+    /// up to as many (opened only when such a queue writes).
     #[arg(long, default_value_t = 16)]
     pub pool_size: usize,
     /// Sustained HTTP requests per second allowed per API key (429 above).
@@ -106,7 +107,7 @@ pub async fn serve(
         }
     }
     let engine = Engine::new(
-        db::pool(&config, "api", args.pool_size),
+        db::Pools::new(&config, "api", args.pool_size),
         EngineConfig::default(),
     );
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -25,6 +25,11 @@ pub fn parse_config(url: &str) -> Result<Config> {
 /// estimates over 16 partitions pass `jit_above_cost`, and Postgres then spends ~300 ms
 /// compiling each execution (measured: a tick took 319 ms with JIT, 0.3 ms without).
 pub fn session_config(config: &Config, role: &str) -> Config {
+    session_config_with(config, role, "")
+}
+
+/// [`session_config`] plus `extra` settings (`-c name=value ...`).
+fn session_config_with(config: &Config, role: &str, extra: &str) -> Config {
     let mut cfg = config.clone();
     cfg.application_name(format!("pgferry-{role}"));
     // An unreachable host (packets dropped, not refused) must fail a request in bounded
@@ -33,8 +38,8 @@ pub fn session_config(config: &Config, role: &str) -> Config {
         cfg.connect_timeout(CONNECT_TIMEOUT);
     }
     let options = match config.get_options() {
-        Some(user) if !user.is_empty() => format!("{user} -c jit=off"),
-        _ => "-c jit=off".to_string(),
+        Some(user) if !user.is_empty() => format!("{user} -c jit=off{extra}"),
+        _ => format!("-c jit=off{extra}"),
     };
     cfg.options(options);
     cfg
@@ -42,7 +47,48 @@ pub fn session_config(config: &Config, role: &str) -> Config {
 
 /// A pool of `size` connections named `pgferry-<role>`.
 pub fn pool(config: &Config, role: &str, size: usize) -> Pool {
-    let cfg = session_config(config, role);
+    build_pool(session_config(config, role), size)
+}
+
+/// The two pools of an engine: one for everything, and one whose sessions commit with
+/// `synchronous_commit = off`, for the hot-path writes of queues that chose
+/// [`Durability::Async`](crate::Durability) (DESIGN §1.7). A session setting rather than a
+/// `SET LOCAL` per statement: COPY cannot carry one, and a separate SET would cost a round
+/// trip per batch. The async pool opens no connection until such a queue writes.
+#[derive(Clone)]
+pub struct Pools {
+    pub sync: Pool,
+    pub async_commit: Option<Pool>,
+}
+
+impl Pools {
+    /// Pools of up to `size` connections each, named `pgferry-<role>` and
+    /// `pgferry-<role>-async`.
+    pub fn new(config: &Config, role: &str, size: usize) -> Pools {
+        let async_cfg = session_config_with(
+            config,
+            &format!("{role}-async"),
+            " -c synchronous_commit=off",
+        );
+        Pools {
+            sync: pool(config, role, size),
+            async_commit: Some(build_pool(async_cfg, size)),
+        }
+    }
+}
+
+impl From<Pool> for Pools {
+    /// Only the synchronous pool: queues that chose async durability commit synchronously
+    /// (more durable than asked, never less).
+    fn from(sync: Pool) -> Pools {
+        Pools {
+            sync,
+            async_commit: None,
+        }
+    }
+}
+
+fn build_pool(cfg: Config, size: usize) -> Pool {
     // Fast recycling: a broken connection surfaces on use and is dropped then; checking each
     // checkout would add a round trip to every operation.
     let manager = Manager::from_config(

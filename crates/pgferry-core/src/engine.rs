@@ -8,12 +8,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use deadpool_postgres::Pool;
+use deadpool_postgres::{Object, Pool};
 use serde_json::Value;
 use tokio::sync::{watch, Notify};
 use tokio_postgres::types::ToSql;
 
 use crate::counters::Counters;
+use crate::db::Pools;
 use crate::error::{Error, Result};
 use crate::ids::{IdBlocks, SegmentCache};
 use crate::job::{ClaimedJob, Completed, Outcome, OutcomeKind};
@@ -69,6 +70,9 @@ impl Default for QueueOptions {
 
 pub struct Engine {
     pool: Pool,
+    /// Sessions with `synchronous_commit = off`, for queues that chose async durability
+    /// (db.rs); None: those queues commit synchronously.
+    async_pool: Option<Pool>,
     pub(crate) lanes: LaneCache,
     /// Lanes this process's claims hold right now (lanes.rs).
     busy: BusyLanes,
@@ -88,10 +92,17 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(pool: Pool, config: EngineConfig) -> Arc<Engine> {
+    /// An engine over `pools`: a [`Pools`] from [`Pools::new`], or a single `Pool` (then
+    /// every write commits synchronously, whatever its queue's durability).
+    pub fn new(pools: impl Into<Pools>, config: EngineConfig) -> Arc<Engine> {
+        let Pools {
+            sync: pool,
+            async_commit,
+        } = pools.into();
         Arc::new(Engine {
             counters: Counters::new(pool.clone(), config.counter_flush),
             pool,
+            async_pool: async_commit,
             lanes: LaneCache::default(),
             busy: BusyLanes::default(),
             ids: IdBlocks::default(),
@@ -113,6 +124,23 @@ impl Engine {
 
     pub(crate) fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// The connection a hot-path write over `lanes` runs on: `client` (synchronous), or one
+    /// of the async pool when every lane belongs to a queue that chose async durability.
+    /// Swapping costs a pool checkout, not a round trip.
+    pub(crate) async fn writer(
+        &self,
+        client: Object,
+        lanes: impl IntoIterator<Item = i32>,
+    ) -> Result<Object> {
+        match &self.async_pool {
+            Some(pool) if self.lanes.all_async(lanes) => {
+                drop(client);
+                Ok(pool.get().await?)
+            }
+            _ => Ok(client),
+        }
     }
 
     /// Creates or reconfigures a queue.
@@ -149,6 +177,13 @@ impl Engine {
         if lanes.paused {
             return Ok(Vec::new());
         }
+        let client = match (&self.async_pool, lanes.async_commit) {
+            (Some(pool), true) => {
+                drop(client);
+                pool.get().await?
+            }
+            _ => client,
+        };
         // Claim-time aging: how long the heads of starved lower priorities have waited (a
         // probe at most every aging/4 per queue, only while a priority is not being served).
         for (p, lanes_p) in lanes.heads_to_probe() {
@@ -252,7 +287,9 @@ impl Engine {
         }
         let (errors, delays) = (some(errors), some(delays));
         let (results, durations) = (some(results), some(durations));
-        let client = self.pool.get().await?;
+        let client = self
+            .writer(self.pool.get().await?, outcomes.iter().map(|o| o.lane))
+            .await?;
         let stmt = client.prepare_cached(COMPLETE).await?;
         let rows = client
             .query(

@@ -41,6 +41,8 @@ pub struct QueueLanes {
     pub queue_id: i32,
     /// At most this many attempts running at once across servers (None: no limit).
     pub concurrency: Option<i32>,
+    /// The queue's hot-path writes commit asynchronously (`Durability::Async`).
+    pub async_commit: bool,
     loaded: Instant,
     next_shard: AtomicUsize,
     /// Lane -> tick at which a claim last found it empty.
@@ -167,6 +169,9 @@ impl QueueLanes {
 #[derive(Default)]
 pub struct LaneCache {
     queues: RwLock<HashMap<String, Arc<QueueLanes>>>,
+    /// Lanes of the cached queues that chose async durability: completions name lanes, not
+    /// queues. A lane not cached counts as synchronous.
+    async_lanes: RwLock<HashSet<i32>>,
 }
 
 impl LaneCache {
@@ -177,7 +182,12 @@ impl LaneCache {
         queue: &str,
         priority: u8,
     ) -> Result<(Arc<QueueLanes>, i32)> {
-        let q = self.get(client, queue, false).await?;
+        let mut q = self.get(client, queue, false).await?;
+        if q.loaded.elapsed() >= REFRESH {
+            // Settings an enqueue applies (max_attempts, durability) follow changes made by
+            // other processes within a second, as claims do.
+            q = self.get(client, queue, true).await?;
+        }
         if let Some(lane) = q.lane_for(priority) {
             return Ok((q, lane));
         }
@@ -240,7 +250,7 @@ impl LaneCache {
             cap: Duration::from_millis(first.get::<_, i32>(7) as u64),
         };
         let aging = Duration::from_millis(first.get::<_, i32>(8) as u64);
-        let (queue_id, concurrency) = (first.get(9), first.get(10));
+        let (queue_id, concurrency, async_commit) = (first.get(9), first.get(10), first.get(11));
         let dry = cached
             .as_ref()
             .map(|q| q.dry_at.lock().expect("dry lanes").clone())
@@ -261,12 +271,14 @@ impl LaneCache {
             aging,
             queue_id,
             concurrency,
+            async_commit,
             loaded: Instant::now(),
             next_shard: AtomicUsize::new(0),
             dry_at: Mutex::new(dry),
             visited: Mutex::new(visited),
             heads: Mutex::new(heads),
         });
+        self.mark_async(&lanes, async_commit);
         self.queues
             .write()
             .expect("lane cache poisoned")
@@ -274,12 +286,42 @@ impl LaneCache {
         Ok(lanes)
     }
 
-    /// Forgets a queue (after its settings or shard count changed).
+    /// Forgets a queue (after its settings or shard count changed); its lanes count as
+    /// synchronous until it is loaded again.
     pub fn invalidate(&self, queue: &str) {
-        self.queues
+        let gone = self
+            .queues
             .write()
             .expect("lane cache poisoned")
             .remove(queue);
+        if let Some(q) = gone {
+            self.mark_async(&q, false);
+        }
+    }
+
+    /// True if every lane of `lanes` (at least one) belongs to a cached queue that chose
+    /// async durability: only then may a batch over them commit asynchronously.
+    pub fn all_async(&self, lanes: impl IntoIterator<Item = i32>) -> bool {
+        let set = self.async_lanes.read().expect("async lanes poisoned");
+        let mut any = false;
+        for lane in lanes {
+            if !set.contains(&lane) {
+                return false;
+            }
+            any = true;
+        }
+        any
+    }
+
+    fn mark_async(&self, q: &QueueLanes, async_commit: bool) {
+        let mut set = self.async_lanes.write().expect("async lanes poisoned");
+        for &lane in q.by_priority.iter().flatten() {
+            if async_commit {
+                set.insert(lane);
+            } else {
+                set.remove(&lane);
+            }
+        }
     }
 }
 
