@@ -375,3 +375,97 @@ async fn cancel_jobs_by_filter() {
     }
     server.stop().await;
 }
+
+/// `settings.durability`: "async" sticks until changed, an update without it keeps it, and a
+/// bad value is INVALID_ARGUMENT naming the field with nothing of the request applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_durability_is_set_kept_and_validated() {
+    let db = pgferry_testkit::test_db().await;
+    let (_, key) = common::tenant_key(&db, "a").await;
+    let server = common::Server::start(&db, common::loopback(), Default::default()).await;
+    let mut c = AdminClient::connect(server.url.clone()).await.unwrap();
+    let update = |settings: pb::QueueSettings| {
+        authed(
+            &key,
+            pb::UpdateQueueRequest {
+                name: "ledger".into(),
+                settings: Some(settings),
+            },
+        )
+    };
+    let durability = |q: &pb::QueueInfo| {
+        (
+            q.durability.clone(),
+            q.settings.as_ref().unwrap().durability.clone(),
+        )
+    };
+
+    // A new queue is "sync".
+    let q = c
+        .update_queue(update(pb::QueueSettings::default()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(durability(&q), ("sync".into(), Some("sync".into())));
+    let q = c
+        .update_queue(update(pb::QueueSettings {
+            durability: Some("async".into()),
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(durability(&q), ("async".into(), Some("async".into())));
+    // Omitted: kept.
+    let q = c
+        .update_queue(update(pb::QueueSettings {
+            max_attempts: Some(9),
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(q.settings.as_ref().unwrap().max_attempts, Some(9));
+    assert_eq!(durability(&q), ("async".into(), Some("async".into())));
+    // Bad value: refused before anything is written (max_attempts stays 9 too).
+    for bad in ["ASYNC", "", "fast"] {
+        let e = c
+            .update_queue(update(pb::QueueSettings {
+                durability: Some(bad.into()),
+                max_attempts: Some(2),
+                ..Default::default()
+            }))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{bad:?}: {}", e.message());
+        assert!(
+            e.message().contains("(settings.durability)"),
+            "{bad:?}: {}",
+            e.message()
+        );
+    }
+    // A later read (ListQueues) shows the stored value.
+    let queues = c
+        .list_queues(authed(&key, pb::ListQueuesRequest {}))
+        .await
+        .unwrap()
+        .into_inner()
+        .queues;
+    assert_eq!(queues.len(), 1);
+    assert_eq!(queues[0].settings.as_ref().unwrap().max_attempts, Some(9));
+    assert_eq!(
+        durability(&queues[0]),
+        ("async".into(), Some("async".into()))
+    );
+    // And back.
+    let q = c
+        .update_queue(update(pb::QueueSettings {
+            durability: Some("sync".into()),
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(durability(&q), ("sync".into(), Some("sync".into())));
+    server.stop().await;
+}

@@ -451,16 +451,61 @@ async fn queue_settings_are_audited_and_validated() {
         )
         .await;
     assert_eq!((s, error_of(&b).1), (400, Some("shards".into())), "{b}");
+
+    // durability: "sync" until set, kept when absent, a bad value changes nothing.
+    let (_, b, _) = srv.call("GET", "/v1/queues/reports", a, None).await;
+    assert_eq!(b["settings"]["durability"], "sync", "{b}");
+    let (s, b, _) = srv
+        .call(
+            "PATCH",
+            "/v1/queues/reports",
+            a,
+            Some(json!({"durability": "async"})),
+        )
+        .await;
+    assert_eq!(
+        (s, &b["settings"]["durability"]),
+        (200, &json!("async")),
+        "{b}"
+    );
+    let (s, b, _) = srv
+        .call(
+            "PATCH",
+            "/v1/queues/reports",
+            a,
+            Some(json!({"aging_ms": 600})),
+        )
+        .await;
+    assert_eq!(
+        (s, &b["settings"]["durability"]),
+        (200, &json!("async")),
+        "{b}"
+    );
+    for bad in [json!("fast"), json!("ASYNC"), json!(1)] {
+        let body = json!({"durability": bad, "max_attempts": 5});
+        let (s, b, _) = srv.call("PATCH", "/v1/queues/reports", a, Some(body)).await;
+        assert_eq!(
+            (s, error_of(&b).1),
+            (400, Some("durability".into())),
+            "{bad}: {b}"
+        );
+    }
     let (s, b, _) = srv.call("GET", "/v1/queues", a, None).await;
     assert_eq!(s, 200);
     assert_eq!(b["queues"][0]["name"], "reports");
+    let q = &b["queues"][0]["settings"];
+    assert_eq!(
+        (&q["durability"], &q["max_attempts"], &q["aging_ms"]),
+        (&json!("async"), &json!(3), &json!(600)),
+        "{b}"
+    );
 
     let c = srv.db.connect().await;
     let rows = c
         .query("SELECT actor, action, target, key_id IS NOT NULL FROM pgferry.audit_log WHERE action = 'queue.update' ORDER BY audit_id", &[])
         .await
         .unwrap();
-    assert_eq!(rows.len(), 3);
+    assert_eq!(rows.len(), 5);
     let (actor, target, with_key): (String, String, bool) =
         (rows[0].get(0), rows[0].get(2), rows[0].get(3));
     assert_eq!(

@@ -113,6 +113,23 @@ def test_rpc_status_details_carry_code_and_field() -> None:
     assert type(e) is pgferry.PayloadTooLarge and e.field == "job.args" and e.message == "args too big"
 
 
+def test_admin_status_message_carries_code_and_field() -> None:
+    """The Admin service's `code: message (field)` status messages (docs/protocol.md)."""
+    e = errors.from_rpc_error(
+        _FakeRpcError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            'invalid_argument: must be "sync" or "async" (settings.durability)',
+        )
+    )
+    assert type(e) is pgferry.InvalidArgument
+    assert (e.field, e.message) == ("settings.durability", 'must be "sync" or "async"')
+    e = errors.from_rpc_error(_FakeRpcError(grpc.StatusCode.NOT_FOUND, "not_found: queue not found"))
+    assert type(e) is pgferry.NotFound and (e.field, e.message) == ("", "queue not found")
+    # Not that shape, or a code this SDK does not know: the status decides, message kept.
+    e = errors.from_rpc_error(_FakeRpcError(grpc.StatusCode.UNAVAILABLE, "transport: broken pipe (eof)"))
+    assert type(e) is pgferry.Unavailable and e.message == "transport: broken pipe (eof)"
+
+
 def test_backoff_grows_with_jitter_and_caps() -> None:
     b = _conn.Backoff(base=0.1, cap=1.0)
     delays = [b.next_delay() for _ in range(8)]

@@ -13,8 +13,8 @@ use pgferry_core::{DeadFilter, JobFilter, JobInfo, JobState, QueueSettings};
 use tonic::{Request, Response, Status};
 
 use super::admin_pb::{
-    from_unix_ms, invalid, job_pb, ms_setting, not_found, page_limit, parse_state, queue_pb,
-    status, unix_ms,
+    durability_setting, from_unix_ms, invalid, job_pb, ms_setting, not_found, page_limit,
+    parse_state, queue_pb, status, unix_ms,
 };
 use super::convert::new_job;
 use super::{auth_status, GrpcState};
@@ -306,7 +306,7 @@ impl pb::admin_server::Admin for AdminService {
             aging: ms_setting("settings.aging_ms", s.aging_ms, 0, 86_400_000)?,
             paused: None,
             concurrency: s.concurrency,
-            durability: None,
+            durability: durability_setting(s.durability.as_deref())?,
         };
         // A queue is created on first use; an update may be that first use.
         self.state

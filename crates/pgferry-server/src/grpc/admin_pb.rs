@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pgferry_core::{Error as EngineError, JobInfo, JobState, QueueCounts};
+use pgferry_core::{Durability, Error as EngineError, JobInfo, JobState, QueueCounts};
 use tonic::Status;
 
 use crate::auth::{user_queue, Principal};
@@ -103,6 +103,7 @@ pub(super) fn queue_pb(
     let name = user_queue(p.tenant_id, &engine_name)?.to_string();
     let c = counts.get(&engine_name).copied().unwrap_or_default();
     let ms = |i: usize| row.get::<_, i32>(i).max(0) as u64;
+    let durability = queue_durability(row).as_str().to_string();
     Some(pb::QueueInfo {
         name,
         paused: row.get(4),
@@ -114,6 +115,7 @@ pub(super) fn queue_pb(
             lease_ms: Some(ms(3)),
             retention_ms: Some(row.get::<_, i64>(7).max(0) as u64),
             aging_ms: Some(ms(8)),
+            durability: Some(durability.clone()),
         }),
         counts: Some(pb::QueueCounts {
             pending: c.pending,
@@ -125,7 +127,26 @@ pub(super) fn queue_pb(
             cancelled: c.cancelled,
             enqueued: c.enqueued,
         }),
+        durability,
     })
+}
+
+/// The durability of a queues_list.sql / queue_get.sql row (its `async_commit` column).
+fn queue_durability(row: &tokio_postgres::Row) -> Durability {
+    if row.get::<_, bool>(10) {
+        Durability::Async
+    } else {
+        Durability::Sync
+    }
+}
+
+/// `settings.durability` of an UpdateQueue request: unset keeps the current value.
+pub(super) fn durability_setting(v: Option<&str>) -> Result<Option<Durability>, Status> {
+    v.map(|s| {
+        s.parse()
+            .map_err(|_| invalid("settings.durability", "must be \"sync\" or \"async\""))
+    })
+    .transpose()
 }
 
 pub(super) fn parse_state(s: &str) -> Result<Option<JobState>, Status> {

@@ -12,7 +12,7 @@ use axum::Json;
 use std::collections::HashMap;
 
 use pgferry_core::cancelling::MAX_CANCEL;
-use pgferry_core::{CancelFilter, JobState, QueueCounts, QueueOptions, QueueSettings};
+use pgferry_core::{CancelFilter, Durability, JobState, QueueCounts, QueueOptions, QueueSettings};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -61,6 +61,12 @@ fn queue_json(
             "retention_ms": row.get::<_, i64>(7),
             "aging_ms": row.get::<_, i32>(8),
             "concurrency": row.get::<_, Option<i32>>(9),
+            "durability": if row.get::<_, bool>(10) {
+                Durability::Async
+            } else {
+                Durability::Sync
+            }
+            .as_str(),
         },
     }))
 }
@@ -147,6 +153,10 @@ pub struct Settings {
     /// Most jobs of the queue running at once across servers; 0 removes the limit.
     #[serde(default)]
     concurrency: Option<u32>,
+    /// "sync" or "async" (DESIGN §1.7); parsed in `update` so that a bad value is a 400
+    /// naming `durability` with the accepted values.
+    #[serde(default)]
+    durability: Option<String>,
 }
 
 impl Objects for Settings {}
@@ -184,6 +194,14 @@ pub async fn update(
     {
         return Err(ApiError::bad_request("max_attempts", "must be 1 to 1000"));
     }
+    let durability = s
+        .durability
+        .as_deref()
+        .map(|d| {
+            d.parse::<Durability>()
+                .map_err(|_| ApiError::bad_request("durability", "must be \"sync\" or \"async\""))
+        })
+        .transpose()?;
     let settings = QueueSettings {
         max_attempts: s.max_attempts,
         lease: ms_in("lease_ms", s.lease_ms, 100, 86_400_000)?,
@@ -193,7 +211,7 @@ pub async fn update(
         aging: ms_in("aging_ms", s.aging_ms, 0, 86_400_000)?,
         paused: None,
         concurrency: s.concurrency,
-        durability: None,
+        durability,
     };
     let current = load(&state, &p, &name).await?;
     if current.is_none() || s.shards.is_some() {
@@ -236,6 +254,7 @@ impl Settings {
             "retention_ms": self.retention_ms,
             "aging_ms": self.aging_ms,
             "concurrency": self.concurrency,
+            "durability": self.durability,
         })
     }
 }

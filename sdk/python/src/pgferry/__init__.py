@@ -9,7 +9,7 @@
     async def send_email(ctx, to: str): ...
 """
 
-from pgferry._types import AttemptInfo, EnqueuedJob, JobInfo, JobRequest, QueueInfo
+from pgferry._types import AttemptInfo, Durability, EnqueuedJob, JobInfo, JobRequest, QueueInfo
 from pgferry.client import Client
 from pgferry.context import JobCancelled, JobContext
 from pgferry.errors import (
@@ -37,6 +37,7 @@ __all__ = [
     "Cancel",
     "Client",
     "Conflict",
+    "Durability",
     "EnqueuedJob",
     "Fail",
     "InvalidArgument",

@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from pgferry._types import AttemptInfo, JobInfo, QueueInfo, _ms_to_dt
+from pgferry._types import AttemptInfo, JobInfo, QueueInfo, _ms_to_dt, as_durability
 from pgferry.errors import PgferryError, RateLimited, Unavailable, from_error
 
 _STATUS_CODES = {
@@ -63,11 +63,14 @@ def _job(d: dict[str, Any]) -> JobInfo:
 
 
 def _queue(d: dict[str, Any]) -> QueueInfo:
+    settings = d.get("settings") or {}
     return QueueInfo(
         name=str(d["name"]),
         paused=bool(d.get("paused")),
-        settings={str(k): int(v) for k, v in (d.get("settings") or {}).items() if v is not None},
+        # Numeric settings only; durability ("sync" | "async") has its own field.
+        settings={str(k): int(v) for k, v in settings.items() if v is not None and k != "durability"},
         counts={str(k): int(v) for k, v in (d.get("counts") or {}).items() if v is not None},
+        durability=as_durability(settings.get("durability")),
     )
 
 
@@ -135,7 +138,9 @@ class HttpAdmin:
     async def list_queues(self) -> list[QueueInfo]:
         return [_queue(q) for q in (await self._call("GET", "/v1/queues"))["queues"]]
 
-    async def update_queue(self, name: str, settings: dict[str, int]) -> QueueInfo:
+    async def update_queue(self, name: str, settings: dict[str, int | str]) -> QueueInfo:
+        """PATCH /v1/queues/{name}: numeric settings and `durability` ("sync" | "async");
+        the server refuses a bad value with a 400 naming the field, changing nothing."""
         return _queue(await self._call("PATCH", f"/v1/queues/{urllib.parse.quote(name)}", settings))
 
     async def queue_action(self, name: str, action: str) -> QueueInfo:

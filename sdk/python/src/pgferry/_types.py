@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Literal
 
 from pgferry import _tracing
 from pgferry.v1 import admin_pb2, common_pb2
@@ -175,14 +175,25 @@ def job_from_pb(j: admin_pb2.JobInfo) -> JobInfo:
     )
 
 
+Durability = Literal["sync", "async"]
+"""How a queue's enqueues, claims and completions commit (server DESIGN §1.7).
+
+"sync" (the default): acknowledged only once the commit is on disk. "async": acknowledged
+once the commit is in Postgres's WAL buffers, which is faster, but a Postgres crash (not a
+pgferry crash) can lose the last fraction of a second of acknowledged enqueues and
+completions; a lost completion means the attempt runs again after its lease."""
+
+
 @dataclass(frozen=True, slots=True)
 class QueueInfo:
-    """A queue's settings (only those set explicitly) and job counts."""
+    """A queue's numeric settings, job counts and durability ("sync" or "async", see
+    `Durability`)."""
 
     name: str
     paused: bool
     settings: dict[str, int]
     counts: dict[str, int]
+    durability: Durability = "sync"
 
 
 _SETTINGS = (
@@ -206,14 +217,28 @@ _COUNTS = (
 )
 
 
-def queue_settings_pb(**settings: int | None) -> admin_pb2.QueueSettings:
+def queue_settings_pb(durability: str | None = None, **settings: int | None) -> admin_pb2.QueueSettings:
+    """The UpdateQueue settings; the server checks the values (a bad durability is an
+    InvalidArgument naming settings.durability)."""
     unknown = set(settings) - set(_SETTINGS)
     if unknown:
         raise TypeError(f"unknown queue settings: {sorted(unknown)}")
-    return admin_pb2.QueueSettings(**{k: v for k, v in settings.items() if v is not None})
+    pb = admin_pb2.QueueSettings(durability=durability)
+    for k, v in settings.items():
+        if v is not None:
+            setattr(pb, k, v)
+    return pb
+
+
+def as_durability(value: object) -> Durability:
+    """A queue's durability as the server reported it ("sync" when it did not say, as from
+    a server older than the setting)."""
+    return "async" if value == "async" else "sync"
 
 
 def queue_from_pb(q: admin_pb2.QueueInfo) -> QueueInfo:
     settings = {k: int(getattr(q.settings, k)) for k in _SETTINGS if q.settings.HasField(k)}
     counts = {k: int(getattr(q.counts, k)) for k in _COUNTS}
-    return QueueInfo(name=q.name, paused=q.paused, settings=settings, counts=counts)
+    return QueueInfo(
+        name=q.name, paused=q.paused, settings=settings, counts=counts, durability=as_durability(q.durability)
+    )

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 import grpc
@@ -183,6 +184,8 @@ def from_rpc_error(err: grpc.RpcError) -> PgferryError:
         code = _metadata_get(trailing, "pgferry-error-code") or ""
     if not field:
         field = _metadata_get(trailing, "pgferry-error-field") or ""
+    if not code and not field:
+        code, field, message = _parse_status_message(message)
     cls = class_for_code(code) if code else _BY_STATUS.get(status, PgferryError)
     if cls is PgferryError and not code:
         cls = _BY_STATUS.get(status, PgferryError)
@@ -192,6 +195,19 @@ def from_rpc_error(err: grpc.RpcError) -> PgferryError:
             message, code=code or None, field=field, retry_after=_float_or_none(ra)
         )
     return cls(message, code=code or None, field=field)
+
+
+# The Admin service's status messages: `code: message (field)` (docs/protocol.md).
+_STATUS_MESSAGE: Final = re.compile(r"([a-z_]+): (.*?)(?: \(([A-Za-z0-9_.\[\]]+)\))?", re.S)
+
+
+def _parse_status_message(message: str) -> tuple[str, str, str]:
+    """(code, field, message) from a `code: message (field)` status message; ("", "",
+    message) when it is not one, or its code is not one this SDK knows."""
+    m = _STATUS_MESSAGE.fullmatch(message)
+    if m is None or class_for_code(m[1]) is PgferryError:
+        return "", "", message
+    return m[1], m[3] or "", m[2]
 
 
 def _float_or_none(v: str | None) -> float | None:

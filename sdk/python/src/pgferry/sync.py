@@ -15,7 +15,7 @@ from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from pgferry._types import EnqueuedJob, JobInfo, QueueInfo
+from pgferry._types import Durability, EnqueuedJob, JobInfo, QueueInfo
 from pgferry.client import Client, JobLike
 
 T = TypeVar("T")
@@ -90,8 +90,12 @@ class SyncClient:
     def list_queues(self) -> list[QueueInfo]:
         return self._run(self._client.list_queues())
 
-    def update_queue(self, name: str, **settings: int | None) -> QueueInfo:
-        return self._run(self._client.update_queue(name, **settings))
+    def update_queue(
+        self, name: str, *, durability: Durability | None = None, **settings: int | None
+    ) -> QueueInfo:
+        """See `Client.update_queue`; durability "async" trades the last fraction of a second
+        of acknowledged work on a Postgres crash for speed (default "sync")."""
+        return self._run(self._client.update_queue(name, durability=durability, **settings))
 
     def pause_queue(self, name: str) -> QueueInfo:
         return self._run(self._client.pause_queue(name))
