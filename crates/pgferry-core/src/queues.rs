@@ -35,8 +35,10 @@ pub struct QueueSettings {
 /// is in Postgres's WAL buffers, not on disk, so a Postgres crash (not a pgferry crash) can
 /// lose the last fraction of a second of acknowledged enqueues and completions (up to three
 /// `wal_writer_delay`s). A lost claim only means the jobs are delivered again; a lost
-/// completion means the attempt runs again after its lease. Nothing is ever half-written,
-/// and any later synchronous commit makes everything before it durable too.
+/// completion means the attempt runs again after its lease. The ids of lost jobs may be
+/// handed out again after the crash (their sequence advance is lost with them). Nothing is
+/// ever half-written, and any later synchronous commit makes everything before it durable
+/// too, so a durable row never refers to a lost one.
 ///
 /// A batch that holds jobs of several queues commits synchronously unless every one of
 /// them is `Async`, so mixing never weakens a `Sync` queue.
