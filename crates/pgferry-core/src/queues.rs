@@ -59,7 +59,8 @@ impl Durability {
         }
     }
 
-    fn from_async_commit(async_commit: bool) -> Durability {
+    /// From the `pgferry.queues.async_commit` column.
+    pub fn from_async_commit(async_commit: bool) -> Durability {
         if async_commit {
             Durability::Async
         } else {

@@ -103,7 +103,9 @@ pub(super) fn queue_pb(
     let name = user_queue(p.tenant_id, &engine_name)?.to_string();
     let c = counts.get(&engine_name).copied().unwrap_or_default();
     let ms = |i: usize| row.get::<_, i32>(i).max(0) as u64;
-    let durability = queue_durability(row).as_str().to_string();
+    let durability = Durability::from_async_commit(row.get(10))
+        .as_str()
+        .to_string();
     Some(pb::QueueInfo {
         name,
         paused: row.get(4),
@@ -129,15 +131,6 @@ pub(super) fn queue_pb(
         }),
         durability,
     })
-}
-
-/// The durability of a queues_list.sql / queue_get.sql row (its `async_commit` column).
-fn queue_durability(row: &tokio_postgres::Row) -> Durability {
-    if row.get::<_, bool>(10) {
-        Durability::Async
-    } else {
-        Durability::Sync
-    }
 }
 
 /// `settings.durability` of an UpdateQueue request: unset keeps the current value.

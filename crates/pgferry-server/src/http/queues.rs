@@ -61,12 +61,7 @@ fn queue_json(
             "retention_ms": row.get::<_, i64>(7),
             "aging_ms": row.get::<_, i32>(8),
             "concurrency": row.get::<_, Option<i32>>(9),
-            "durability": if row.get::<_, bool>(10) {
-                Durability::Async
-            } else {
-                Durability::Sync
-            }
-            .as_str(),
+            "durability": Durability::from_async_commit(row.get(10)).as_str(),
         },
     }))
 }
