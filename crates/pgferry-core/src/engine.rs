@@ -126,6 +126,19 @@ impl Engine {
         &self.counters
     }
 
+    /// Whether writes of `queue` alone would commit asynchronously, as far as this process
+    /// knows (a queue not used here yet counts as synchronous). The server routes requests
+    /// by it, so that group commit does not merge an async queue's writes into flushes that
+    /// must commit synchronously.
+    pub fn commits_async(&self, queue: &str) -> bool {
+        self.async_pool.is_some() && self.lanes.is_async(queue)
+    }
+
+    /// [`Engine::commits_async`] for outcomes: every lane belongs to an async queue.
+    pub fn lanes_commit_async(&self, lanes: impl IntoIterator<Item = i32>) -> bool {
+        self.async_pool.is_some() && self.lanes.all_async(lanes)
+    }
+
     /// The connection a hot-path write over `lanes` runs on: `client` (synchronous), or one
     /// of the async pool when every lane belongs to a queue that chose async durability.
     /// Swapping costs a pool checkout, not a round trip.

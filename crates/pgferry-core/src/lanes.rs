@@ -299,6 +299,15 @@ impl LaneCache {
         }
     }
 
+    /// True if `queue` is cached and chose async durability.
+    pub fn is_async(&self, queue: &str) -> bool {
+        self.queues
+            .read()
+            .expect("lane cache poisoned")
+            .get(queue)
+            .is_some_and(|q| q.async_commit)
+    }
+
     /// True if every lane of `lanes` (at least one) belongs to a cached queue that chose
     /// async durability: only then may a batch over them commit asynchronously.
     pub fn all_async(&self, lanes: impl IntoIterator<Item = i32>) -> bool {

@@ -432,6 +432,15 @@ pub async fn handler(State(state): State<AppState>) -> impl IntoResponse {
     let coalescers = [
         ("enqueue", state.coalescers.enqueue.stats().snapshot()),
         ("complete", state.coalescers.complete.stats().snapshot()),
+        // Queues with async durability flush apart (coalesce/writers.rs).
+        (
+            "enqueue_async",
+            state.coalescers.enqueue_async.stats().snapshot(),
+        ),
+        (
+            "complete_async",
+            state.coalescers.complete_async.stats().snapshot(),
+        ),
     ];
     (
         [(

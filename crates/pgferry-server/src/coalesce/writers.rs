@@ -138,10 +138,17 @@ impl Writer for CompleteWriter {
     }
 }
 
-/// The server's two coalescers, shared by gRPC streams and HTTP handlers.
+/// The server's coalescers, shared by gRPC streams and HTTP handlers: enqueue and
+/// completion, each twice. Requests whose queues all chose async durability (DESIGN §1.7)
+/// go to the `_async` pair, so that their flushes commit asynchronously; merged with a
+/// synchronous queue's writes, they would commit synchronously (the engine never weakens a
+/// batch). A request mixing both goes to the synchronous pair.
 pub struct Coalescers {
+    engine: Arc<Engine>,
     pub enqueue: Coalescer<EnqueueWriter>,
+    pub enqueue_async: Coalescer<EnqueueWriter>,
     pub complete: Coalescer<CompleteWriter>,
+    pub complete_async: Coalescer<CompleteWriter>,
     /// Claim order of the receipts handed out (dispatchers register their claims).
     pub receipts: Arc<ReceiptBook>,
     /// Commit latencies per request (what a caller waits, group-commit wait included).
@@ -155,21 +162,26 @@ impl Coalescers {
         metrics: Arc<Metrics>,
     ) -> Arc<Coalescers> {
         let receipts = Arc::new(ReceiptBook::default());
+        let enqueue = || {
+            let writer = EnqueueWriter {
+                engine: engine.clone(),
+            };
+            Coalescer::new(writer, config.clone())
+        };
+        let complete = || {
+            let writer = CompleteWriter {
+                engine: engine.clone(),
+                receipts: receipts.clone(),
+            };
+            Coalescer::new(writer, config.clone())
+        };
         Arc::new(Coalescers {
-            enqueue: Coalescer::new(
-                EnqueueWriter {
-                    engine: engine.clone(),
-                },
-                config.clone(),
-            ),
-            complete: Coalescer::new(
-                CompleteWriter {
-                    engine,
-                    receipts: receipts.clone(),
-                },
-                config,
-            ),
-            receipts,
+            enqueue: enqueue(),
+            enqueue_async: enqueue(),
+            complete: complete(),
+            complete_async: complete(),
+            engine: engine.clone(),
+            receipts: receipts.clone(),
             metrics,
         })
     }
@@ -177,7 +189,21 @@ impl Coalescers {
     /// Enqueues one request's jobs (all or nothing); ids in order, after COMMIT.
     pub async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<i64>, SubmitError> {
         let started = Instant::now();
-        let ids = self.enqueue.submit(jobs).await?;
+        let mut queues = jobs.iter().map(|j| j.queue.as_str());
+        // Jobs of one request usually share a queue: one cache probe per change of queue.
+        let mut last = None;
+        let all_async = !jobs.is_empty()
+            && queues.all(|q| {
+                let same = last == Some(q);
+                last = Some(q);
+                same || self.engine.commits_async(q)
+            });
+        let coalescer = if all_async {
+            &self.enqueue_async
+        } else {
+            &self.enqueue
+        };
+        let ids = coalescer.submit(jobs).await?;
         self.metrics
             .observe(Latency::EnqueueCommit, started.elapsed());
         Ok(ids)
@@ -186,7 +212,15 @@ impl Coalescers {
     /// Records one request's outcomes; answers in order, after COMMIT.
     pub async fn complete(&self, outcomes: Vec<Outcome>) -> Result<Vec<Completed>, SubmitError> {
         let started = Instant::now();
-        let done = self.complete.submit(outcomes).await?;
+        let coalescer = if self
+            .engine
+            .lanes_commit_async(outcomes.iter().map(|o| o.lane))
+        {
+            &self.complete_async
+        } else {
+            &self.complete
+        };
+        let done = coalescer.submit(outcomes).await?;
         self.metrics
             .observe(Latency::CompleteCommit, started.elapsed());
         Ok(done)
