@@ -139,16 +139,12 @@ impl Engine {
         self.async_pool.is_some() && self.lanes.all_async(lanes)
     }
 
-    /// The connection a hot-path write over `lanes` runs on: `client` (synchronous), or one
-    /// of the async pool when every lane belongs to a queue that chose async durability.
-    /// Swapping costs a pool checkout, not a round trip.
-    pub(crate) async fn writer(
-        &self,
-        client: Object,
-        lanes: impl IntoIterator<Item = i32>,
-    ) -> Result<Object> {
+    /// The connection a hot-path write runs on: `client` (synchronous), or one of the async
+    /// pool when the write may commit asynchronously ([`Engine::commits_async`],
+    /// [`Engine::lanes_commit_async`]). Swapping costs a pool checkout, not a round trip.
+    pub(crate) async fn writer(&self, client: Object, async_commit: bool) -> Result<Object> {
         match &self.async_pool {
-            Some(pool) if self.lanes.all_async(lanes) => {
+            Some(pool) if async_commit => {
                 drop(client);
                 Ok(pool.get().await?)
             }
@@ -190,13 +186,7 @@ impl Engine {
         if lanes.paused {
             return Ok(Vec::new());
         }
-        let client = match (&self.async_pool, lanes.async_commit) {
-            (Some(pool), true) => {
-                drop(client);
-                pool.get().await?
-            }
-            _ => client,
-        };
+        let client = self.writer(client, lanes.async_commit).await?;
         // Claim-time aging: how long the heads of starved lower priorities have waited (a
         // probe at most every aging/4 per queue, only while a priority is not being served).
         for (p, lanes_p) in lanes.heads_to_probe() {
@@ -301,7 +291,10 @@ impl Engine {
         let (errors, delays) = (some(errors), some(delays));
         let (results, durations) = (some(results), some(durations));
         let client = self
-            .writer(self.pool.get().await?, outcomes.iter().map(|o| o.lane))
+            .writer(
+                self.pool.get().await?,
+                self.lanes_commit_async(outcomes.iter().map(|o| o.lane)),
+            )
             .await?;
         let stmt = client.prepare_cached(COMPLETE).await?;
         let rows = client

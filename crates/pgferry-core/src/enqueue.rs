@@ -61,7 +61,9 @@ impl Engine {
         }
         let client = self.pool().get().await?;
         let batch = self.enqueue_batch(&**client, jobs).await?;
-        let client = self.writer(client, batch.lanes.iter().copied()).await?;
+        let client = self
+            .writer(client, self.lanes_commit_async(batch.lanes.iter().copied()))
+            .await?;
         let ids = if batch.any_future {
             let stmt = client.prepare_cached(ENQUEUE_SCHEDULED).await?;
             let rows = client.query(&stmt, &batch.params_scheduled()).await?;

@@ -41,7 +41,9 @@ impl Engine {
             let batch_jobs: Vec<NewJob> = pending.iter().map(|&i| jobs[i].clone()).collect();
             let client = self.pool().get().await?;
             let batch = self.enqueue_batch(&**client, &batch_jobs).await?;
-            let client = self.writer(client, batch.lanes.iter().copied()).await?;
+            let client = self
+                .writer(client, self.lanes_commit_async(batch.lanes.iter().copied()))
+                .await?;
             let stmt = client.prepare_cached(ENQUEUE_UNIQUE).await?;
             let rows = client.query(&stmt, &batch.params_unique()).await?;
             drop(client);

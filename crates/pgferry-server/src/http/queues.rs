@@ -148,8 +148,8 @@ pub struct Settings {
     /// Most jobs of the queue running at once across servers; 0 removes the limit.
     #[serde(default)]
     concurrency: Option<u32>,
-    /// "sync" or "async" (DESIGN §1.7); parsed in `update` so that a bad value is a 400
-    /// naming `durability` with the accepted values.
+    /// "sync" or "async" (DESIGN §1.7); parsed in `update` so that any bad value, not only
+    /// a bad JSON type, is a 400 naming `durability`.
     #[serde(default)]
     durability: Option<String>,
 }
@@ -189,14 +189,8 @@ pub async fn update(
     {
         return Err(ApiError::bad_request("max_attempts", "must be 1 to 1000"));
     }
-    let durability = s
-        .durability
-        .as_deref()
-        .map(|d| {
-            d.parse::<Durability>()
-                .map_err(|_| ApiError::bad_request("durability", "must be \"sync\" or \"async\""))
-        })
-        .transpose()?;
+    // The engine's typed error: a 400 naming `durability`.
+    let durability = s.durability.as_deref().map(str::parse).transpose()?;
     let settings = QueueSettings {
         max_attempts: s.max_attempts,
         lease: ms_in("lease_ms", s.lease_ms, 100, 86_400_000)?,
