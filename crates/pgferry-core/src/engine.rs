@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::{Object, Pool};
-use serde_json::Value;
 use tokio::sync::{watch, Notify};
 use tokio_postgres::types::ToSql;
 
@@ -17,12 +16,11 @@ use crate::counters::Counters;
 use crate::db::Pools;
 use crate::error::{Error, Result};
 use crate::ids::{IdBlocks, SegmentCache};
-use crate::job::{ClaimedJob, Completed, Outcome, OutcomeKind};
+use crate::job::{ClaimedJob, Completed, Outcome};
 use crate::lanes::{BusyLanes, LaneCache};
 
 const CLAIM: &str = include_str!("sql/claim.sql");
 const CLAIM_LIMITED: &str = include_str!("sql/claim_limited.sql");
-const COMPLETE: &str = include_str!("sql/complete.sql");
 const QUEUE_UPSERT: &str = include_str!("sql/queue_upsert.sql");
 const LANE_HEAD_AGE: &str = include_str!("sql/lane_head_age.sql");
 
@@ -253,68 +251,13 @@ impl Engine {
                 limit: self.config.max_batch,
             });
         }
-        let n = outcomes.len();
-        let mut ids = Vec::with_capacity(n);
-        let mut attempts = Vec::with_capacity(n);
-        let mut segments = Vec::with_capacity(n);
-        let mut receipts = Vec::with_capacity(n);
-        let mut lanes = Vec::with_capacity(n);
-        let mut rsegs = Vec::with_capacity(n);
-        let mut codes = Vec::with_capacity(n);
-        let mut errors: Vec<Option<&str>> = Vec::with_capacity(n);
-        let mut delays: Vec<Option<i64>> = Vec::with_capacity(n);
-        let mut results: Vec<Option<&Value>> = Vec::with_capacity(n);
-        let mut durations: Vec<Option<i32>> = Vec::with_capacity(n);
-        for o in outcomes {
-            ids.push(o.job_id);
-            attempts.push(o.attempt);
-            segments.push(o.segment);
-            receipts.push(o.receipt_id);
-            lanes.push(o.lane);
-            rsegs.push(o.receipt_segment);
-            codes.push(o.kind.code());
-            errors.push(o.error.as_deref());
-            delays.push(match o.kind {
-                OutcomeKind::Retry { delay } | OutcomeKind::Snooze { delay } => {
-                    Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX))
-                }
-                _ => None,
-            });
-            results.push(o.result.as_ref());
-            durations.push(o.duration_ms);
-        }
-        // Columns nobody set travel as NULL arrays: cheaper to send, and the whole-receipt
-        // path of pgferry.complete_batch() requires results to be NULL.
-        fn some<T: Copy>(v: Vec<Option<T>>) -> Option<Vec<Option<T>>> {
-            v.iter().any(Option::is_some).then_some(v)
-        }
-        let (errors, delays) = (some(errors), some(delays));
-        let (results, durations) = (some(results), some(durations));
         let client = self
             .writer(
                 self.pool.get().await?,
                 self.lanes_commit_async(outcomes.iter().map(|o| o.lane)),
             )
             .await?;
-        let stmt = client.prepare_cached(COMPLETE).await?;
-        let rows = client
-            .query(
-                &stmt,
-                &[
-                    &ids, &attempts, &segments, &receipts, &lanes, &rsegs, &codes, &errors,
-                    &delays, &results, &durations,
-                ],
-            )
-            .await?;
-        // One row per outcome, keyed by its position: outcomes of handed-over attempts
-        // (ADR 0008) are answered before the others.
-        let mut won = vec![false; n];
-        for r in &rows {
-            let ord: i64 = r.get(0);
-            if let Some(w) = usize::try_from(ord - 1).ok().and_then(|i| won.get_mut(i)) {
-                *w = r.get::<_, bool>(1);
-            }
-        }
+        let won = crate::completion::record(&client, outcomes).await?;
         self.counters.finished(
             outcomes
                 .iter()

@@ -3,6 +3,7 @@
 //! duties (ticker, promoter, rescuer, rotator). See DESIGN.md §2–§3.
 
 pub mod cancelling;
+mod completion;
 pub mod control;
 pub mod counters;
 pub mod db;

@@ -82,6 +82,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0011_queue_durability.sql",
         sql: include_str!("../migrations/0011_queue_durability.sql"),
     },
+    Migration {
+        version: 12,
+        name: "0012_complete_whole.sql",
+        sql: include_str!("../migrations/0012_complete_whole.sql"),
+    },
 ];
 
 /// Advisory lock key for migrations ("pgferry" in ASCII, truncated): not shared with any

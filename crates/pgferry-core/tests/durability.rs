@@ -92,7 +92,7 @@ async fn async_queues_write_on_async_sessions_and_mixed_batches_stay_synchronous
     assert_eq!(fast.len(), 3);
     assert!(async_statements(&probe).await[0].contains("claim_lanes"));
     engine.complete(&[fast[0].completed(None)]).await.unwrap();
-    assert!(async_statements(&probe).await[0].contains("complete_batch"));
+    assert!(async_statements(&probe).await[0].contains("complete_whole"));
     let before = last_change(&probe).await;
 
     // A batch that mixes in a synchronous queue runs on the synchronous pool: enqueue ...

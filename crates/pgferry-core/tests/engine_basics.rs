@@ -226,8 +226,8 @@ async fn receipts(c: &tokio_postgres::Client) -> i64 {
         .get(0)
 }
 
-/// A worker reporting its whole claimed batch takes pgferry.complete()'s whole-receipt path
-/// (array equality instead of per-outcome checks). First outcome still wins: the same batch
+/// A worker reporting its whole claimed batch takes the whole-receipt path
+/// (pgferry.complete_whole(): array equality instead of per-outcome checks). First outcome still wins: the same batch
 /// again is all stale, and after part of a batch was reported, the whole batch wins only the
 /// rest — exactly one outcome per attempt either way.
 #[tokio::test]
@@ -381,6 +381,86 @@ async fn several_whole_receipts_in_one_report() {
         .unwrap()
         .get(0);
     assert_eq!(closed, (a.len() + b.len() + c.len() + d.len()) as i64);
+}
+
+/// complete_whole() trusts the runs it is sent to tile the batch; runs that leave an outcome
+/// out (or overlap, or are out of order) are refused before anything is written, so no
+/// outcome is ever answered "recorded" without its row.
+#[tokio::test]
+async fn whole_receipt_runs_that_do_not_tile_the_batch_are_refused() {
+    let s = common::setup().await;
+    s.engine
+        .enqueue(&(0..10).map(job).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    s.tick().await;
+    let c = s.engine.claim("emails", 10, "w").await.unwrap();
+    assert_eq!(c.len(), 10);
+    let client = s.db.connect().await;
+    let stmt = client
+        .prepare(include_str!("../src/sql/complete_whole.sql"))
+        .await
+        .unwrap();
+    let ids: Vec<i64> = c.iter().map(|j| j.job_id).collect();
+    let atts: Vec<i32> = c.iter().map(|j| j.attempt).collect();
+    let (r, lane, rseg, seg) = (
+        c[0].receipt_id,
+        c[0].lane,
+        c[0].receipt_segment,
+        c[0].segment,
+    );
+    let none: Option<Vec<Option<i32>>> = None;
+    // (lo, hi) of the single run: a gap at either end, past the end, backwards.
+    for (lo, hi) in [(2i32, 10i32), (1, 9), (1, 11), (10, 1)] {
+        let (rs, ls, ss, los, his) = (vec![r], vec![lane], vec![rseg], vec![lo], vec![hi]);
+        let err = client
+            .query(
+                &stmt,
+                &[&rs, &ls, &ss, &los, &his, &ids, &atts, &seg, &none],
+            )
+            .await
+            .expect_err("runs that do not tile the batch");
+        assert_eq!(
+            err.code(),
+            Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE),
+            "({lo}, {hi}): {err:?}"
+        );
+    }
+    // Two runs with a hole between them.
+    let err = client
+        .query(
+            &stmt,
+            &[
+                &vec![r, r + 1],
+                &vec![lane, lane],
+                &vec![rseg, rseg],
+                &vec![1i32, 6],
+                &vec![4i32, 10],
+                &ids,
+                &atts,
+                &seg,
+                &none,
+            ],
+        )
+        .await
+        .expect_err("a hole between runs");
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE)
+    );
+    let written: i64 = client
+        .query_one("SELECT count(*) FROM pgferry.completions", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(written, 0);
+    // The same batch, tiled: recorded, and answered with one row for all of it.
+    let done = s
+        .engine
+        .complete(&c.iter().map(|j| j.completed(None)).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert!(done.iter().all(|d| !d.stale));
 }
 
 /// Any JSON the API accepts must come back out of the database: Postgres prints a number

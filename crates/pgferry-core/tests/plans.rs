@@ -234,42 +234,53 @@ async fn hot_statement_plans() {
     // probe of its lane cursor index, nothing read from the ready log, no per-outcome work.
     let whole = s.engine.claim("q", 300, "w").await.unwrap();
     assert!(!whole.is_empty());
-    let col = |f: fn(&pgferry_core::ClaimedJob) -> i64| whole.iter().map(f).collect::<Vec<i64>>();
-    let (wids, wrids) = (col(|j| j.job_id), col(|j| j.receipt_id));
+    // Described by runs, one per receipt, as the engine sends them (completion.rs).
+    let mut rids: Vec<i64> = Vec::new();
+    let (mut rlanes, mut rsegs, mut lo, mut hi) = (vec![], vec![], vec![], vec![]);
+    for (i, j) in whole.iter().enumerate() {
+        let pos = i as i32 + 1;
+        if rids.last() == Some(&j.receipt_id) {
+            *hi.last_mut().unwrap() = pos;
+        } else {
+            rids.push(j.receipt_id);
+            rlanes.push(j.lane);
+            rsegs.push(j.receipt_segment);
+            lo.push(pos);
+            hi.push(pos);
+        }
+    }
+    let wids: Vec<i64> = whole.iter().map(|j| j.job_id).collect();
     let watts: Vec<i32> = whole.iter().map(|j| j.attempt).collect();
-    let wsegs: Vec<i16> = whole.iter().map(|j| j.segment).collect();
-    let wlanes: Vec<i32> = whole.iter().map(|j| j.lane).collect();
-    let wrsegs: Vec<i16> = whole.iter().map(|j| j.receipt_segment).collect();
-    let wcodes: Vec<i16> = whole.iter().map(|_| 1).collect();
-    // Columns nobody set travel as NULL arrays, as the engine sends them.
-    let none_t: Option<Vec<Option<String>>> = None;
-    let none_i: Option<Vec<Option<i64>>> = None;
-    let none_j: Option<Vec<Option<serde_json::Value>>> = None;
+    let wseg: i16 = whole[0].segment;
+    assert!(whole.iter().all(|j| j.segment == wseg));
     let none_d: Option<Vec<Option<i32>>> = None;
+    let whole_stmt = client
+        .prepare(include_str!("../src/sql/complete_whole.sql"))
+        .await
+        .unwrap();
     common::drain(&mut notices);
     let r = client
         .query(
-            &stmt,
+            &whole_stmt,
             &[
-                &wids, &watts, &wsegs, &wrids, &wlanes, &wrsegs, &wcodes, &none_t, &none_i,
-                &none_j, &none_d,
+                &rids, &rlanes, &rsegs, &lo, &hi, &wids, &watts, &wseg, &none_d,
             ],
         )
         .await
         .unwrap();
-    assert_eq!(r.len(), whole.len());
-    assert!(r.iter().all(|row| row.get::<_, bool>(1)));
+    // One row answers for the whole batch.
+    assert_eq!(r.len(), 1);
+    assert_eq!((r[0].get::<_, i64>(0), r[0].get::<_, bool>(1)), (0, true));
     let plans = common::drain(&mut notices);
     let wp = common::plans_with(&plans, "INSERT INTO pgferry.completions");
-    // Only complete_batch's insert ran: pgferry.complete() was never entered.
+    // Only complete_whole's insert ran: pgferry.complete() was never entered.
     assert_eq!(wp.len(), 1, "{plans:#?}");
     assert!(wp[0].contains("p_job_ids[w.lo:w.hi]"), "{}", wp[0]);
     assert!(wp[0].contains("Index Scan using receipts_"), "{}", wp[0]);
     assert_no_seq_scan_on_log(wp[0]);
     assert_eq!(common::rows_read(wp[0], "ready"), 0, "{}", wp[0]);
-    let receipts: std::collections::HashSet<i64> = wrids.iter().copied().collect();
     assert!(
-        common::rows_read(wp[0], "receipts") <= receipts.len() as u64,
+        common::rows_read(wp[0], "receipts") <= rids.len() as u64,
         "{}",
         wp[0]
     );

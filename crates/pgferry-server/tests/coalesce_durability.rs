@@ -133,5 +133,5 @@ async fn async_queues_flush_apart_from_sync_ones() {
         co.complete_async.stats().snapshot(),
     );
     assert_eq!((sync_s.callers, async_s.callers), (2, 1));
-    assert!(ran_async_since(&probe, "complete_batch", since).await);
+    assert!(ran_async_since(&probe, "complete_whole", since).await);
 }

@@ -1,8 +1,7 @@
--- complete: every outcome of a batch in one statement (DESIGN §1.5). pgferry.complete_batch()
--- (migrations/0006_whole_receipts.sql) records a batch of whole receipts as one row per
--- receipt; anything else goes to pgferry.complete() (migrations/0004_fast_path.sql) for the
--- statements and plans per outcome.
+-- complete: every outcome of a batch in one statement (DESIGN §1.5): pgferry.complete()
+-- (migrations/0007_long_lease_hand_over.sql, paths from 0004_fast_path.sql) for the
+-- statements and plans per outcome. Batches of whole receipts go to complete_whole.sql.
 -- $1 job ids, $2 attempts, $3 job segments, $4 receipt ids, $5 lanes, $6 receipt segments,
 -- $7 outcome codes, $8 errors, $9 retry delays ms, $10 results, $11 durations ms
 SELECT ord, won
-  FROM pgferry.complete_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+  FROM pgferry.complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)

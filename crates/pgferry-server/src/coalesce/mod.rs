@@ -417,7 +417,7 @@ async fn collect<W: Writer>(
             }
             if let Some(n) = missing {
                 // A single receipt so far: keep it single; other receipts wait for the
-                // next flush. (The engine's complete_batch() would take several whole
+                // next flush. (The engine's complete_whole() would take several whole
                 // receipts in one statement; gathering several per flush is not done yet.)
                 match missing_of(&*writer, &batch, Some(&p)) {
                     Some(m) if m < n => {
