@@ -87,6 +87,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0012_complete_whole.sql",
         sql: include_str!("../migrations/0012_complete_whole.sql"),
     },
+    Migration {
+        version: 13,
+        name: "0013_no_insert_vacuum.sql",
+        sql: include_str!("../migrations/0013_no_insert_vacuum.sql"),
+    },
 ];
 
 /// Advisory lock key for migrations ("pgferry" in ASCII, truncated): not shared with any
