@@ -13,8 +13,9 @@
 -- attempts, job segments) in claim order; nothing of the receipt is closed yet; no attempt of
 -- it was handed over to long_leases (ADR 0008); the job segment is the incarnation the
 -- receipt named (reuse_floor); no queue has a concurrency limit (queue_running would need its
--- count). All or nothing: if any receipt is not whole, the batch goes to complete() with the
--- per-outcome arrays rebuilt from the runs, where first-outcome-wins is decided per outcome.
+-- count); no receipt is named by two runs. All or nothing: if any receipt is not whole, the
+-- batch goes to complete() with the per-outcome arrays rebuilt from the runs, where
+-- first-outcome-wins is decided per outcome.
 --
 -- Answer: one row (0, true) when every outcome was recorded (ord 0 stands for all of them,
 -- so the client decodes one row, not one per outcome); otherwise complete()'s rows, one per
@@ -52,7 +53,10 @@ BEGIN
               USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    IF NOT EXISTS (SELECT 1 FROM pgferry.queue_running) THEN
+    -- A receipt named by two runs (the same batch reported twice in one call) could pass as
+    -- whole twice; complete() answers the second report stale, outcome by outcome.
+    IF NOT EXISTS (SELECT 1 FROM pgferry.queue_running)
+       AND NOT EXISTS (SELECT 1 FROM unnest(p_receipts) r GROUP BY r HAVING count(*) > 1) THEN
         -- The key order of complete(), heartbeat and the rescuer (ascending receipt id); the
         -- snapshot of the next statement is taken after the locks, so it sees any completion
         -- committed before. A handful of receipts, not one per outcome.

@@ -8,6 +8,8 @@
 //! other batch goes to `pgferry.complete()`, which decides each outcome on its own. Either
 //! way it is one statement, and the database still proves a run whole before trusting it.
 
+use std::collections::HashSet;
+
 use deadpool_postgres::Object;
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
@@ -77,6 +79,7 @@ impl Runs {
             segment: first.segment,
             durations: None,
         };
+        let mut seen = HashSet::new();
         for (i, o) in outcomes.iter().enumerate() {
             if o.kind != OutcomeKind::Completed || o.result.is_some() || o.segment != runs.segment {
                 return None;
@@ -84,7 +87,7 @@ impl Runs {
             let pos = i32::try_from(i + 1).ok()?;
             if runs.receipts.last() == Some(&o.receipt_id) {
                 *runs.hi.last_mut()? = pos;
-            } else if runs.receipts.contains(&o.receipt_id) {
+            } else if !seen.insert(o.receipt_id) {
                 // A receipt's outcomes split by another's: not contiguous.
                 return None;
             } else {

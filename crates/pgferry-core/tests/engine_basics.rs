@@ -383,11 +383,11 @@ async fn several_whole_receipts_in_one_report() {
     assert_eq!(closed, (a.len() + b.len() + c.len() + d.len()) as i64);
 }
 
-/// complete_whole() trusts the runs it is sent to tile the batch; runs that leave an outcome
-/// out (or overlap, or are out of order) are refused before anything is written, so no
-/// outcome is ever answered "recorded" without its row.
+/// complete_whole() does not trust the runs it is sent: runs that leave an outcome out (or
+/// overlap, or are out of order) are refused before anything is written, so no outcome is
+/// ever answered "recorded" without its row; and a receipt named by two runs is closed once.
 #[tokio::test]
-async fn whole_receipt_runs_that_do_not_tile_the_batch_are_refused() {
+async fn complete_whole_refuses_bad_runs_and_closes_a_receipt_once() {
     let s = common::setup().await;
     s.engine
         .enqueue(&(0..10).map(job).collect::<Vec<_>>())
@@ -454,7 +454,62 @@ async fn whole_receipt_runs_that_do_not_tile_the_batch_are_refused() {
         .unwrap()
         .get(0);
     assert_eq!(written, 0);
-    // The same batch, tiled: recorded, and answered with one row for all of it.
+    // The batch twice in one call, as two runs of the same receipt: each run alone is whole,
+    // but the receipt must be closed once — the second report is stale, outcome by outcome.
+    let twice: Vec<i64> = ids.iter().chain(&ids).copied().collect();
+    let twice_atts: Vec<i32> = atts.iter().chain(&atts).copied().collect();
+    let r2 = client
+        .query(
+            &stmt,
+            &[
+                &vec![r, r],
+                &vec![lane, lane],
+                &vec![rseg, rseg],
+                &vec![1i32, 11],
+                &vec![10i32, 20],
+                &twice,
+                &twice_atts,
+                &seg,
+                &none,
+            ],
+        )
+        .await
+        .unwrap();
+    let won: Vec<bool> = {
+        let mut w = vec![false; 20];
+        for row in &r2 {
+            let ord: i64 = row.get(0);
+            assert!(ord >= 1, "answered as a whole batch: {ord}");
+            w[ord as usize - 1] = row.get(1);
+        }
+        w
+    };
+    assert_eq!(won, [vec![true; 10], vec![false; 10]].concat());
+    let closed: Vec<i64> = client
+        .query(
+            "SELECT u.job_id FROM pgferry.completions c, unnest(c.job_ids) u(job_id)
+              WHERE c.receipt_id = $1 ORDER BY 1",
+            &[&r],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(closed, sorted, "each attempt closed exactly once");
+
+    // The next batch, tiled: recorded, and answered with one row for all of it.
+    let c = {
+        s.engine
+            .enqueue(&(10..20).map(job).collect::<Vec<_>>())
+            .await
+            .unwrap();
+        s.tick().await;
+        s.engine.claim("emails", 10, "w").await.unwrap()
+    };
+    assert_eq!(c.len(), 10);
     let done = s
         .engine
         .complete(&c.iter().map(|j| j.completed(None)).collect::<Vec<_>>())
