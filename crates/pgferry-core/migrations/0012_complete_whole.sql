@@ -38,8 +38,8 @@ DECLARE
     v_n     int := cardinality(p_job_ids);
 BEGIN
     -- The runs must tile the batch exactly: an outcome outside every run would be answered
-    -- "recorded" without being written.
-    IF v_n = 0 OR cardinality(p_attempts) <> v_n
+    -- "recorded" without being written. (A NULL array makes the test NULL: refused too.)
+    IF coalesce(v_n = 0 OR cardinality(p_attempts) <> v_n
        OR coalesce(cardinality(p_durations), v_n) <> v_n
        OR cardinality(p_receipts) = 0
        OR cardinality(p_lanes) <> cardinality(p_receipts)
@@ -48,7 +48,7 @@ BEGIN
        OR cardinality(p_hi) <> cardinality(p_receipts)
        OR p_lo[1] <> 1 OR p_hi[cardinality(p_hi)] <> v_n
        OR EXISTS (SELECT 1 FROM generate_subscripts(p_lo, 1) i
-                   WHERE p_hi[i] < p_lo[i] OR (i > 1 AND p_lo[i] <> p_hi[i - 1] + 1)) THEN
+                   WHERE p_hi[i] < p_lo[i] OR (i > 1 AND p_lo[i] <> p_hi[i - 1] + 1)), true) THEN
         RAISE EXCEPTION 'complete_whole: runs do not tile a batch of % outcomes', v_n
               USING ERRCODE = 'invalid_parameter_value';
     END IF;

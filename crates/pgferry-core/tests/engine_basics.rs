@@ -426,6 +426,29 @@ async fn complete_whole_refuses_bad_runs_and_closes_a_receipt_once() {
             "({lo}, {hi}): {err:?}"
         );
     }
+    // A NULL where runs are expected.
+    let no_runs: Option<Vec<i32>> = None;
+    let err = client
+        .query(
+            &stmt,
+            &[
+                &vec![r],
+                &vec![lane],
+                &vec![rseg],
+                &no_runs,
+                &vec![10i32],
+                &ids,
+                &atts,
+                &seg,
+                &none,
+            ],
+        )
+        .await
+        .expect_err("no runs");
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE)
+    );
     // Two runs with a hole between them.
     let err = client
         .query(
