@@ -383,6 +383,38 @@ async fn several_whole_receipts_in_one_report() {
     assert_eq!(closed, (a.len() + b.len() + c.len() + d.len()) as i64);
 }
 
+/// complete_whole.sql over runs of one lane and receipt segment (`lo` None: a NULL array).
+struct Batch<'a> {
+    client: &'a tokio_postgres::Client,
+    stmt: &'a tokio_postgres::Statement,
+    lane: i32,
+    rseg: i16,
+    seg: i16,
+}
+
+impl Batch<'_> {
+    async fn runs(
+        &self,
+        receipts: &[i64],
+        lo: Option<Vec<i32>>,
+        hi: &[i32],
+        ids: &[i64],
+        attempts: &[i32],
+    ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        let lanes = vec![self.lane; receipts.len()];
+        let rsegs = vec![self.rseg; receipts.len()];
+        let durations: Option<Vec<Option<i32>>> = None;
+        self.client
+            .query(
+                self.stmt,
+                &[
+                    &receipts, &lanes, &rsegs, &lo, &hi, &ids, &attempts, &self.seg, &durations,
+                ],
+            )
+            .await
+    }
+}
+
 /// complete_whole() does not trust the runs it is sent: runs that leave an outcome out (or
 /// overlap, or are out of order) are refused before anything is written, so no outcome is
 /// ever answered "recorded" without its row; and a receipt named by two runs is closed once.
@@ -409,67 +441,41 @@ async fn complete_whole_refuses_bad_runs_and_closes_a_receipt_once() {
         c[0].receipt_segment,
         c[0].segment,
     );
-    let none: Option<Vec<Option<i32>>> = None;
-    // (lo, hi) of the single run: a gap at either end, past the end, backwards.
-    for (lo, hi) in [(2i32, 10i32), (1, 9), (1, 11), (10, 1)] {
-        let (rs, ls, ss, los, his) = (vec![r], vec![lane], vec![rseg], vec![lo], vec![hi]);
-        let err = client
-            .query(
-                &stmt,
-                &[&rs, &ls, &ss, &los, &his, &ids, &atts, &seg, &none],
-            )
-            .await
-            .expect_err("runs that do not tile the batch");
+    let batch = Batch {
+        client: &client,
+        stmt: &stmt,
+        lane,
+        rseg,
+        seg,
+    };
+    let refused = |err: tokio_postgres::Error| {
         assert_eq!(
             err.code(),
             Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE),
-            "({lo}, {hi}): {err:?}"
+            "{err:?}"
+        )
+    };
+    // (lo, hi) of the single run: a gap at either end, past the end, backwards.
+    for (lo, hi) in [(2, 10), (1, 9), (1, 11), (10, 1)] {
+        refused(
+            batch
+                .runs(&[r], Some(vec![lo]), &[hi], &ids, &atts)
+                .await
+                .unwrap_err(),
         );
     }
-    // A NULL where runs are expected.
-    let no_runs: Option<Vec<i32>> = None;
-    let err = client
-        .query(
-            &stmt,
-            &[
-                &vec![r],
-                &vec![lane],
-                &vec![rseg],
-                &no_runs,
-                &vec![10i32],
-                &ids,
-                &atts,
-                &seg,
-                &none,
-            ],
-        )
-        .await
-        .expect_err("no runs");
-    assert_eq!(
-        err.code(),
-        Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE)
+    // A NULL where runs are expected; two runs with a hole between them.
+    refused(
+        batch
+            .runs(&[r], None, &[10], &ids, &atts)
+            .await
+            .unwrap_err(),
     );
-    // Two runs with a hole between them.
-    let err = client
-        .query(
-            &stmt,
-            &[
-                &vec![r, r + 1],
-                &vec![lane, lane],
-                &vec![rseg, rseg],
-                &vec![1i32, 6],
-                &vec![4i32, 10],
-                &ids,
-                &atts,
-                &seg,
-                &none,
-            ],
-        )
-        .await
-        .expect_err("a hole between runs");
-    assert_eq!(
-        err.code(),
-        Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE)
+    refused(
+        batch
+            .runs(&[r, r + 1], Some(vec![1, 6]), &[4, 10], &ids, &atts)
+            .await
+            .unwrap_err(),
     );
     let written: i64 = client
         .query_one("SELECT count(*) FROM pgferry.completions", &[])
@@ -481,21 +487,8 @@ async fn complete_whole_refuses_bad_runs_and_closes_a_receipt_once() {
     // but the receipt must be closed once — the second report is stale, outcome by outcome.
     let twice: Vec<i64> = ids.iter().chain(&ids).copied().collect();
     let twice_atts: Vec<i32> = atts.iter().chain(&atts).copied().collect();
-    let r2 = client
-        .query(
-            &stmt,
-            &[
-                &vec![r, r],
-                &vec![lane, lane],
-                &vec![rseg, rseg],
-                &vec![1i32, 11],
-                &vec![10i32, 20],
-                &twice,
-                &twice_atts,
-                &seg,
-                &none,
-            ],
-        )
+    let r2 = batch
+        .runs(&[r, r], Some(vec![1, 11]), &[10, 20], &twice, &twice_atts)
         .await
         .unwrap();
     let won: Vec<bool> = {
