@@ -1,7 +1,9 @@
 //! The ledger under concurrency: 4 producers, 8 claimers, 100k jobs, 10% random failures
 //! with retries (immediate and delayed), the leader ticking, promoting, rescuing and rotating
 //! segments throughout. Every job ends completed or dead-lettered exactly per its attempts;
-//! no attempt has two outcomes; nothing is lost.
+//! no attempt has two outcomes; nothing is lost. The same ledger, shorter, on a queue with
+//! asynchronous commit (DESIGN §1.7): the mode changes when commits are flushed, never what
+//! a claim sees or which outcome wins.
 
 mod common;
 
@@ -10,13 +12,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pgferry_core::{Leader, LeaderConfig, NewJob, OutcomeKind, QueueOptions};
+use pgferry_core::db::Pools;
+use pgferry_core::{
+    Durability, Engine, Leader, LeaderConfig, NewJob, OutcomeKind, QueueOptions, QueueSettings,
+};
 use rand::Rng;
 use serde_json::json;
 
 const PRODUCERS: usize = 4;
 const CLAIMERS: usize = 8;
-const JOBS_PER_PRODUCER: usize = 25_000;
 const MAX_ATTEMPTS: i32 = 4;
 
 /// Accepted outcomes per (job id, attempt), as the claimers saw them acknowledged.
@@ -31,12 +35,22 @@ enum Recorded {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_job_is_accounted_for() {
+    run(Durability::Sync, 25_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_job_is_accounted_for_on_an_async_queue() {
+    run(Durability::Async, 5_000).await;
+}
+
+async fn run(durability: Durability, jobs_per_producer: usize) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter("pgferry_core=debug")
         .with_test_writer()
         .try_init();
     let s = common::setup().await;
-    let engine = s.engine.clone();
+    // Both pools, as `pgferry serve` has them: a sync queue never touches the async one.
+    let engine = Engine::new(Pools::new(&s.db.config, "ledger", 16), Default::default());
     engine
         .upsert_queue(
             "ledger",
@@ -48,6 +62,18 @@ async fn every_job_is_accounted_for() {
         )
         .await
         .unwrap();
+    let settings = QueueSettings {
+        durability: Some(durability),
+        ..Default::default()
+    };
+    assert_eq!(
+        engine
+            .update_queue("ledger", &settings)
+            .await
+            .unwrap()
+            .durability,
+        durability
+    );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let leader_cfg = LeaderConfig {
         tick_interval: Duration::from_millis(1),
@@ -61,7 +87,7 @@ async fn every_job_is_accounted_for() {
     let leader =
         tokio::spawn(Leader::new(engine.clone(), s.db.config.clone(), leader_cfg).run(stop_rx));
 
-    let total = PRODUCERS * JOBS_PER_PRODUCER;
+    let total = PRODUCERS * jobs_per_producer;
     let enqueued = Arc::new(Mutex::new(Vec::with_capacity(total)));
     let finals = Arc::new(AtomicUsize::new(0));
     let ledger: Arc<Mutex<Ledger>> = Arc::default();
@@ -71,7 +97,7 @@ async fn every_job_is_accounted_for() {
     for p in 0..PRODUCERS {
         let (engine, enqueued) = (engine.clone(), enqueued.clone());
         tasks.push(tokio::spawn(async move {
-            for b in 0..JOBS_PER_PRODUCER / 250 {
+            for b in 0..jobs_per_producer / 250 {
                 let batch: Vec<_> = (0..250)
                     .map(|i| NewJob::new("ledger", "work", json!({ "p": p, "b": b, "i": i })))
                     .collect();
@@ -236,5 +262,20 @@ async fn every_job_is_accounted_for() {
     assert!(
         (rows as usize) < attempts_recorded,
         "no segment was ever freed ({rows} rows kept)"
+    );
+    // The writes went where the queue's durability says (the async pool's sessions are
+    // named pgferry-ledger-async and stay open, idle, in the pool).
+    let async_sessions: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgferry-ledger-async'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        async_sessions > 0,
+        durability == Durability::Async,
+        "{async_sessions} async sessions"
     );
 }
