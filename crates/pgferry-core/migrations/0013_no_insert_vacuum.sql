@@ -18,7 +18,7 @@
 --   very long retention.
 --
 -- Measured on the scratch cluster, `bench cycle` with autovacuum on vs off for the whole
--- cluster, two alternating pairs: 60,675 vs 66,600 and 68,211 vs 71,169 jobs/s (ADR 0010).
+-- cluster, two alternating pairs: 60,675 vs 66,600 and 68,211 vs 71,169 jobs/s (ADR 0011).
 -- Every partition by name, detached ones too (ADR 0009); TOAST tables as well (large args).
 -- The reloption survives TRUNCATE, DETACH and ATTACH.
 DO $$
