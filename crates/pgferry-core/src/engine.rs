@@ -150,6 +150,15 @@ impl Engine {
         }
     }
 
+    /// [`Engine::writer`] for a write that needs no connection before it: checks out from the
+    /// right pool at once instead of taking a synchronous one only to swap it.
+    async fn writer_for(&self, async_commit: bool) -> Result<Object> {
+        match &self.async_pool {
+            Some(pool) if async_commit => Ok(pool.get().await?),
+            _ => Ok(self.pool.get().await?),
+        }
+    }
+
     /// Creates or reconfigures a queue.
     pub async fn upsert_queue(&self, name: &str, opts: &QueueOptions) -> Result<()> {
         crate::job::validate_queue_name(name)?;
@@ -252,10 +261,7 @@ impl Engine {
             });
         }
         let client = self
-            .writer(
-                self.pool.get().await?,
-                self.lanes_commit_async(outcomes.iter().map(|o| o.lane)),
-            )
+            .writer_for(self.lanes_commit_async(outcomes.iter().map(|o| o.lane)))
             .await?;
         let won = crate::completion::record(&client, outcomes).await?;
         self.counters.finished(
