@@ -73,9 +73,15 @@ impl Engine {
     /// Enqueues one request with an idempotency key: the first request with `key` writes
     /// its jobs; a retry with the same key (within the retention) answers the same ids with
     /// `replayed: true` and writes nothing. See [`Engine::enqueue_requests`].
-    pub async fn enqueue_idempotent(&self, key: IdempotencyKey, jobs: Vec<NewJob>) -> Result<Acked> {
+    pub async fn enqueue_idempotent(
+        &self,
+        key: IdempotencyKey,
+        jobs: Vec<NewJob>,
+    ) -> Result<Acked> {
         let request = EnqueueRequest::new(jobs).idempotency_key(key);
-        let mut answers = self.enqueue_requests(std::slice::from_ref(&request)).await?;
+        let mut answers = self
+            .enqueue_requests(std::slice::from_ref(&request))
+            .await?;
         answers.pop().expect("one answer")
     }
 
@@ -84,12 +90,15 @@ impl Engine {
     /// whose idempotency key was seen before is answered from the key (nothing written), or
     /// refused if the key was used for different jobs; the others are written. The outer
     /// error is everyone's (the database, the connection); the inner one a request's own.
-    pub async fn enqueue_requests(&self, requests: &[EnqueueRequest]) -> Result<Vec<Result<Acked>>> {
+    pub async fn enqueue_requests(
+        &self,
+        requests: &[EnqueueRequest],
+    ) -> Result<Vec<Result<Acked>>> {
         let mut answers: Vec<Option<Result<Acked>>> = (0..requests.len()).map(|_| None).collect();
         let mut pending = Vec::new();
         for (i, r) in requests.iter().enumerate() {
             if r.jobs.is_empty() {
-                answers[i] = Some(Ok(Acked { ids: Vec::new(), replayed: false }));
+                answers[i] = Some(Ok(Acked::written(Vec::new())));
             } else if r.jobs.iter().any(|j| j.unique_key.is_some()) {
                 answers[i] = Some(self.enqueue_unique_request(r).await);
             } else {
@@ -115,23 +124,33 @@ impl Engine {
                 jobs.extend(requests[i].jobs.iter());
                 lens.push(requests[i].jobs.len());
                 if let (Some(k), Some(f)) = (&requests[i].idempotency_key, &fingerprints[i]) {
-                    keys.push(KeyOf { request: lens.len() - 1, key: k, fingerprint: f });
+                    keys.push(KeyOf {
+                        request: lens.len() - 1,
+                        key: k,
+                        fingerprint: f,
+                    });
                 }
             }
             match self.write_requests(&jobs, &lens, &keys).await {
                 Ok(ids) => {
                     for (&i, ids) in pending.iter().zip(ids) {
-                        answers[i] = Some(Ok(Acked { ids, replayed: false }));
+                        answers[i] = Some(Ok(Acked::written(ids)));
                     }
                     pending.clear();
                 }
                 Err(Error::Db(e)) if is_key_taken(&e) => {
-                    let found = self.stored_keys(keys.iter().map(|k| k.key.as_str())).await?;
+                    let found = self
+                        .stored_keys(keys.iter().map(|k| k.key.as_str()))
+                        .await?;
                     pending.retain(|&i| {
-                        let Some(key) = &requests[i].idempotency_key else { return true };
-                        let Some((fp, ids)) = found.get(key.as_str()) else { return true };
+                        let Some(key) = &requests[i].idempotency_key else {
+                            return true;
+                        };
+                        let Some((fp, ids)) = found.get(key.as_str()) else {
+                            return true;
+                        };
                         answers[i] = Some(if Some(fp) == fingerprints[i].as_ref() {
-                            Ok(Acked { ids: ids.clone(), replayed: true })
+                            Ok(Acked::replayed(ids.clone()))
                         } else {
                             Err(reused(key))
                         });
@@ -146,7 +165,10 @@ impl Engine {
                 "idempotency keys kept changing while the request was written; retry".into(),
             ));
         }
-        Ok(answers.into_iter().map(|a| a.expect("every request answered")).collect())
+        Ok(answers
+            .into_iter()
+            .map(|a| a.expect("every request answered"))
+            .collect())
     }
 
     /// A request with unique keys goes through [`Engine::enqueue_many`], whose key takeover
@@ -155,19 +177,32 @@ impl Engine {
     /// request's unique keys answer their holders (see docs/http-api.md).
     async fn enqueue_unique_request(&self, r: &EnqueueRequest) -> Result<Acked> {
         let Some(key) = &r.idempotency_key else {
-            let done = self.enqueue_many(&r.jobs).await?;
-            return Ok(Acked { ids: done.into_iter().map(|e| e.id).collect(), replayed: false });
+            return Ok(Acked::unique(self.enqueue_many(&r.jobs).await?));
         };
         let fp = fingerprint(&r.jobs);
         if let Some((stored, ids)) = self.stored_keys([key.as_str()]).await?.remove(key.as_str()) {
-            return if stored == fp { Ok(Acked { ids, replayed: true }) } else { Err(reused(key)) };
+            return if stored == fp {
+                Ok(Acked::replayed(ids))
+            } else {
+                Err(reused(key))
+            };
         }
-        let ids: Vec<i64> = self.enqueue_many(&r.jobs).await?.into_iter().map(|e| e.id).collect();
+        let done = Acked::unique(self.enqueue_many(&r.jobs).await?);
+        let ids = &done.ids;
         let client = self.pool().get().await?;
         let stmt = client.prepare_cached(IDEMPOTENCY_RECORD).await?;
         let n = i32::try_from(ids.len()).unwrap_or(i32::MAX);
         let record = client
-            .execute(&stmt, &[&[key.as_str()].as_slice(), &[&fp].as_slice(), &ids, &[1i32].as_slice(), &[n].as_slice()])
+            .execute(
+                &stmt,
+                &[
+                    &[key.as_str()].as_slice(),
+                    &[&fp].as_slice(),
+                    ids,
+                    &[1i32].as_slice(),
+                    &[n].as_slice(),
+                ],
+            )
             .await;
         match record {
             Err(e) if is_key_taken(&e) => {
@@ -178,7 +213,7 @@ impl Engine {
                 other?;
             }
         }
-        Ok(Acked { ids, replayed: false })
+        Ok(done)
     }
 
     /// Stored (fingerprint, ids) of the keys that exist.
@@ -216,12 +251,24 @@ impl Engine {
         };
         let written = if batch.any_future {
             let stmt = client.prepare_cached(ENQUEUE_SCHEDULED).await?;
-            scheduled_committed(&client, &stmt, &batch, record.as_ref().map(|s| (s, keys, lens))).await
+            scheduled_committed(
+                &client,
+                &stmt,
+                &batch,
+                record.as_ref().map(|s| (s, keys, lens)),
+            )
+            .await
         } else {
             let stmt = client.prepare_cached(COPY_READY).await?;
             let rows = self.assign_ids(&**client, &batch).await?;
-            self.copy_committed(&client, &stmt, &rows, &batch, record.as_ref().map(|s| (s, keys, lens)))
-                .await
+            self.copy_committed(
+                &client,
+                &stmt,
+                &rows,
+                &batch,
+                record.as_ref().map(|s| (s, keys, lens)),
+            )
+            .await
         };
         let ids = match written {
             Ok(ids) => ids,
@@ -294,7 +341,11 @@ impl Engine {
     /// Gives every fresh row its id: rows grouped by lane, input order kept inside each lane
     /// (claim order within a lane is (xid, seq) and seq = job_id), each group its own
     /// block(s) of ids.
-    async fn assign_ids<C: GenericClient>(&self, client: &C, batch: &EnqueueBatch<'_>) -> Result<FreshRows> {
+    async fn assign_ids<C: GenericClient>(
+        &self,
+        client: &C,
+        batch: &EnqueueBatch<'_>,
+    ) -> Result<FreshRows> {
         let mut groups: Vec<(i32, Vec<usize>)> = Vec::new();
         for (i, lane) in batch.lanes.iter().enumerate() {
             match groups.iter_mut().find(|(l, _)| l == lane) {
@@ -506,10 +557,7 @@ async fn scheduled_committed(
     let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
     let p = RecordParams::new(keys, lens, &ids);
     let params = p.as_params();
-    tokio::try_join!(
-        client.execute(rec, &params),
-        client.batch_execute("COMMIT")
-    )?;
+    tokio::try_join!(client.execute(rec, &params), client.batch_execute("COMMIT"))?;
     Ok(ids)
 }
 
@@ -561,7 +609,13 @@ impl<'a> RecordParams<'a> {
     }
 
     fn as_params(&self) -> [&(dyn ToSql + Sync); 5] {
-        [&self.keys, &self.fingerprints, &self.ids, &self.firsts, &self.lens]
+        [
+            &self.keys,
+            &self.fingerprints,
+            &self.ids,
+            &self.firsts,
+            &self.lens,
+        ]
     }
 }
 
@@ -571,7 +625,9 @@ fn split(ids: Vec<i64>, lens: &[usize]) -> Vec<Vec<i64>> {
         return vec![ids];
     }
     let mut rest = ids.into_iter();
-    lens.iter().map(|&n| rest.by_ref().take(n).collect()).collect()
+    lens.iter()
+        .map(|&n| rest.by_ref().take(n).collect())
+        .collect()
 }
 
 /// "no partition of relation … found for row": the segment was detached for freeing.

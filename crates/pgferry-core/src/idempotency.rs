@@ -89,9 +89,43 @@ impl EnqueueRequest {
 pub struct Acked {
     /// Job ids in request order.
     pub ids: Vec<i64>,
+    /// Per job: not written by this request (a unique key's holder answered, or the whole
+    /// request replayed from its idempotency key).
+    pub duplicates: Vec<bool>,
     /// Answered from the idempotency key: an earlier request with this key wrote these
     /// jobs, and this one wrote nothing.
     pub replayed: bool,
+}
+
+impl Acked {
+    /// Every job written by this request.
+    pub(crate) fn written(ids: Vec<i64>) -> Acked {
+        let duplicates = vec![false; ids.len()];
+        Acked {
+            ids,
+            duplicates,
+            replayed: false,
+        }
+    }
+
+    /// Answered from an earlier request with the same key: nothing written now.
+    pub(crate) fn replayed(ids: Vec<i64>) -> Acked {
+        let duplicates = vec![true; ids.len()];
+        Acked {
+            ids,
+            duplicates,
+            replayed: true,
+        }
+    }
+
+    /// The answers of a batch with unique keys.
+    pub(crate) fn unique(done: Vec<crate::Enqueued>) -> Acked {
+        Acked {
+            ids: done.iter().map(|e| e.id).collect(),
+            duplicates: done.iter().map(|e| e.duplicate).collect(),
+            replayed: false,
+        }
+    }
 }
 
 /// SHA-256 of what a request asks for, in order: for each job its queue, kind, priority,
@@ -124,8 +158,22 @@ pub(crate) fn fingerprint(jobs: &[NewJob]) -> Vec<u8> {
         // serde_json writes maps in key order (no preserve_order feature): canonical.
         let _ = serde_json::to_writer(HashWriter(&mut h), &j.args);
         h.update([0xff]);
-        if let Some(meta) = &j.meta {
-            let _ = serde_json::to_writer(HashWriter(&mut h), meta);
+        // Trace context is left out: a retry may run under another span (a new stream, a
+        // new request) and is still the same request.
+        match &j.meta {
+            Some(serde_json::Value::Object(m)) => {
+                for (k, v) in m {
+                    if k != "traceparent" && k != "tracestate" {
+                        h.update((k.len() as u64).to_le_bytes());
+                        h.update(k.as_bytes());
+                        let _ = serde_json::to_writer(HashWriter(&mut h), v);
+                    }
+                }
+            }
+            Some(other) => {
+                let _ = serde_json::to_writer(HashWriter(&mut h), other);
+            }
+            None => {}
         }
         h.update([0xfe]);
     }

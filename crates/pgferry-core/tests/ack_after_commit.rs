@@ -90,7 +90,10 @@ async fn a_backend_terminated_before_commit_fails_the_enqueue() {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        panic!("the enqueue never reached its commit: {:?} {seen:?}", write.is_finished());
+        panic!(
+            "the enqueue never reached its commit: {:?} {seen:?}",
+            write.is_finished()
+        );
     }
     let answer = write.await.unwrap();
     match answer {
