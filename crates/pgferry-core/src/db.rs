@@ -111,7 +111,11 @@ pub async fn connect(config: &Config, role: &str) -> Result<tokio_postgres::Clie
     let role = role.to_string();
     tokio::spawn(async move {
         if let Err(e) = conn.await {
-            tracing::debug!(role, error = %e, "connection closed");
+            // The server's reason (e.g. FATAL 57P01 "terminating connection due to
+            // administrator command") reaches only this task: the next statement on the
+            // client just sees "connection closed". Log it whole, with the role.
+            let e = Error::Db(e);
+            tracing::warn!(role, sqlstate = e.sqlstate(), error = %e, "database connection ended");
         }
     });
     Ok(client)
