@@ -52,7 +52,7 @@ pub fn pool(config: &Config, role: &str, size: usize) -> Pool {
 
 /// The two pools of an engine: one for everything, and one whose sessions commit with
 /// `synchronous_commit = off`, for the hot-path writes of queues that chose
-/// [`Durability::Async`](crate::Durability) (DESIGN §1.7). A session setting rather than a
+/// [`Durability::Async`](crate::Durability) (architecture.md §1.7). A session setting rather than a
 /// `SET LOCAL` per statement: COPY cannot carry one, and a separate SET would cost a round
 /// trip per batch. The async pool opens no connection until such a queue writes.
 #[derive(Clone)]
