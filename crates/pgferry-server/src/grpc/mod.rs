@@ -215,6 +215,9 @@ pub(crate) fn pb_error(
 /// An engine error as a typed ack error; `prefix` locates the input (`jobs[3]`, `job`).
 pub(crate) fn engine_error(e: &pgferry_core::Error, prefix: &str) -> pb::Error {
     use pgferry_core::Error as E;
+    if let Some(user) = crate::auth::namespace::user_facing(e) {
+        return engine_error(&user, prefix);
+    }
     let join = |f: &str| {
         if prefix.is_empty() {
             f.to_string()

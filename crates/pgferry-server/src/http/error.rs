@@ -132,6 +132,9 @@ impl From<pgferry_core::Error> for ApiError {
 impl ApiError {
     pub fn from_engine(e: &pgferry_core::Error) -> ApiError {
         use pgferry_core::Error as E;
+        if let Some(user) = crate::auth::namespace::user_facing(e) {
+            return ApiError::from_engine(&user);
+        }
         let field = match e {
             E::InvalidName { field, .. } | E::InvalidArgument { field, .. } => {
                 Some(field.to_string())

@@ -146,6 +146,13 @@ pub fn router(config: &HttpConfig) -> Router<AppState> {
         r = r.route(path, handler);
     }
     r.fallback(|| async { error::ApiError::not_found("route") })
+        .method_not_allowed_fallback(|| async {
+            error::ApiError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not take that method",
+            )
+        })
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
 }
 
