@@ -112,6 +112,15 @@ impl Engine {
         })
     }
 
+    /// Closes both pools: checked-out connections close when returned, new checkouts fail.
+    /// Call once nothing uses the engine any more (the runtime's shutdown does).
+    pub fn close(&self) {
+        self.pool.close();
+        if let Some(p) = &self.async_pool {
+            p.close();
+        }
+    }
+
     pub fn pool(&self) -> &Pool {
         &self.pool
     }

@@ -21,6 +21,7 @@ pub mod listing;
 pub mod lookup;
 pub mod migrate;
 pub mod queues;
+pub mod runtime;
 pub mod unique;
 
 pub use cancelling::{CancelFilter, CancelMatched};
