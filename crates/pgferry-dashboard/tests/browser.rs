@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use fantoccini::{Client, Locator};
+use fantoccini::Client;
 use serde_json::{json, Value};
 
 const CARD_ERROR: &str = "card declined: code 4711-XYZ";
@@ -79,8 +79,16 @@ async fn seed(s: &TestServer) -> Seeded {
     }
 }
 
+/// Clicks the element matching `css`, again when a live update replaced it between finding
+/// and clicking.
 async fn click(c: &Client, css: &str) {
-    wait_for(c, css).await.click().await.unwrap();
+    for _ in 0..50 {
+        if wait_for(c, css).await.click().await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("could not click {css:?}");
 }
 
 async fn queue(s: &TestServer, key: &str, name: &str) -> Value {
@@ -163,21 +171,20 @@ async fn operator_finds_retries_pauses_and_bulk_retries() {
     })
     .await;
     screenshot(&c, "dead").await;
-    let rows = c
-        .find_all(Locator::Css("#dead-groups tbody tr"))
-        .await
-        .unwrap();
-    assert_eq!(rows.len(), 2);
-    for row in rows {
-        if row.text().await.unwrap().contains(SMTP_ERROR) {
-            row.find(Locator::Css("[data-action=retry-group]"))
-                .await
-                .unwrap()
-                .click()
-                .await
-                .unwrap();
-        }
-    }
+    // The same page in the dark theme (the README shows it), then back.
+    click(&c, "#theme").await;
+    wait_text(&c, "#theme", |t| t == "Light theme").await;
+    screenshot(&c, "dead-dark").await;
+    click(&c, "#theme").await;
+    wait_text(&c, "#theme", |t| t == "Dark theme").await;
+    assert_eq!(count(&c, "#dead-groups tbody tr").await, 2);
+    click_in_row(
+        &c,
+        "#dead-groups tbody tr",
+        SMTP_ERROR,
+        "[data-action=retry-group]",
+    )
+    .await;
     wait_text(&c, "#dead-count", |t| t.starts_with("2 dead")).await;
     click(&c, "#retry-all").await;
     wait_text(&c, "#dead-count", |t| t.starts_with("0 dead")).await;

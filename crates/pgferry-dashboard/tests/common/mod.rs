@@ -314,6 +314,29 @@ pub async fn wait_for(c: &Client, css: &str) -> fantoccini::elements::Element {
         .unwrap_or_else(|e| panic!("no element {css:?}: {e}"))
 }
 
+/// Clicks `button` inside the first row of `rows` whose text contains `text`, again when
+/// a live update replaced the row between finding and clicking it.
+pub async fn click_in_row(c: &Client, rows: &str, text: &str, button: &str) {
+    for _ in 0..50 {
+        let Ok(found) = c.find_all(Locator::Css(rows)).await else {
+            continue;
+        };
+        for row in found {
+            let Ok(t) = row.text().await else { break };
+            if t.contains(text) {
+                if let Ok(b) = row.find(Locator::Css(button)).await {
+                    if b.click().await.is_ok() {
+                        return;
+                    }
+                }
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no clickable {button:?} in a row of {rows:?} containing {text:?}");
+}
+
 /// How many elements match `css` now.
 pub async fn count(c: &Client, css: &str) -> usize {
     c.find_all(Locator::Css(css)).await.unwrap().len()

@@ -38,7 +38,7 @@ export async function render(root, { params }) {
     if (f.error) b.error_contains = f.error;
     return b;
   };
-  let jobs = [], more = false, armed = false;
+  let jobs = [], more = false, armed = false, shown = "";
 
   // Retry/purge move at most 1000 jobs per call: repeat until a call moves fewer.
   const all = async (verb, filter, what) => {
@@ -56,6 +56,10 @@ export async function render(root, { params }) {
 
   const load = async () => {
     const page = await get(`v1/dead${qs({ queue: f.queue, kind: f.kind, error_contains: f.error, limit: LOAD })}`);
+    // Redraw only on change: a table rebuilt under the pointer loses clicks and focus.
+    const seen = JSON.stringify([page.jobs.map((j) => j.id), page.has_more]);
+    if (seen === shown) return;
+    shown = seen;
     jobs = page.jobs; more = page.has_more;
     draw();
   };

@@ -46,7 +46,7 @@ export async function render(root, { params }) {
   if (!f.queue) { note.textContent = "No queues yet: enqueue a job first."; return null; }
 
   const cursors = [null]; // cursor of each page seen; last = current page
-  let jobs = [], next = null;
+  let jobs = [], next = null, shown = "";
   const selected = new Set();
   const byError = Boolean(f.error);
   note.textContent = byError
@@ -68,6 +68,10 @@ export async function render(root, { params }) {
       status.textContent = e instanceof ApiError ? e.describe() : String(e);
       return;
     }
+    // Redraw only on change: a table rebuilt under the pointer loses clicks and focus.
+    const seen = JSON.stringify([page.jobs, page.next_cursor]);
+    if (seen === shown) return;
+    shown = seen;
     jobs = page.jobs; next = page.has_more ? page.next_cursor : null;
     draw();
   };

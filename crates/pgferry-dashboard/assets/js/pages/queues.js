@@ -20,8 +20,15 @@ export async function render(root) {
   root.append(h("h1", {}, "Queues"), h("section", { class: "card" }, body), editor);
   let queues = [];
   let printed = "";
+  let drawn = "";
   const draw = () => {
     const admin = can("admin");
+    // Skip identical redraws; keep keyboard focus on the same button across a redraw.
+    const key = JSON.stringify([queues, ...queues.map((q) => [rate(live.rateOf("enqueued", q.name)), rate(live.rateOf("completed", q.name))])]);
+    if (key === drawn) return;
+    drawn = key;
+    const focused = document.activeElement && document.activeElement.closest && document.activeElement.closest("tr[data-queue]")
+      ? [document.activeElement.closest("tr[data-queue]").dataset.queue, document.activeElement.dataset.action] : null;
     clear(body).append(h("table", { id: "queues-table" },
       h("thead", {}, h("tr", {}, ...["Queue", "State", "Pending", "Scheduled", "Running", "Dead", "Completed", "Failed", "Enqueued/s", "Completed/s", "Concurrency", "Durability", ""].map((t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, ...queues.map((q) => h("tr", { "data-queue": q.name },
@@ -36,6 +43,10 @@ export async function render(root) {
           h("button", { type: "button", class: "ghost", "data-action": q.paused ? "resume" : "pause", onclick: () => toggle(q) }, q.paused ? "Resume" : "Pause"),
           h("button", { type: "button", class: "ghost", "data-action": "settings", onclick: () => edit(q) }, "Settings")) : null),
       )))));
+    if (focused) {
+      const again = body.querySelector(`tr[data-queue="${CSS.escape(focused[0])}"] button[data-action="${focused[1] === "pause" || focused[1] === "resume" ? (queues.find((q) => q.name === focused[0]) || {}).paused ? "resume" : "pause" : focused[1]}"]`);
+      if (again) again.focus();
+    }
   };
   const load = async () => {
     queues = (await get("v1/queues")).queues;
