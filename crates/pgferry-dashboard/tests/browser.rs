@@ -164,6 +164,30 @@ async fn operator_finds_retries_pauses_and_bulk_retries() {
     );
     screenshot(&c, "queues").await;
 
+    // Jobs: cancel everything matching a filter (two clicks: the second confirms).
+    go(&c, &s.base, "jobs?queue=reports&state=pending").await;
+    wait_text(&c, "#jobs-table tbody", |t| {
+        t.matches("monthly").count() == 3
+    })
+    .await;
+    click(&c, "#all-matching").await;
+    wait_text(&c, "#all-matching", |t| t.starts_with("Confirm")).await;
+    click(&c, "#all-matching").await;
+    wait_text(&c, "#jobs-table ~ p", |t| t == "No jobs match.").await;
+    let (st, b) = s
+        .api(
+            "GET",
+            "/v1/jobs?queue=reports&state=cancelled",
+            &seeded.admin,
+            None,
+        )
+        .await;
+    assert_eq!(
+        (st, b["jobs"].as_array().map(Vec::len)),
+        (200, Some(3)),
+        "{b}"
+    );
+
     // Dead letters: two groups left; retry one group, then everything matching.
     go(&c, &s.base, "dead").await;
     wait_text(&c, "#dead-groups", |t| {

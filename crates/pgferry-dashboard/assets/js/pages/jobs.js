@@ -86,6 +86,39 @@ export async function render(root, { params }) {
     await load();
   };
 
+  // Everything matching the filter (admin), as the server's filtered operations: dead jobs
+  // by queue, kind and error text; waiting and running jobs by queue, kind and state. Both
+  // move up to 1000 jobs per call and are repeated until done. Not offered with an
+  // enqueue-time filter, which those operations do not take.
+  let armed = false;
+  const allMatching = async () => {
+    let total = 0;
+    try {
+      if (f.state === "dead") {
+        const body = { queue: f.queue };
+        if (f.kind) body.kind = f.kind;
+        if (f.error) body.error_contains = f.error;
+        for (let i = 0; i < 10000; i++) {
+          const r = await post("v1/dead/retry", body);
+          total += r.count;
+          if (r.count < 1000) break;
+        }
+        toast(`Retried ${total} dead jobs`);
+      } else {
+        const body = { states: f.state ? [f.state] : ["pending", "scheduled", "running"], limit: 1000 };
+        if (f.kind) body.kind = f.kind;
+        for (let i = 0; i < 10000; i++) {
+          const r = await post(`v1/queues/${encodeURIComponent(f.queue)}/cancel`, body);
+          total += r.cancelled.pending + r.cancelled.scheduled + r.cancelled.running;
+          if (!r.has_more) break;
+        }
+        toast(`Cancelled ${total} jobs`);
+      }
+    } catch (e) { toast(e instanceof ApiError ? e.describe() : String(e), true); }
+    await load();
+  };
+  const matchingVerb = f.state === "dead" ? "retry" : ["", "pending", "scheduled", "running"].includes(f.state) && !f.since ? "cancel" : null;
+
   const draw = () => {
     const produce = can("produce");
     clear(bulk);
@@ -94,6 +127,13 @@ export async function render(root, { params }) {
         h("span", { class: "muted", id: "selection-count" }, `${selected.size} selected`),
         h("button", { type: "button", id: "bulk-retry", disabled: selected.size === 0, onclick: () => act("retry") }, "Retry selected"),
         h("button", { type: "button", id: "bulk-cancel", class: "ghost", disabled: selected.size === 0, onclick: () => act("cancel") }, "Cancel selected"));
+    }
+    if (can("admin") && matchingVerb && jobs.length) {
+      const label = matchingVerb === "retry" ? "Retry all matching" : armed ? "Confirm: cancel all matching" : "Cancel all matching";
+      bulk.append(h("button", { type: "button", id: "all-matching", class: matchingVerb === "retry" ? "ghost" : "danger", onclick: () => {
+        if (matchingVerb === "cancel" && !armed) { armed = true; draw(); return; }
+        armed = false; allMatching();
+      } }, label));
     }
     const all = h("input", { type: "checkbox", "aria-label": "Select all jobs on this page", checked: jobs.length > 0 && jobs.every((j) => selected.has(j.id)) });
     all.addEventListener("change", () => { for (const j of jobs) all.checked ? selected.add(j.id) : selected.delete(j.id); draw(); });
