@@ -267,8 +267,8 @@ async fn main() {
             "/ui/api/v1/dead?queue=history&error_contains=upstream%20error%207:&limit=50".into(),
         ),
         (
-            "dead error_contains rare".into(),
-            "/ui/api/v1/dead?queue=history&error_contains=request%20100&limit=50".into(),
+            "dead error_contains matching nothing (scans every dead job)".into(),
+            "/ui/api/v1/dead?queue=history&error_contains=no%20such%20text&limit=50".into(),
         ),
         ("keys".into(), "/ui/api/keys".into()),
         ("audit".into(), "/ui/api/audit?limit=50".into()),
