@@ -71,6 +71,7 @@ async function route() {
   if (current && current.dispose) current.dispose();
   current = null;
   const root = clear($("page"));
+  clear($("toasts")); // a page's notices do not follow the user to the next page
   markNav(page.id);
   document.title = `${page.title} · pgferry`;
   try {
