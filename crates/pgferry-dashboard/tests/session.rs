@@ -272,3 +272,68 @@ async fn pages_carry_a_strict_csp_and_no_inline_code() {
         .unwrap();
     assert_eq!(res.status().as_u16(), 401, "no session, no data");
 }
+
+/// Reads the event stream until an event named `name` arrives (10 s at most); its data.
+async fn next_event(res: &mut reqwest::Response, buf: &mut String, name: &str) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let event = block.lines().find_map(|l| l.strip_prefix("event: "));
+            let data = block.lines().find_map(|l| l.strip_prefix("data: "));
+            if event == Some(name) {
+                return serde_json::from_str(data.unwrap_or("null")).unwrap();
+            }
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let chunk = tokio::time::timeout(left, res.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no {name:?} event; buffered: {buf:?}"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("stream ended before {name:?}"));
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+#[tokio::test]
+async fn the_live_stream_follows_the_tenants_queues_and_ends_with_the_key() {
+    let s = TestServer::start().await;
+    let key = s.key("acme", &["admin"]).await;
+    let other = s.key("globex", &["admin"]).await;
+    s.enqueue(&other, "payroll", "pay", json!({})).await;
+    let sess = session(&s, &key).await;
+    let mut res = s
+        .http
+        .get(format!("{}/ui/api/events", s.base))
+        .header(COOKIE, &sess.cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    assert!(res.headers()[CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let mut buf = String::new();
+    let first = next_event(&mut res, &mut buf, "queues").await;
+    assert_eq!(
+        first["queues"],
+        json!([]),
+        "another tenant's queue leaked: {first}"
+    );
+    s.enqueue(&key, "emails", "welcome", json!({})).await;
+    let mut seen = Value::Null;
+    for _ in 0..20 {
+        seen = next_event(&mut res, &mut buf, "queues").await;
+        if seen["queues"][0]["counts"]["enqueued"] == json!(1) {
+            break;
+        }
+    }
+    assert_eq!(seen["queues"][0]["name"], json!("emails"), "{seen}");
+    assert_eq!(seen["queues"][0]["counts"]["enqueued"], json!(1), "{seen}");
+    assert_eq!(seen["queues"].as_array().unwrap().len(), 1, "{seen}");
+    let mut c = s.db.connect().await;
+    admin::revoke_key(&mut c, &key).await.unwrap();
+    s.state.auth.clear_cache();
+    next_event(&mut res, &mut buf, "signed-out").await;
+}
