@@ -5,6 +5,7 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -223,7 +224,9 @@ impl Drop for TestServer {
     }
 }
 
-/// chromedriver on a free port, killed when dropped.
+/// chromedriver on a free port in its own process group, which the browser it starts
+/// joins: dropping the driver (also while a failed test unwinds, before the WebDriver
+/// session could be closed) kills the whole group, so no Chromium outlives its test.
 pub struct Driver {
     child: Child,
     pub url: String,
@@ -231,7 +234,11 @@ pub struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // The group id is chromedriver's pid (process_group(0) below).
+        let group = self.child.id() as libc::pid_t;
+        unsafe {
+            libc::kill(-group, libc::SIGKILL);
+        }
         let _ = self.child.wait();
     }
 }
@@ -250,6 +257,7 @@ pub async fn browser() -> (Driver, Client) {
     let port = free_port();
     let child = Command::new("chromedriver")
         .arg(format!("--port={port}"))
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -266,7 +274,8 @@ pub async fn browser() -> (Driver, Client) {
         json!({
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                      "--window-size=1280,800", "--force-device-scale-factor=1",
-                     "--no-first-run", "--disable-extensions"],
+                     "--no-first-run", "--disable-extensions", "--disable-crash-reporter",
+                     "--disable-breakpad"],
         }),
     );
     let deadline = Instant::now() + Duration::from_secs(30);
