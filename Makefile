@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: dev test setup build lint test-rust test-python test-fuzz bench
+.PHONY: dev test setup build lint test-rust test-python test-fuzz bench screenshots
 
 setup:
 	@scripts/setup.sh
@@ -48,3 +48,8 @@ test: lint test-rust test-python test-fuzz
 # The engine benchmark against the skiplocked and append-only references (release build).
 bench: setup
 	$(CARGO) run --release -q -p pgferry-cli --bin pgferry -- bench compare --json
+
+# Re-takes the dashboard screenshots in docs/screenshots (the browser tests save them under
+# the target dir otherwise; they run in `make test` as part of test-rust).
+screenshots: setup
+	PGFERRY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(CARGO) test -p pgferry-dashboard --test browser
