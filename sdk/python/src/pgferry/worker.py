@@ -55,6 +55,15 @@ _WORKER_STREAM = "/pgferry.v1.Worker/Stream"
 _MAX_BATCH = 500
 
 F = TypeVar("F", bound=Callable[..., Any])
+# How often running jobs are looked at for automatic heartbeats (seconds).
+_AUTO_HEARTBEAT_TICK = 0.2
+
+
+def _ignore_result(fut: asyncio.Future[bool]) -> None:
+    # An automatic heartbeat's answer needs no reader (a lost lease already marks the job
+    # cancelled); consume a stream-lost error so asyncio does not log it.
+    if not fut.cancelled():
+        fut.exception()
 # Errors that end `run` instead of a reconnect: another try would get the same answer.
 _FATAL = (AuthError, InvalidArgument, NotFound, Conflict)
 
@@ -82,6 +91,7 @@ class Worker:
         handle_signals: bool = True,
         hard_cancel: bool = False,
         reconnect_cap: float = 10.0,
+        auto_heartbeat: bool = False,
     ) -> None:
         if not queues:
             raise ValueError("Worker needs at least one queue")
@@ -97,6 +107,12 @@ class Worker:
         # hard_cancel: a server Cancel also cancels the handler's asyncio task.
         self.hard_cancel = hard_cancel
         self._backoff = _conn.Backoff(base=0.1, cap=reconnect_cap)
+        # auto_heartbeat: extend the lease of every job still running at a third of its
+        # lease, so a long handler is not rescued (and run twice) for want of heartbeat().
+        self.auto_heartbeat = auto_heartbeat
+        # The pgferry.App whose tasks this worker runs (its startup/shutdown hooks run
+        # around run_async), if any.
+        self._app: Any = None
         self._handlers: dict[str, Handler] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.stats: collections.Counter[str] = collections.Counter()
@@ -171,9 +187,17 @@ class Worker:
                 except (NotImplementedError, RuntimeError, ValueError):
                     pass  # not the main thread, or no signals on this platform
         channel = _conn.open_channel(self.url)
+        ticker = asyncio.create_task(self._auto_heartbeats()) if self.auto_heartbeat else None
         try:
+            if self._app is not None:
+                await self._app.startup()
             await self._serve(channel)
         finally:
+            if ticker is not None:
+                ticker.cancel()
+                await asyncio.gather(ticker, return_exceptions=True)
+            if self._app is not None:
+                await self._app.shutdown()
             for sig in installed:
                 loop.remove_signal_handler(sig)
             await channel.close(grace=None)
@@ -526,6 +550,42 @@ class Worker:
         fut = self._hb.request(ctx)
         self._flush_heartbeats()
         return await fut
+
+    async def _auto_heartbeats(self) -> None:
+        """Heartbeats every job that has been running for a third of its lease, and again
+        each third after. A job's lease length is estimated once, from the lease_until it
+        arrived with (the server's clock) against ours, falling back to the server's default
+        lease when the clocks disagree too much to tell."""
+        loop = asyncio.get_running_loop()
+        due: dict[Key, tuple[float, float]] = {}  # key -> (next heartbeat, interval)
+        while True:
+            await asyncio.sleep(_AUTO_HEARTBEAT_TICK)
+            running = self._running
+            if not running:
+                due.clear()
+                continue
+            now = loop.time()
+            wall_ms = time.time() * 1000
+            default = (self._hello_ack.default_lease_ms if self._hello_ack else 0) or 30_000
+            sent = False
+            for key, (ctx, _) in list(running.items()):
+                entry = due.get(key)
+                if entry is None:
+                    lease = ctx.lease_until_ms - wall_ms
+                    if not 0 < lease <= 24 * 3600 * 1000:
+                        lease = default
+                    interval = max(lease / 3000, _AUTO_HEARTBEAT_TICK)
+                    due[key] = (now + interval, interval)
+                elif now >= entry[0] and self._call is not None and not ctx.cancelled:
+                    due[key] = (now + entry[1], entry[1])
+                    fut = self._hb.request(ctx)
+                    fut.add_done_callback(_ignore_result)
+                    self.stats["auto_heartbeats"] += 1
+                    sent = True
+            for key in [k for k in due if k not in running]:
+                del due[key]
+            if sent:
+                self._flush_heartbeats()
 
     def _flush_heartbeats(self) -> None:
         msg = self._hb.next_message()
