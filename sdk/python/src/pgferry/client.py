@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import os
 import socket
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -154,7 +156,14 @@ class Client:
     One Producer stream is opened on first use and kept; concurrent `enqueue` calls share it
     (acks are matched by seq). If the server goes away, calls in flight raise `Unavailable`
     (their outcome is unknown) and the next call reconnects, retrying for up to
-    `connect_timeout` seconds."""
+    `connect_timeout` seconds.
+
+    Retry-safe enqueues: every enqueue request carries an idempotency key (generated per
+    call, or `idempotency_key=`). When the answer is lost (the connection drops, the server
+    restarts, no ack within `timeout`), the client sends the request again with the same key
+    for up to `enqueue_retry_for` seconds, with backoff; the server answers a repeat with
+    the ids the first request wrote and writes nothing, so no job is enqueued twice.
+    `enqueue_retry_for=0` turns the retries off (Unavailable is raised at once)."""
 
     def __init__(
         self,
@@ -166,6 +175,7 @@ class Client:
         default_queue: str = DEFAULT_QUEUE,
         timeout: float | None = 30.0,
         http_url: str | None = None,
+        enqueue_retry_for: float = 60.0,
     ) -> None:
         self.url = url
         # The server's HTTP address: admin calls fall back to its /v1 API when the server
@@ -182,6 +192,12 @@ class Client:
         self._connecting: asyncio.Lock | None = None
         self._seq = itertools.count(1)
         self._closed = False
+        self.enqueue_retry_for = enqueue_retry_for
+        # Idempotency keys: this client's random prefix and a per-request counter (unique
+        # without a random draw per request).
+        self._key_prefix = uuid.uuid4().hex
+        self._keys = itertools.count(1)
+        self.stats: collections.Counter[str] = collections.Counter()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -277,9 +293,12 @@ class Client:
         unique_key: str | None = None,
         max_attempts: int | None = None,
         meta: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
     ) -> EnqueuedJob:
         """Enqueue one job; returns once it is committed. `args` is any JSON value (a dict
-        becomes the handler's keyword arguments). `delay` is seconds or a timedelta."""
+        becomes the handler's keyword arguments). `delay` is seconds or a timedelta.
+        `idempotency_key` (1-255 visible ASCII characters; default: generated) makes a
+        repeat of this request within the server's retention answer this job's id."""
         spec = to_spec(
             JobRequest(
                 kind=kind,
@@ -294,12 +313,20 @@ class Client:
             )
         )
         seq = next(self._seq)
-        req = producer_pb2.ProducerRequest(enqueue=producer_pb2.Enqueue(seq=seq, job=spec))
+        req = producer_pb2.ProducerRequest(
+            enqueue=producer_pb2.Enqueue(seq=seq, job=spec, idempotency_key=idempotency_key or self._key())
+        )
         ack = await self._send(seq, req)
         return self._single(ack)
 
-    async def enqueue_many(self, jobs: Iterable[JobLike]) -> list[EnqueuedJob]:
-        """Enqueue several jobs atomically (one EnqueueBatch): all are committed or none."""
+    def _key(self) -> str:
+        return f"{self._key_prefix}-{next(self._keys)}"
+
+    async def enqueue_many(
+        self, jobs: Iterable[JobLike], *, idempotency_key: str | None = None
+    ) -> list[EnqueuedJob]:
+        """Enqueue several jobs atomically (one EnqueueBatch): all are committed or none.
+        One idempotency key covers the batch (default: generated)."""
         reqs = [_as_request(j) for j in jobs]
         if not reqs:
             return []
@@ -314,15 +341,46 @@ class Client:
             fill_spec(add, r, default_queue if r.queue == DEFAULT_QUEUE else r.queue, carrier)
         seq = next(self._seq)
         batch.seq = seq
+        batch.idempotency_key = idempotency_key or self._key()
         ack = await self._send(seq, req)
         if len(ack.job_ids) != len(reqs):
             raise ProtocolError(f"enqueue ack has {len(ack.job_ids)} ids for {len(reqs)} jobs")
-        dups = list(ack.duplicates) or [False] * len(reqs)
+        # A replay answers the ids our own earlier send wrote: not duplicates from the
+        # caller's point of view (whether one was a unique-key duplicate is not known then).
+        dups = [False] * len(reqs) if ack.replayed else (list(ack.duplicates) or [False] * len(reqs))
         return [EnqueuedJob(i, d) for i, d in zip(ack.job_ids, dups)]
 
     async def _send(self, seq: int, req: producer_pb2.ProducerRequest) -> producer_pb2.EnqueueAck:
-        stream = await self._producer()
-        ack = await stream.send(seq, req, self.timeout)
+        loop = asyncio.get_running_loop()
+        deadline: float | None = None
+        backoff: _conn.Backoff | None = None
+        while True:
+            try:
+                stream = await self._producer()
+                ack = await stream.send(seq, req, self.timeout)
+                break
+            except Unavailable:
+                # Outcome unknown. The request carries an idempotency key, so sending it
+                # again cannot enqueue twice: the server replays the first answer.
+                if self.enqueue_retry_for <= 0 or self._closed:
+                    raise
+                if deadline is None:
+                    deadline = loop.time() + self.enqueue_retry_for
+                    backoff = _conn.Backoff(base=0.05, cap=2.0)
+                assert backoff is not None
+                delay = backoff.next_delay()
+                if loop.time() + delay > deadline:
+                    raise
+                self.stats["enqueue_retries"] += 1
+                log.info("pgferry: enqueue outcome unknown; retrying with its idempotency key in %.2fs", delay)
+                await asyncio.sleep(delay)
+                # A new seq: the retry may go out on a new stream, or on the same one while
+                # the lost ack's seq could still arrive.
+                seq = next(self._seq)
+                if req.HasField("batch"):
+                    req.batch.seq = seq
+                else:
+                    req.enqueue.seq = seq
         if ack.HasField("error") and (ack.error.code or ack.error.message):
             raise from_error(ack.error.code, ack.error.message, ack.error.field)
         return ack
@@ -331,7 +389,7 @@ class Client:
     def _single(ack: producer_pb2.EnqueueAck) -> EnqueuedJob:
         if len(ack.job_ids) != 1:
             raise ProtocolError(f"enqueue ack has {len(ack.job_ids)} ids for 1 job")
-        dup = bool(ack.duplicates[0]) if ack.duplicates else False
+        dup = bool(ack.duplicates[0]) if ack.duplicates and not ack.replayed else False
         return EnqueuedJob(ack.job_ids[0], dup)
 
     # -- admin (unary) -----------------------------------------------------------------
