@@ -32,7 +32,7 @@ def _is_model(tp: Any) -> bool:
 class Signature:
     """How one task function's arguments are checked, encoded and decoded."""
 
-    __slots__ = ("name", "sig", "var_kw", "_models", "_returns", "_hints_done", "fn")
+    __slots__ = ("name", "sig", "var_kw", "_models", "_returns", "_hints_done", "fn", "_positional", "_required", "_params")
 
     def __init__(self, name: str, fn: Callable[..., Any]) -> None:
         self.name = name
@@ -47,6 +47,10 @@ class Signature:
                 )
             if p.kind is p.VAR_KEYWORD:
                 self.var_kw = p.name
+        params = self.sig.parameters.values()
+        self._params = frozenset(self.sig.parameters)
+        self._positional = tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
+        self._required = tuple(p.name for p in params if p.default is p.empty and p.kind is not p.VAR_KEYWORD)
         # Annotations are resolved on first use: at decoration time a forward reference
         # (a model defined further down the module) may not exist yet.
         self._models: dict[str, Any] = {}
@@ -66,40 +70,57 @@ class Signature:
         self._hints_done = True
 
     def encode(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        """The JSON object for a call, or TaskArgumentError naming what is wrong."""
+        """The JSON object for a call, or TaskArgumentError naming what is wrong. (Whether
+        the values are JSON is found when the request is built: see `check_json`.)"""
         if self.var_kw is None:
-            # Unknown names first: a typo is the likeliest mistake, and bind() would
-            # report the correctly spelled parameter as missing instead.
-            params = self.sig.parameters
-            for k in kwargs:
-                if k not in params:
-                    close = difflib.get_close_matches(k, list(params), n=1)
-                    hint = f" (did you mean {close[0]!r}?)" if close else ""
-                    raise TaskArgumentError(
-                        f"{self.name}(): got an unexpected keyword argument {k!r}{hint}", field=k
-                    )
-        try:
-            bound = self.sig.bind(*args, **kwargs)
-        except TypeError as e:
-            raise TaskArgumentError(f"{self.name}(): {e}", field=_field_of(str(e))) from None
-        self._hints()
-        out: dict[str, Any] = {}
-        for k, v in bound.arguments.items():
-            if k == self.var_kw:
-                out.update(v)
-                continue
-            model = self._models.get(k)
-            if model is not None:
-                v = self._model_json(k, model, v)
-            out[k] = v
-        try:
-            dumps(out)
-        except (TypeError, ValueError) as e:
-            bad = next((k for k, v in out.items() if not _jsonable(v)), "")
-            raise TaskArgumentError(
-                f"{self.name}(): argument {bad!r} is not JSON-serialisable: {e}", field=bad
-            ) from None
+            out = self._bind(args, kwargs)
+        else:
+            try:
+                bound = self.sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise TaskArgumentError(f"{self.name}(): {e}", field=_field_of(str(e))) from None
+            out = dict(bound.arguments)
+            out.update(out.pop(self.var_kw, {}))
+        if not self._hints_done:
+            self._hints()
+        if self._models:
+            for k, model in self._models.items():
+                if k in out:
+                    out[k] = self._model_json(k, model, out[k])
         return out
+
+    def _bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """inspect.Signature.bind for named parameters, several times faster (it runs on
+        every enqueue), with errors that name the parameter."""
+        positional = self._positional
+        if len(args) > len(positional):
+            raise TaskArgumentError(
+                f"{self.name}(): takes {len(positional)} positional argument(s) but {len(args)} were given",
+                field=positional[-1] if positional else "",
+            )
+        out = dict(zip(positional, args))
+        for k, v in kwargs.items():
+            if k not in self._params:
+                close = difflib.get_close_matches(k, list(self._params), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise TaskArgumentError(f"{self.name}(): got an unexpected keyword argument {k!r}{hint}", field=k)
+            if k in out:
+                raise TaskArgumentError(f"{self.name}(): got multiple values for argument {k!r}", field=k)
+            out[k] = v
+        for k in self._required:
+            if k not in out:
+                raise TaskArgumentError(f"{self.name}(): missing a required argument: {k!r}", field=k)
+        return out
+
+    def check_json(self, out: Mapping[str, Any]) -> None:
+        """TaskArgumentError naming the first argument that is not JSON."""
+        for k, v in out.items():
+            try:
+                dumps(v)
+            except (TypeError, ValueError) as e:
+                raise TaskArgumentError(
+                    f"{self.name}(): argument {k!r} is not JSON-serialisable: {e}", field=k
+                ) from None
 
     def _model_json(self, name: str, model: Any, value: Any) -> Any:
         assert _pydantic is not None
@@ -119,7 +140,8 @@ class Signature:
 
     def decode(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """The keyword arguments for the function from the job's JSON object."""
-        self._hints()
+        if not self._hints_done:
+            self._hints()
         if self._models:
             for k, model in self._models.items():
                 if k in kwargs and kwargs[k] is not None:
@@ -140,14 +162,6 @@ class Signature:
             model: Any = value
             return model.model_dump(mode="json")
         return value
-
-
-def _jsonable(v: Any) -> bool:
-    try:
-        dumps(v)
-        return True
-    except (TypeError, ValueError):
-        return False
 
 
 def _field_of(message: str) -> str:

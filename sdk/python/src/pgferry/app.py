@@ -17,6 +17,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import itertools
 import os
 import threading
 import weakref
@@ -24,6 +25,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, 
 from typing import Any, ParamSpec, TypeVar, overload
 
 from pgferry._backends import Backend, Eager, Remote
+from pgferry._signature import Signature
 from pgferry._types import DEFAULT_QUEUE, EnqueuedJob, JobRequest
 from pgferry.context import JobContext
 from pgferry.tasks import Backoff, JobHandle, Task, TaskCall, TaskOptions
@@ -264,13 +266,21 @@ class App:
             remote = self._remotes[loop] = Remote(self)
         return remote
 
-    async def _backend_enqueue(self, reqs: Sequence[JobRequest]) -> list[EnqueuedJob]:
-        return await self._backend().enqueue(reqs)
+    async def _enqueue(self, reqs: Sequence[JobRequest], sigs: Sequence[Signature]) -> list[EnqueuedJob]:
+        """Enqueue; a value that is not JSON (found while building the request) becomes a
+        TaskArgumentError naming the argument."""
+        try:
+            return await self._backend().enqueue(reqs)
+        except (TypeError, ValueError):
+            for r, sig in zip(reqs, itertools.cycle(sigs)):
+                if isinstance(r.args, dict):
+                    sig.check_json(r.args)
+            raise
 
     async def enqueue_many(self, calls: Iterable[TaskCall[Any]]) -> list[JobHandle[Any]]:
         """Enqueue calls of any tasks (`task.call(...)`) in one all-or-nothing batch."""
         calls = list(calls)
-        jobs = await self._backend().enqueue([c.request() for c in calls])
+        jobs = await self._enqueue([c.request() for c in calls], [c.task._sig for c in calls])
         return [JobHandle(self, j, c.task.name, c.task._sig) for c, j in zip(calls, jobs)]
 
     def job(self, job_id: int, task: Task[Any, R] | None = None) -> JobHandle[R]:
@@ -309,7 +319,7 @@ class App:
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="pgferry-task")
         for kind, t in self.tasks.items():
-            w.register(kind, _handler(t))
+            w.register(kind, t.work)
         w._app = self
         return w
 
@@ -320,15 +330,6 @@ class App:
     def run_worker(self, **options: Any) -> None:
         """Block running the worker (SIGTERM/SIGINT drain it)."""
         asyncio.run(self.run_worker_async(**options))
-
-
-def _handler(task: Task[Any, Any]) -> Callable[..., Awaitable[Any]]:
-    execute = task.execute
-
-    async def handler(ctx: JobContext, **kwargs: Any) -> Any:
-        return await execute(ctx, kwargs)
-
-    return handler
 
 
 __all__ = ["App", "Hook", "Middleware", "TaskDecorator"]

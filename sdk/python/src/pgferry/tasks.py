@@ -180,13 +180,13 @@ class Task(Generic[P, R]):
         """Enqueue one job; returns once it is committed. The arguments are checked
         against the function's signature first (TaskArgumentError names the bad one)."""
         req = self._request(self._sig.encode(args, kwargs))
-        job = (await self.app._backend().enqueue([req]))[0]
+        job = (await self.app._enqueue([req], [self._sig]))[0]
         return JobHandle(self.app, job, self.name, self._sig)
 
     def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """`enqueue` from synchronous code (e.g. in Django's transaction.on_commit)."""
         req = self._request(self._sig.encode(args, kwargs))
-        job = self.app._sync(self.app._backend_enqueue([req]))[0]
+        job = self.app._sync(self.app._enqueue([req], [self._sig]))[0]
         return JobHandle(self.app, job, self.name, self._sig)
 
     async def enqueue_many(self, calls: Iterable[TaskCall[R]]) -> list[JobHandle[R]]:
@@ -195,7 +195,7 @@ class Task(Generic[P, R]):
         for c in calls:
             if c.task.name != self.name:
                 raise TypeError(f"{self.name}.enqueue_many: got a call of {c.task.name}")
-        jobs = await self.app._backend().enqueue([c.request() for c in calls])
+        jobs = await self.app._enqueue([c.request() for c in calls], [self._sig])
         return [JobHandle(self.app, j, self.name, self._sig) for j in jobs]
 
     async def run(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -210,7 +210,7 @@ class Task(Generic[P, R]):
             unique_key = o.unique(**args) if callable(o.unique) else _args_key(self.name, args)
         return JobRequest(
             kind=self.name,
-            args=args,
+            args=args or None,  # no arguments: JSON null, which the worker need not parse
             queue=o.queue,
             priority=o.priority,
             run_at=o.run_at,
@@ -226,11 +226,15 @@ class Task(Generic[P, R]):
         """Runs the function for one attempt: in the job's context (`current_job()`),
         through the App's middleware, within `timeout`. Failures are mapped to the task's
         retry policy (retry_on / dont_retry_on / backoff)."""
+        return await self.work(ctx, **(kwargs or {}))
+
+    async def work(self, ctx: JobContext, /, **kwargs: Any) -> Any:
+        """`execute` in the shape a Worker calls a handler: (ctx, **json_object)."""
         token = _current.set(ctx)
         app = self.app
         ctx.resources = app.resources
         try:
-            kw = self._sig.decode(kwargs if kwargs is not None else {})
+            kw = self._sig.decode(kwargs)
             if app._middleware:
                 call: Callable[[], Awaitable[Any]] = functools.partial(self._invoke, ctx, kw)
                 for mw in reversed(app._middleware):
@@ -240,7 +244,7 @@ class Task(Generic[P, R]):
                 value = await self._fn(**kw)  # the common case, inline
             else:
                 value = await self._invoke(ctx, kw)
-            return self._sig.result_json(value)
+            return value if value is None else self._sig.result_json(value)
         except (Outcome, JobCancelled):
             raise
         except Exception as e:
