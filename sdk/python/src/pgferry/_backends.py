@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pgferry._handlers import failure_text
 from pgferry._results import wait_finished
-from pgferry._types import AttemptInfo, EnqueuedJob, JobInfo, JobRequest, dumps, loads
+from pgferry._types import AttemptInfo, EnqueuedJob, JobInfo, SpecSource, dumps, loads
 from pgferry.client import Client
 from pgferry.context import JobCancelled, JobContext
 from pgferry.errors import NotFound, PgferryError, ResultTimeout
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 class Backend(Protocol):
-    async def enqueue(self, reqs: Sequence[JobRequest]) -> list[EnqueuedJob]: ...
+    async def enqueue(self, reqs: Sequence[SpecSource]) -> list[EnqueuedJob]: ...
     async def wait(self, job_id: int, timeout: float | None) -> JobInfo: ...
     async def get_job(self, job_id: int) -> JobInfo: ...
     async def cancel(self, job_id: int) -> JobInfo: ...
@@ -47,7 +47,7 @@ class Remote:
             app.url, app.api_key, http_url=app.http_url, default_queue=app.default_queue, **app.client_options
         )
 
-    async def enqueue(self, reqs: Sequence[JobRequest]) -> list[EnqueuedJob]:
+    async def enqueue(self, reqs: Sequence[SpecSource]) -> list[EnqueuedJob]:
         if len(reqs) == 1:
             r = reqs[0]
             return [
@@ -63,7 +63,7 @@ class Remote:
                     meta=r.meta,
                 )
             ]
-        return await self.client.enqueue_many(reqs)
+        return await self.client._enqueue_batch(reqs)
 
     async def wait(self, job_id: int, timeout: float | None) -> JobInfo:
         if not self.app.http_url:
@@ -104,7 +104,7 @@ class Eager:
         self.jobs: dict[int, JobInfo] = {}
         self._ids = itertools.count(1)
 
-    async def enqueue(self, reqs: Sequence[JobRequest]) -> list[EnqueuedJob]:
+    async def enqueue(self, reqs: Sequence[SpecSource]) -> list[EnqueuedJob]:
         out = []
         for r in reqs:
             job_id = next(self._ids)

@@ -26,7 +26,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from pgferry._backends import Backend, Eager, Remote
 from pgferry._signature import Signature
-from pgferry._types import DEFAULT_QUEUE, EnqueuedJob, JobRequest
+from pgferry._types import DEFAULT_QUEUE, EnqueuedJob, SpecSource
 from pgferry.context import JobContext
 from pgferry.tasks import Backoff, JobHandle, Task, TaskCall, TaskOptions
 from pgferry.worker import Worker
@@ -266,7 +266,7 @@ class App:
             remote = self._remotes[loop] = Remote(self)
         return remote
 
-    async def _enqueue(self, reqs: Sequence[JobRequest], sigs: Sequence[Signature]) -> list[EnqueuedJob]:
+    async def _enqueue(self, reqs: Sequence[SpecSource], sigs: Sequence[Signature]) -> list[EnqueuedJob]:
         """Enqueue; a value that is not JSON (found while building the request) becomes a
         TaskArgumentError naming the argument."""
         try:
@@ -281,7 +281,7 @@ class App:
         """Enqueue calls of any tasks (`task.call(...)`) in one all-or-nothing batch."""
         calls = list(calls)
         jobs = await self._enqueue([c.request() for c in calls], [c.task._sig for c in calls])
-        return [JobHandle(self, j, c.task.name, c.task._sig) for c, j in zip(calls, jobs)]
+        return [JobHandle(self, j, c.kind, c.task._sig) for c, j in zip(calls, jobs)]
 
     def job(self, job_id: int, task: Task[Any, R] | None = None) -> JobHandle[R]:
         """A handle to await a job enqueued elsewhere (its id stored in your database)."""
@@ -319,7 +319,7 @@ class App:
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="pgferry-task")
         for kind, t in self.tasks.items():
-            w.register(kind, t.work)
+            w.register(kind, t.worker_handler(), is_async=True)
         w._app = self
         return w
 

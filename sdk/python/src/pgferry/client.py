@@ -25,6 +25,7 @@ from pgferry._types import (
     JobInfo,
     JobRequest,
     QueueInfo,
+    SpecSource,
     job_from_pb,
     queue_from_pb,
     fill_spec,
@@ -327,7 +328,12 @@ class Client:
     ) -> list[EnqueuedJob]:
         """Enqueue several jobs atomically (one EnqueueBatch): all are committed or none.
         One idempotency key covers the batch (default: generated)."""
-        reqs = [_as_request(j) for j in jobs]
+        return await self._enqueue_batch([_as_request(j) for j in jobs], idempotency_key)
+
+    async def _enqueue_batch(
+        self, reqs: Sequence[SpecSource], idempotency_key: str | None = None
+    ) -> list[EnqueuedJob]:
+        """enqueue_many of ready requests (JobRequests, or task calls)."""
         if not reqs:
             return []
         # The specs are built inside the request (no copy of each into the batch), and

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeAlias, TypeVar
 from pgferry._handlers import failure_text
 from pgferry._results import raise_unless_completed
 from pgferry._signature import Signature
-from pgferry._types import EnqueuedJob, JobInfo, JobRequest
+from pgferry._types import EnqueuedJob, JobInfo
 from pgferry.context import JobCancelled, JobContext, _current
 from pgferry.outcomes import Fail, Outcome
 
@@ -107,16 +107,29 @@ class JobHandle(Generic[R]):
 
 
 class TaskCall(Generic[R]):
-    """One checked call of a task, not yet enqueued (`task.call(...)`), for enqueue_many."""
+    """One checked call of a task, not yet enqueued (`task.call(...)`), for enqueue_many.
 
-    __slots__ = ("task", "args")
+    It is the request itself (a `SpecSource`: kind, args, queue, ...): what is the same
+    for every call of a task lives on a class made per task (see `Task._call_class`), so a
+    call stores only its arguments and unique key. Enqueueing many calls then costs about
+    what enqueueing JobRequests does."""
 
-    def __init__(self, task: Task[Any, R], args: dict[str, Any]) -> None:
-        self.task = task
+    __slots__ = ("args", "unique_key")
+    task: Task[Any, R]
+    kind: str
+    queue: str
+    priority: int
+    run_at: datetime | None
+    delay: float | timedelta | None
+    max_attempts: int | None
+    meta: Mapping[str, str] | None
+
+    def __init__(self, args: dict[str, Any] | None, unique_key: str | None) -> None:
         self.args = args
+        self.unique_key = unique_key
 
-    def request(self) -> JobRequest:
-        return self.task._request(self.args)
+    def request(self) -> TaskCall[R]:
+        return self
 
 
 class Task(Generic[P, R]):
@@ -131,6 +144,59 @@ class Task(Generic[P, R]):
         self.name = opts.name
         self._sig = Signature(opts.name, fn)
         self._is_async = asyncio.iscoroutinefunction(fn)
+        self._call_cls = self._call_class()
+        # Set by _prepare: the worker may call the function straight away (async, no
+        # timeout, no retry policy of its own, no middleware, no models to rebuild).
+        self._direct = False
+
+    def _call_class(self) -> type[TaskCall[R]]:
+        o = self.opts
+        attrs = {
+            "__slots__": (),
+            "task": self,
+            "kind": o.name,
+            "queue": o.queue,
+            "priority": o.priority,
+            "run_at": o.run_at,
+            "delay": o.delay,
+            "max_attempts": None if o.retries is None else o.retries + 1,
+            "meta": o.meta,
+        }
+        cls: type[TaskCall[R]] = type(f"{o.name}_call", (TaskCall,), attrs)
+        return cls
+
+    def _prepare(self) -> None:
+        """Decides the fast path once the App is complete (middleware is often added after
+        the tasks)."""
+        self._sig._hints()
+        o = self.opts
+        self._direct = (
+            self._is_async
+            and o.timeout is None
+            and o.backoff is None
+            and not o.retry_on
+            and not o.dont_retry_on
+            and not self.app._middleware
+            and not self._sig._models
+            and self._sig._returns is None
+        )
+
+    def worker_handler(self) -> Callable[..., Any]:
+        """What a Worker registers for this task (always called as a coroutine function).
+        On the fast path that is a plain function returning the task function's own
+        coroutine: no coroutine of ours around it, nothing to map on failure (no retry
+        policy of the task's own, the worker reports the exception as it is)."""
+        self._prepare()
+        if not self._direct:
+            return self.work
+        fn, app, set_current = self._fn, self.app, _current.set
+
+        def direct(ctx: JobContext, /, **kwargs: Any) -> Any:
+            set_current(ctx)
+            ctx.resources = app.resources
+            return fn(**kwargs)
+
+        return direct
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.opts.queue}>"
@@ -161,6 +227,7 @@ class Task(Generic[P, R]):
         t: Task[P, R] = Task.__new__(Task)
         t.__dict__.update(self.__dict__)
         t.opts = new
+        t._call_cls = t._call_class()
         return t
 
     def schedule(self, *, at: datetime | None = None, delay: float | timedelta | None = None) -> Task[P, R]:
@@ -174,7 +241,7 @@ class Task(Generic[P, R]):
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> TaskCall[R]:
         """A checked call for `enqueue_many` (raises TaskArgumentError like enqueue)."""
-        return TaskCall(self, self._sig.encode(args, kwargs))
+        return self._request(self._sig.encode(args, kwargs))
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """Enqueue one job; returns once it is committed. The arguments are checked
@@ -203,54 +270,50 @@ class Task(Generic[P, R]):
         job = await self.enqueue(*args, **kwargs)
         return await job.result()
 
-    def _request(self, args: dict[str, Any]) -> JobRequest:
+    def _request(self, args: dict[str, Any]) -> TaskCall[R]:
         o = self.opts
         unique_key = o.unique_key
         if unique_key is None and o.unique:
             unique_key = o.unique(**args) if callable(o.unique) else _args_key(self.name, args)
-        return JobRequest(
-            kind=self.name,
-            args=args or None,  # no arguments: JSON null, which the worker need not parse
-            queue=o.queue,
-            priority=o.priority,
-            run_at=o.run_at,
-            delay=o.delay,
-            unique_key=unique_key,
-            max_attempts=None if o.retries is None else o.retries + 1,
-            meta=o.meta,
-        )
+        # No arguments: JSON null, which the worker need not parse.
+        return self._call_cls(args or None, unique_key)
 
     # -- running (worker side) ---------------------------------------------------------
 
     async def execute(self, ctx: JobContext, kwargs: dict[str, Any] | None) -> Any:
         """Runs the function for one attempt: in the job's context (`current_job()`),
         through the App's middleware, within `timeout`. Failures are mapped to the task's
-        retry policy (retry_on / dont_retry_on / backoff)."""
-        return await self.work(ctx, **(kwargs or {}))
+        retry policy (retry_on / dont_retry_on / backoff). For callers running it in their
+        own context (eager mode): current_job() is restored afterwards."""
+        self._prepare()
+        token = _current.set(ctx)
+        try:
+            return await self.work(ctx, **(kwargs or {}))
+        finally:
+            _current.reset(token)
 
     async def work(self, ctx: JobContext, /, **kwargs: Any) -> Any:
-        """`execute` in the shape a Worker calls a handler: (ctx, **json_object)."""
-        token = _current.set(ctx)
-        app = self.app
-        ctx.resources = app.resources
+        """`execute` in the shape a Worker calls a handler, (ctx, **json_object), in the
+        job's own contextvars context (the worker copies one per job, so current_job() is
+        set without a reset)."""
+        _current.set(ctx)
+        ctx.resources = self.app.resources
         try:
-            kw = self._sig.decode(kwargs)
-            if app._middleware:
-                call: Callable[[], Awaitable[Any]] = functools.partial(self._invoke, ctx, kw)
-                for mw in reversed(app._middleware):
-                    call = functools.partial(mw, ctx, call)
-                value = await call()
-            elif self._is_async and self.opts.timeout is None:
-                value = await self._fn(**kw)  # the common case, inline
-            else:
-                value = await self._invoke(ctx, kw)
+            value = await self._slow(ctx, self._sig.decode(kwargs))
             return value if value is None else self._sig.result_json(value)
         except (Outcome, JobCancelled):
             raise
         except Exception as e:
             raise self._failure(ctx, e) from e
-        finally:
-            _current.reset(token)
+
+    async def _slow(self, ctx: JobContext, kw: dict[str, Any]) -> Any:
+        middleware = self.app._middleware
+        if not middleware:
+            return await self._invoke(ctx, kw)
+        call: Callable[[], Awaitable[Any]] = functools.partial(self._invoke, ctx, kw)
+        for mw in reversed(middleware):
+            call = functools.partial(mw, ctx, call)
+        return await call()
 
     async def _invoke(self, ctx: JobContext, kw: dict[str, Any]) -> Any:
         t = self.opts.timeout

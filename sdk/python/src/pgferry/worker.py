@@ -157,10 +157,15 @@ class Worker:
 
         return deco
 
-    def register(self, kind: str, fn: Callable[..., Any]) -> None:
+    def register(self, kind: str, fn: Callable[..., Any], *, is_async: bool | None = None) -> None:
+        """`fn(ctx, **args)`; is_async overrides the check for a coroutine function (a
+        plain function returning an awaitable is awaited when it is True)."""
         if kind in self._handlers:
             raise ValueError(f"handler for {kind!r} already registered")
-        self._handlers[kind] = Handler(fn)
+        h = Handler(fn)
+        if is_async is not None:
+            h.is_async = is_async
+        self._handlers[kind] = h
 
     @property
     def kinds(self) -> list[str]:
