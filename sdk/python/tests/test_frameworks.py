@@ -72,7 +72,7 @@ def test_django_on_commit_example(server: Server, monkeypatch: pytest.MonkeyPatc
         return job_id, result, rolled_back.status_code, rolled_back.json()["job_id"]
 
     async def main() -> None:
-        async with running(tasks.worker(concurrency=2)):
+        async with tasks, running(tasks.worker(concurrency=2)):
             job_id, result, status, none = await asyncio.to_thread(requests)
         assert result == "sent to bo@example.com"
         assert (status, none) == (400, None)

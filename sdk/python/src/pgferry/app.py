@@ -234,10 +234,23 @@ class App:
                 await r
 
     async def close(self) -> None:
-        """Close this loop's connection to the server."""
+        """Close this loop's connection to the server, and the one `enqueue_sync` /
+        `result_sync` use (with its thread)."""
         remote = self._remotes.pop(asyncio.get_running_loop(), None)
         if remote is not None:
             await remote.close()
+        await asyncio.to_thread(self.close_sync)
+
+    def close_sync(self) -> None:
+        """Close the connection and thread of the synchronous calls (if they were used)."""
+        with self._sync_lock:
+            loop, self._sync_loop = self._sync_loop, None
+        if loop is None:
+            return
+        remote = self._remotes.pop(loop, None)
+        if remote is not None:
+            asyncio.run_coroutine_threadsafe(remote.close(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
 
     async def __aenter__(self) -> App:
         return self
@@ -293,7 +306,7 @@ class App:
         with self._sync_lock:
             if self._sync_loop is None:
                 loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="pgferry-app", daemon=True).start()
+                threading.Thread(target=_serve_loop, args=(loop,), name="pgferry-app", daemon=True).start()
                 self._sync_loop = loop
         return asyncio.run_coroutine_threadsafe(coro, self._sync_loop).result()
 
@@ -330,6 +343,13 @@ class App:
     def run_worker(self, **options: Any) -> None:
         """Block running the worker (SIGTERM/SIGINT drain it)."""
         asyncio.run(self.run_worker_async(**options))
+
+
+def _serve_loop(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
 
 
 __all__ = ["App", "Hook", "Middleware", "TaskDecorator"]
