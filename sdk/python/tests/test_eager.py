@@ -81,6 +81,8 @@ def test_eager_runs_tasks_on_enqueue_with_results_retries_and_typed_errors() -> 
                 await reserve.enqueue(item={"sku": "apple"})
             assert a.value.field == "item.qty"
             assert len(store.jobs) == 5  # the refused call never became a job
+            again = [await flaky.options(idempotency_key="k").enqueue(1) for _ in range(2)]
+            assert again[0].id == again[1].id and len(store.jobs) == 6
 
     asyncio.run(main())
 

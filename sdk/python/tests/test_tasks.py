@@ -234,6 +234,10 @@ def test_retry_policy_backoff_priority_unique_and_schedule(server: Server, queue
     async def dedup(user: int) -> None:
         return None
 
+    @app.task(queue=f"{queue[:40]}_i")
+    async def plain(user: int) -> None:
+        return None
+
     async def main() -> None:
         async with app, running(app.worker(queues=[queue], concurrency=2)):
             assert await flaky.run() == "ok on 3"
@@ -249,6 +253,18 @@ def test_retry_policy_backoff_priority_unique_and_schedule(server: Server, queue
             assert (b.id, b.duplicate) == (a.id, True) and c.id != a.id and not c.duplicate
             info = await a.info()
             assert (info.priority, info.max_attempts) == (2, 3)
+            # A key of the caller's (e.g. from its own HTTP request): the repeat answers the
+            # first job and enqueues nothing, even with other arguments.
+            k1 = await plain.options(idempotency_key=f"{queue}-req-1").enqueue(10)
+            k2 = await plain.options(idempotency_key=f"{queue}-req-1").enqueue(10)
+            k3 = await plain.enqueue(10)  # no key of ours: a new job
+            assert k1.id == k2.id != k3.id
+            batch = [plain.call(20), plain.call(21)]
+            b1 = await plain.enqueue_many(batch, idempotency_key=f"{queue}-req-2")
+            b2 = await plain.enqueue_many(batch, idempotency_key=f"{queue}-req-2")
+            assert [j.id for j in b1] == [j.id for j in b2]
+            b3 = await plain.enqueue_many(batch)
+            assert not {j.id for j in b3} & {j.id for j in b1}
             later = await dedup.schedule(delay=3600).enqueue(3)
             info = await later.info()
             assert info.state == "scheduled" and info.run_at is not None

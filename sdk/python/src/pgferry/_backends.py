@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 
 class Backend(Protocol):
-    async def enqueue(self, reqs: Sequence[SpecSource]) -> list[EnqueuedJob]: ...
+    async def enqueue(
+        self, reqs: Sequence[SpecSource], idempotency_key: str | None = None
+    ) -> list[EnqueuedJob]: ...
     async def wait(self, job_id: int, timeout: float | None) -> JobInfo: ...
     async def get_job(self, job_id: int) -> JobInfo: ...
     async def cancel(self, job_id: int) -> JobInfo: ...
@@ -47,7 +49,9 @@ class Remote:
             app.url, app.api_key, http_url=app.http_url, default_queue=app.default_queue, **app.client_options
         )
 
-    async def enqueue(self, reqs: Sequence[SpecSource]) -> list[EnqueuedJob]:
+    async def enqueue(
+        self, reqs: Sequence[SpecSource], idempotency_key: str | None = None
+    ) -> list[EnqueuedJob]:
         if len(reqs) == 1:
             r = reqs[0]
             return [
@@ -61,9 +65,10 @@ class Remote:
                     unique_key=r.unique_key,
                     max_attempts=r.max_attempts,
                     meta=r.meta,
+                    idempotency_key=idempotency_key or getattr(r, "idempotency_key", None),
                 )
             ]
-        return await self.client._enqueue_batch(reqs)
+        return await self.client._enqueue_batch(reqs, idempotency_key)
 
     async def wait(self, job_id: int, timeout: float | None) -> JobInfo:
         if not self.app.http_url:
@@ -103,8 +108,14 @@ class Eager:
         self.app = app
         self.jobs: dict[int, JobInfo] = {}
         self._ids = itertools.count(1)
+        self._replies: dict[str, list[EnqueuedJob]] = {}  # idempotency key -> first answer
 
-    async def enqueue(self, reqs: Sequence[SpecSource]) -> list[EnqueuedJob]:
+    async def enqueue(
+        self, reqs: Sequence[SpecSource], idempotency_key: str | None = None
+    ) -> list[EnqueuedJob]:
+        key = idempotency_key or (getattr(reqs[0], "idempotency_key", None) if len(reqs) == 1 else None)
+        if key is not None and key in self._replies:
+            return [EnqueuedJob(j.id) for j in self._replies[key]]
         out = []
         for r in reqs:
             job_id = next(self._ids)
@@ -124,6 +135,8 @@ class Eager:
                 unique_key=r.unique_key,
             )
             out.append(EnqueuedJob(job_id))
+        if key is not None:
+            self._replies[key] = out
         for e in out:
             await self._run(e.id)
         return out

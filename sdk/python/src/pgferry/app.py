@@ -279,21 +279,25 @@ class App:
             remote = self._remotes[loop] = Remote(self)
         return remote
 
-    async def _enqueue(self, reqs: Sequence[SpecSource], sigs: Sequence[Signature]) -> list[EnqueuedJob]:
+    async def _enqueue(
+        self, reqs: Sequence[SpecSource], sigs: Sequence[Signature], idempotency_key: str | None = None
+    ) -> list[EnqueuedJob]:
         """Enqueue; a value that is not JSON (found while building the request) becomes a
         TaskArgumentError naming the argument."""
         try:
-            return await self._backend().enqueue(reqs)
+            return await self._backend().enqueue(reqs, idempotency_key)
         except (TypeError, ValueError):
             for r, sig in zip(reqs, itertools.cycle(sigs)):
                 if isinstance(r.args, dict):
                     sig.check_json(r.args)
             raise
 
-    async def enqueue_many(self, calls: Iterable[TaskCall[Any]]) -> list[JobHandle[Any]]:
+    async def enqueue_many(
+        self, calls: Iterable[TaskCall[Any]], *, idempotency_key: str | None = None
+    ) -> list[JobHandle[Any]]:
         """Enqueue calls of any tasks (`task.call(...)`) in one all-or-nothing batch."""
         calls = list(calls)
-        jobs = await self._enqueue([c.request() for c in calls], [c.task._sig for c in calls])
+        jobs = await self._enqueue([c.request() for c in calls], [c.task._sig for c in calls], idempotency_key)
         return [JobHandle(self, j, c.kind, c.task._sig) for c, j in zip(calls, jobs)]
 
     def job(self, job_id: int, task: Task[Any, R] | None = None) -> JobHandle[R]:

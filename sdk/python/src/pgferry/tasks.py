@@ -65,6 +65,7 @@ class TaskOptions:
     delay: float | timedelta | None = None
     unique_key: str | None = None
     meta: Mapping[str, str] | None = None
+    idempotency_key: str | None = None
 
 
 class JobHandle(Generic[R]):
@@ -123,6 +124,7 @@ class TaskCall(Generic[R]):
     delay: float | timedelta | None
     max_attempts: int | None
     meta: Mapping[str, str] | None
+    idempotency_key: str | None
 
     def __init__(self, args: dict[str, Any] | None, unique_key: str | None) -> None:
         self.args = args
@@ -161,6 +163,7 @@ class Task(Generic[P, R]):
             "delay": o.delay,
             "max_attempts": None if o.retries is None else o.retries + 1,
             "meta": o.meta,
+            "idempotency_key": o.idempotency_key,
         }
         cls: type[TaskCall[R]] = type(f"{o.name}_call", (TaskCall,), attrs)
         return cls
@@ -212,8 +215,13 @@ class Task(Generic[P, R]):
         delay: float | timedelta | None = None,
         unique_key: str | None = None,
         meta: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
     ) -> Task[P, R]:
-        """This task with per-call settings: `await t.options(priority=9).enqueue(...)`."""
+        """This task with per-call settings: `await t.options(priority=2).enqueue(...)`.
+        idempotency_key: a key of yours for the enqueue request (e.g. the Idempotency-Key
+        of the HTTP request that caused it): a repeat within the server's retention answers
+        the first job's id and enqueues nothing. Without it each request gets a fresh key,
+        which covers the SDK's own retries."""
         o = self.opts
         new = dataclasses.replace(
             o,
@@ -223,6 +231,7 @@ class Task(Generic[P, R]):
             delay=delay if delay is not None else o.delay,
             unique_key=unique_key if unique_key is not None else o.unique_key,
             meta=meta if meta is not None else o.meta,
+            idempotency_key=idempotency_key if idempotency_key is not None else o.idempotency_key,
         )
         t: Task[P, R] = Task.__new__(Task)
         t.__dict__.update(self.__dict__)
@@ -256,13 +265,16 @@ class Task(Generic[P, R]):
         job = self.app._sync(self.app._enqueue([req], [self._sig]))[0]
         return JobHandle(self.app, job, self.name, self._sig)
 
-    async def enqueue_many(self, calls: Iterable[TaskCall[R]]) -> list[JobHandle[R]]:
-        """Enqueue several calls of this task in one all-or-nothing batch."""
+    async def enqueue_many(
+        self, calls: Iterable[TaskCall[R]], *, idempotency_key: str | None = None
+    ) -> list[JobHandle[R]]:
+        """Enqueue several calls of this task in one all-or-nothing batch (one
+        idempotency key for the batch: yours, or a fresh one)."""
         calls = list(calls)
         for c in calls:
             if c.task.name != self.name:
                 raise TypeError(f"{self.name}.enqueue_many: got a call of {c.task.name}")
-        jobs = await self.app._enqueue([c.request() for c in calls], [self._sig])
+        jobs = await self.app._enqueue([c.request() for c in calls], [self._sig], idempotency_key)
         return [JobHandle(self.app, j, self.name, self._sig) for j in jobs]
 
     async def run(self, *args: P.args, **kwargs: P.kwargs) -> R:
