@@ -1,6 +1,6 @@
 //! pgferry-core: the engine of pgferry — schema and migrations, the append-only ready log
 //! with tick visibility batches, receipts as cursors, batched completions, and the leader's
-//! duties (ticker, promoter, rescuer, rotator). See DESIGN.md §2–§3.
+//! duties (ticker, promoter, rescuer, rotator). See docs/architecture.md §2–§3.
 
 pub mod cancelling;
 mod completion;

@@ -1,4 +1,4 @@
-//! Group commit and per-queue durability (DESIGN §1.6, §1.7): requests whose queues all
+//! Group commit and per-queue durability (architecture.md §1.6, §1.7): requests whose queues all
 //! chose async durability flush apart from the others, so their statements commit on the
 //! engine's async sessions instead of being merged into synchronous flushes.
 

@@ -158,7 +158,7 @@ impl Writer for CompleteWriter {
 }
 
 /// The server's coalescers, shared by gRPC streams and HTTP handlers: enqueue and
-/// completion, each twice. Requests whose queues all chose async durability (DESIGN §1.7)
+/// completion, each twice. Requests whose queues all chose async durability (architecture.md §1.7)
 /// go to the `_async` pair, so that their flushes commit asynchronously; merged with a
 /// synchronous queue's writes, they would commit synchronously (the engine never weakens a
 /// batch). A request mixing both goes to the synchronous pair.

@@ -229,9 +229,9 @@ pub(crate) fn engine_error(e: &pgferry_core::Error, prefix: &str) -> pb::Error {
         _ => String::new(),
     };
     if !e.is_invalid_input() {
-        tracing::error!(error = %e, "gRPC request failed");
+        tracing::error!(error = %e, sqlstate = e.sqlstate(), "gRPC request failed");
     }
-    pb_error(e.code(), e.to_string(), field)
+    pb_error(e.code(), e.public_message(), field)
 }
 
 /// Runs a stream's task; if it panics, the stream ends with INTERNAL (logged) rather than

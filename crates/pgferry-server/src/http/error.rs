@@ -149,9 +149,9 @@ impl ApiError {
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         if status.is_server_error() {
-            tracing::error!(error = %e, "request failed");
+            tracing::error!(error = %e, sqlstate = e.sqlstate(), "request failed");
         }
-        let mut err = ApiError::new(status, e.code(), e.to_string());
+        let mut err = ApiError::new(status, e.code(), e.public_message());
         err.field = field;
         err
     }

@@ -199,7 +199,7 @@ def job_from_pb(j: admin_pb2.JobInfo) -> JobInfo:
 
 
 Durability = Literal["sync", "async"]
-"""How a queue's enqueues, claims and completions commit (server DESIGN §1.7).
+"""How a queue's enqueues, claims and completions commit (server architecture.md §1.7).
 
 "sync" (the default): acknowledged only once the commit is on disk. "async": acknowledged
 once the commit is in Postgres's WAL buffers, which is faster, but a Postgres crash (not a
