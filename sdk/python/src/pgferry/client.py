@@ -18,6 +18,7 @@ import grpc.aio
 
 from pgferry import _conn, _tracing
 from pgferry._http_admin import HttpAdmin
+from pgferry._results import raise_unless_completed, wait_finished
 from pgferry._types import (
     DEFAULT_QUEUE,
     Durability,
@@ -434,6 +435,21 @@ class Client:
             assert self._http is not None
             return await self._http.get_job(int(job_id))
         return job_from_pb(r)
+
+    async def wait(self, job_id: int | EnqueuedJob, timeout: float | None = None) -> JobInfo:
+        """The job once it is completed, dead or cancelled, without polling (the server's
+        HTTP long-poll answers when it finishes; needs `http_url`). ResultTimeout after
+        `timeout` seconds (None: no limit)."""
+        if not self.http_url:
+            raise PgferryError("waiting for a job needs the server's HTTP address: pass http_url=", code="not_configured")
+        return await wait_finished(self.http_url, self._api_key, int(job_id), timeout)
+
+    async def result(self, job_id: int | EnqueuedJob, timeout: float | None = None) -> Any:
+        """The job's result (JSON) once it completed; JobDead or JobCancelledError (both
+        JobFailed) when it ended otherwise, ResultTimeout after `timeout` seconds."""
+        job = await self.wait(job_id, timeout)
+        raise_unless_completed(job)
+        return job.result
 
     async def cancel(self, job_id: int | EnqueuedJob) -> JobInfo:
         """Cancel a job. A pending job never runs; a running one's worker is told

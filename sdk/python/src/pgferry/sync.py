@@ -75,6 +75,13 @@ class SyncClient:
     def get_job(self, job_id: int | EnqueuedJob) -> JobInfo:
         return self._run(self._client.get_job(job_id))
 
+    def wait(self, job_id: int | EnqueuedJob, timeout: float | None = None) -> JobInfo:
+        return self._run(self._client.wait(job_id, timeout))
+
+    def result(self, job_id: int | EnqueuedJob, timeout: float | None = None) -> Any:
+        """See `Client.result`: the completed job's result, or JobDead/JobCancelledError."""
+        return self._run(self._client.result(job_id, timeout))
+
     def cancel(self, job_id: int | EnqueuedJob) -> JobInfo:
         return self._run(self._client.cancel(job_id))
 
