@@ -31,7 +31,7 @@ import grpc.aio
 
 from pgferry import _conn, _tracing
 from pgferry._handlers import Handler, call_args
-from pgferry._heartbeats import Heartbeats
+from pgferry._heartbeats import Heartbeats, auto_heartbeats
 from pgferry._steps import OK_NONE, Key, Result, drive, first_step, outcome_of, result_pb
 from pgferry._types import dumps, loads
 from pgferry.context import JobCancelled, JobContext
@@ -55,15 +55,6 @@ _WORKER_STREAM = "/pgferry.v1.Worker/Stream"
 _MAX_BATCH = 500
 
 F = TypeVar("F", bound=Callable[..., Any])
-# How often running jobs are looked at for automatic heartbeats (seconds).
-_AUTO_HEARTBEAT_TICK = 0.2
-
-
-def _ignore_result(fut: asyncio.Future[bool]) -> None:
-    # An automatic heartbeat's answer needs no reader (a lost lease already marks the job
-    # cancelled); consume a stream-lost error so asyncio does not log it.
-    if not fut.cancelled():
-        fut.exception()
 # Errors that end `run` instead of a reconnect: another try would get the same answer.
 _FATAL = (AuthError, InvalidArgument, NotFound, Conflict)
 
@@ -192,7 +183,7 @@ class Worker:
                 except (NotImplementedError, RuntimeError, ValueError):
                     pass  # not the main thread, or no signals on this platform
         channel = _conn.open_channel(self.url)
-        ticker = asyncio.create_task(self._auto_heartbeats()) if self.auto_heartbeat else None
+        ticker = asyncio.create_task(auto_heartbeats(self)) if self.auto_heartbeat else None
         try:
             if self._app is not None:
                 await self._app.startup()
@@ -555,42 +546,6 @@ class Worker:
         fut = self._hb.request(ctx)
         self._flush_heartbeats()
         return await fut
-
-    async def _auto_heartbeats(self) -> None:
-        """Heartbeats every job that has been running for a third of its lease, and again
-        each third after. A job's lease length is estimated once, from the lease_until it
-        arrived with (the server's clock) against ours, falling back to the server's default
-        lease when the clocks disagree too much to tell."""
-        loop = asyncio.get_running_loop()
-        due: dict[Key, tuple[float, float]] = {}  # key -> (next heartbeat, interval)
-        while True:
-            await asyncio.sleep(_AUTO_HEARTBEAT_TICK)
-            running = self._running
-            if not running:
-                due.clear()
-                continue
-            now = loop.time()
-            wall_ms = time.time() * 1000
-            default = (self._hello_ack.default_lease_ms if self._hello_ack else 0) or 30_000
-            sent = False
-            for key, (ctx, _) in list(running.items()):
-                entry = due.get(key)
-                if entry is None:
-                    lease = ctx.lease_until_ms - wall_ms
-                    if not 0 < lease <= 24 * 3600 * 1000:
-                        lease = default
-                    interval = max(lease / 3000, _AUTO_HEARTBEAT_TICK)
-                    due[key] = (now + interval, interval)
-                elif now >= entry[0] and self._call is not None and not ctx.cancelled:
-                    due[key] = (now + entry[1], entry[1])
-                    fut = self._hb.request(ctx)
-                    fut.add_done_callback(_ignore_result)
-                    self.stats["auto_heartbeats"] += 1
-                    sent = True
-            for key in [k for k in due if k not in running]:
-                del due[key]
-            if sent:
-                self._flush_heartbeats()
 
     def _flush_heartbeats(self) -> None:
         msg = self._hb.next_message()
