@@ -85,17 +85,12 @@ impl Writer for EnqueueWriter {
         request.jobs.len().max(1)
     }
 
-    fn write(
-        &self,
-        requests: &[EnqueueRequest],
-    ) -> impl Future<Output = pgferry_core::Result<Vec<Self::Output>>> + Send {
-        async move {
-            let answers = self.engine.enqueue_requests(requests).await?;
-            Ok(answers
-                .into_iter()
-                .map(|a| a.map_err(SubmitError::from))
-                .collect())
-        }
+    async fn write(&self, requests: &[EnqueueRequest]) -> pgferry_core::Result<Vec<Self::Output>> {
+        let answers = self.engine.enqueue_requests(requests).await?;
+        Ok(answers
+            .into_iter()
+            .map(|a| a.map_err(SubmitError::from))
+            .collect())
     }
 }
 
