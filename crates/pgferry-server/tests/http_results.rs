@@ -164,3 +164,24 @@ async fn dead_and_cancelled_jobs_are_finished_and_other_tenants_get_404() {
         .await;
     assert_eq!((s, error_of(&e).1), (400, Some("wait".to_string())));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_longer_than_the_servers_long_poll_limit_is_answered_at_the_limit() {
+    let mut config = ServerConfig::default();
+    config.http.max_claim_wait = std::time::Duration::from_millis(200);
+    let srv = TestServer::start(config).await;
+    let key = srv.key("t", &["admin"]).await;
+    let id = enqueue(&srv, &key, "q").await;
+    // Accepted (the document's maximum is 60 s) but answered when the server's limit runs
+    // out; the bound only keeps a regression from hanging the test for a minute.
+    let (s, b) = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        result(&srv, &key, &id, 60_000),
+    )
+    .await
+    .expect("answered within the server's long-poll limit, not after wait_ms");
+    assert_eq!(
+        (s, b["finished"].clone(), b["state"].clone()),
+        (200, json!(false), json!("pending"))
+    );
+}

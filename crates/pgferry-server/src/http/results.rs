@@ -2,7 +2,8 @@
 //!
 //! The answer is the job (as `GET /v1/jobs/{id}`) plus its `result` and `finished`: true
 //! once the job is completed, dead or cancelled. While it is not, the request waits up to
-//! `wait_ms` for it to finish (long-poll) and answers the job as it then is.
+//! `wait_ms` (at most the server's long-poll limit, `max_claim_wait`) for it to finish and
+//! answers the job as it then is.
 //!
 //! Waking: every completion this server commits passes through the group-commit
 //! coalescer, which calls [`wake`] with the job ids it recorded. A waiter subscribes to its
@@ -153,7 +154,9 @@ pub async fn get(
         p.require(Scope::Produce)?;
     }
     let id = job_id(&id)?;
-    let wait = parse_wait(query)?;
+    // Within the server's long-poll limit (the claim's, `--max-claim-wait-ms`): a longer
+    // wait_ms is answered when the limit runs out, with `finished` saying where things are.
+    let wait = parse_wait(query)?.min(state.http.config.max_claim_wait);
     let deadline = Instant::now() + wait;
     // Subscribed before the first read: see the module comment.
     let mut sub = (!wait.is_zero()).then(|| Subscription::new(id));
