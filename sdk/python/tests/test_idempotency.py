@@ -184,3 +184,25 @@ def test_task_api_and_sync_client_retry_with_their_keys(server: Server, queue: s
                 await asyncio.to_thread(sync.close)
 
     asyncio.run(main())
+
+
+def test_no_server_at_all_fails_after_connect_timeout_not_the_retry_window() -> None:
+    """Nothing was sent, so there is no unknown outcome to retry: connect_timeout rules."""
+    import socket
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def main() -> None:
+        async with pgferry.Client(f"http://127.0.0.1:{port}", "k", connect_timeout=0.5, enqueue_retry_for=600) as c:
+            try:
+                # The bound keeps a regression (retrying for 600 s) from hanging the suite.
+                await asyncio.wait_for(c.enqueue("k", None, queue="q"), 30)
+            except pgferry.Unavailable:
+                pass
+            else:
+                raise AssertionError("enqueue to no server succeeded")
+            assert c.stats["enqueue_retries"] == 0
+
+    asyncio.run(main())

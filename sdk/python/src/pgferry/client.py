@@ -361,15 +361,19 @@ class Client:
         loop = asyncio.get_running_loop()
         deadline: float | None = None
         backoff: _conn.Backoff | None = None
+        sent = False
         while True:
             try:
                 stream = await self._producer()
+                sent = True
                 ack = await stream.send(seq, req, self.timeout)
                 break
             except Unavailable:
                 # Outcome unknown. The request carries an idempotency key, so sending it
-                # again cannot enqueue twice: the server replays the first answer.
-                if self.enqueue_retry_for <= 0 or self._closed:
+                # again cannot enqueue twice: the server replays the first answer. (No
+                # connection at all on the first try: nothing was sent, and connecting was
+                # already retried for connect_timeout.)
+                if self.enqueue_retry_for <= 0 or self._closed or not sent:
                     raise
                 if deadline is None:
                     deadline = loop.time() + self.enqueue_retry_for
