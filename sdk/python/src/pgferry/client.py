@@ -275,7 +275,12 @@ class Client:
             resp = await call.read()
         except grpc.RpcError as e:
             call.cancel()
-            raise from_rpc_error(e) from None
+            err = from_rpc_error(e)
+            if type(err) is PgferryError:
+                # No answer of the server's (gRPC core's "Internal error from Core" on a
+                # connection that was just cut): the hello carries nothing, try it again.
+                raise Unavailable(f"producer hello failed: {err.message}", code=err.code) from None
+            raise err from None
         if resp is grpc.aio.EOF or resp.WhichOneof("msg") != "hello_ack":
             call.cancel()
             raise ProtocolError("producer stream: expected hello_ack")
