@@ -32,8 +32,11 @@ test-python: setup
 	$(CARGO) build -p pgferry-cli
 	@test -x $(PY_VENV)/bin/python || python3 -m venv $(PY_VENV)
 	$(PY_VENV)/bin/pip install -q --disable-pip-version-check hatchling grpcio-tools grpcio protobuf pytest pytest-timeout mypy types-grpcio types-protobuf opentelemetry-api opentelemetry-sdk
+	# The task API's optional pydantic support and the framework examples (FastAPI, Django).
+	$(PY_VENV)/bin/pip install -q --disable-pip-version-check pydantic fastapi httpx django
 	$(PY_VENV)/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e sdk/python
 	cd sdk/python && .venv/bin/mypy
+	cd sdk/python && .venv/bin/mypy --strict examples/typed_app.py examples/fastapi_app.py
 	cd sdk/python && .venv/bin/python -m pytest -q -p no:cacheprovider --timeout 600
 
 # Schema-driven fuzzing of the HTTP API from /v1/openapi.json with schemathesis (own venv

@@ -255,6 +255,8 @@ impl Coalescers {
             &self.complete
         };
         let done = coalescer.submit(outcomes).await?;
+        // Result long-polls (GET /v1/jobs/{id}/result) waiting on these jobs re-read them.
+        crate::http::results::wake(done.iter().map(|c| c.job_id));
         self.metrics
             .observe(Latency::CompleteCommit, started.elapsed());
         Ok(done)
