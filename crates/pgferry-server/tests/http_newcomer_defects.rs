@@ -75,3 +75,32 @@ async fn the_http_claim_answers_lease_queue_and_priority() {
         "{job}"
     );
 }
+
+#[tokio::test]
+async fn a_job_answers_the_result_it_returned() {
+    let s = TestServer::start(Default::default()).await;
+    let key = s.key("acme", &["admin"]).await;
+    let (_, body, _) = s
+        .call(
+            "POST",
+            "/v1/jobs",
+            Some(&key),
+            Some(json!({"queue": "calc", "kind": "add", "args": {"a": 1}})),
+        )
+        .await;
+    let id = body["job_id"].as_i64().unwrap();
+    let jobs = s.claim_n(&key, "calc", 1).await;
+    let (status, body, _) = s
+        .call(
+            "POST",
+            "/v1/workers/complete",
+            Some(&key),
+            Some(json!({"results": [{"token": jobs[0]["token"], "result": {"sum": 42}}]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, job, _) = s.call("GET", &format!("/v1/jobs/{id}"), Some(&key), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(job["state"], "completed", "{job}");
+    assert_eq!(job["result"], json!({"sum": 42}), "{job}");
+}

@@ -341,6 +341,7 @@ pub(super) fn job_json(p: &Principal, j: &JobInfo) -> Value {
         "run_at_unix_ms": j.run_at.map(unix_ms),
         "cancel_requested": j.cancel_requested,
         "attempts": attempts,
+        "result": j.result,
     })
 }
 
