@@ -1,6 +1,7 @@
 //! The `pgferry` binary.
 
 mod bench_cmd;
+mod chaos_cmd;
 mod dev;
 mod migrate_cmd;
 mod run;
@@ -75,6 +76,11 @@ enum Command {
         #[command(subcommand)]
         action: tenant_cmd::KeyAction,
     },
+    /// Fault injection with a per-job ledger (JSON report on stdout, progress on stderr).
+    Chaos(chaos_cmd::ChaosArgs),
+    /// A worker process of `pgferry chaos` (started and killed by the suite).
+    #[command(hide = true)]
+    ChaosWorker(chaos_cmd::WorkerCmd),
 }
 
 #[tokio::main]
@@ -99,6 +105,8 @@ async fn main() -> std::process::ExitCode {
             action,
         } => tenant_cmd::key(&require_url(database_url), action).await,
         Command::Bench { cmd } => bench_cmd::run(cmd).await,
+        Command::Chaos(args) => chaos_cmd::run(args).await,
+        Command::ChaosWorker(cmd) => chaos_cmd::worker(cmd).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,197 @@
+//! Producers: tasks that enqueue batches through the real server, over HTTP (reqwest) or
+//! gRPC (pgferry-client), and write what they were told into the [`ProducerLedger`].
+//!
+//! A producer never resends a failed batch (this suite has no idempotency keys to offer):
+//! its jobs are unacknowledged, and if they were committed anyway ("ghost commits") the
+//! checker sees them executed under ids nobody was given.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pgferry_client::{JobSpec, Producer};
+use serde_json::json;
+
+use crate::env::QUEUE;
+use crate::ledger::ProducerLedger;
+
+/// Each HTTP request (a restarting Postgres makes some wait for a new connection).
+const HTTP_TIMEOUT: Duration = Duration::from_secs(20);
+/// Pause after an error before the next batch (and a switch to the next server).
+const ERROR_PAUSE: Duration = Duration::from_millis(50);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Http,
+    Grpc,
+}
+
+/// What all producers share.
+pub struct Flow {
+    pub ledger: ProducerLedger,
+    pub stop: AtomicBool,
+    /// Completions seen in the workers' ledgers (kept current by the scenario).
+    pub completed: AtomicU64,
+    pub max_backlog: usize,
+}
+
+impl Flow {
+    pub fn new(max_backlog: usize) -> Arc<Flow> {
+        Arc::new(Flow {
+            ledger: ProducerLedger::default(),
+            stop: AtomicBool::new(false),
+            completed: AtomicU64::new(0),
+            max_backlog,
+        })
+    }
+
+    fn backlog(&self) -> usize {
+        self.ledger
+            .acked_count()
+            .saturating_sub(self.completed.load(Ordering::Relaxed) as usize)
+    }
+}
+
+/// One producer's plan.
+#[derive(Clone)]
+pub struct ProducerPlan {
+    pub transport: Transport,
+    /// Servers to use, in order; the producer moves to the next after an error.
+    pub urls: Vec<String>,
+    pub api_key: String,
+    pub batch: usize,
+    /// Jobs per second this producer aims for; 0: as fast as the server answers.
+    pub rate: f64,
+}
+
+/// Runs until `flow.stop`.
+pub async fn run(plan: ProducerPlan, flow: Arc<Flow>, n: usize) {
+    let start = Instant::now();
+    let mut sent_jobs = 0u64;
+    let mut server = n % plan.urls.len().max(1);
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(HTTP_TIMEOUT)
+        .build()
+        .expect("HTTP client");
+    let mut grpc: Option<Producer> = None;
+    let mut seq = 0u64;
+    while !flow.stop.load(Ordering::Relaxed) {
+        if flow.backlog() > flow.max_backlog {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        if plan.rate > 0.0 {
+            let due = start + Duration::from_secs_f64(sent_jobs as f64 / plan.rate);
+            let now = Instant::now();
+            if due > now {
+                tokio::time::sleep(due - now).await;
+            }
+        }
+        let url = &plan.urls[server];
+        seq += 1;
+        flow.ledger.sent(plan.batch);
+        sent_jobs += plan.batch as u64;
+        let result = match plan.transport {
+            Transport::Http => http_batch(&http, url, &plan.api_key, plan.batch, n, seq).await,
+            Transport::Grpc => grpc_batch(&mut grpc, url, &plan.api_key, plan.batch, n, seq).await,
+        };
+        match result {
+            Ok(ids) => flow.ledger.acked(&ids),
+            Err(kind) => {
+                flow.ledger.error(kind);
+                grpc = None;
+                server = (server + 1) % plan.urls.len();
+                tokio::time::sleep(ERROR_PAUSE).await;
+            }
+        }
+    }
+}
+
+async fn http_batch(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+    batch: usize,
+    producer: usize,
+    seq: u64,
+) -> Result<Vec<i64>, String> {
+    let jobs: Vec<_> = (0..batch)
+        .map(
+            |i| json!({"queue": QUEUE, "kind": "chaos", "args": {"p": producer, "b": seq, "i": i}}),
+        )
+        .collect();
+    let resp = http
+        .post(format!("{url}/v1/jobs/batch"))
+        .bearer_auth(key)
+        .json(&json!({ "jobs": jobs }))
+        .send()
+        .await
+        .map_err(|e| transport_kind(&e))?;
+    let status = resp.status().as_u16();
+    let body: serde_json::Value = resp
+        .json()
+        .await
+        .map_err(|e| format!("http {status}: {}", transport_kind(&e)))?;
+    if !(200..300).contains(&status) {
+        let code = body["error"]["code"].as_str().unwrap_or("?");
+        return Err(format!("http {status} {code}"));
+    }
+    let ids: Option<Vec<i64>> = body["job_ids"]
+        .as_array()
+        .map(|a| a.iter().filter_map(serde_json::Value::as_i64).collect());
+    match ids {
+        Some(ids) if ids.len() == batch => Ok(ids),
+        _ => Err(format!("http {status}: answer without {batch} job_ids")),
+    }
+}
+
+async fn grpc_batch(
+    producer: &mut Option<Producer>,
+    url: &str,
+    key: &str,
+    batch: usize,
+    n: usize,
+    seq: u64,
+) -> Result<Vec<i64>, String> {
+    if producer.is_none() {
+        *producer = Some(
+            Producer::connect(url, key)
+                .await
+                .map_err(|e| grpc_kind(&e))?,
+        );
+    }
+    let p = producer.as_ref().expect("connected");
+    let jobs = (0..batch)
+        .map(|i| JobSpec::new(QUEUE, "chaos", &json!({"p": n, "b": seq, "i": i})))
+        .collect();
+    let ids = p.enqueue_batch(jobs).await.map_err(|e| grpc_kind(&e))?;
+    if ids.len() != batch {
+        return Err(format!("grpc: answer with {} of {batch} ids", ids.len()));
+    }
+    Ok(ids)
+}
+
+/// A short, stable name for a transport error (counts group by it).
+fn transport_kind(e: &reqwest::Error) -> String {
+    let what = if e.is_connect() {
+        "connect"
+    } else if e.is_timeout() {
+        "timeout"
+    } else if e.is_body() || e.is_decode() {
+        "body"
+    } else {
+        "request"
+    };
+    format!("http transport: {what}")
+}
+
+fn grpc_kind(e: &pgferry_client::Error) -> String {
+    use pgferry_client::Error as E;
+    match e {
+        E::Connect { .. } => "grpc connect".to_owned(),
+        E::Refused(status) => format!("grpc refused: {:?}", status.code()),
+        E::Api { code, .. } => format!("grpc {code}"),
+        E::Disconnected => "grpc disconnected (outcome unknown)".to_owned(),
+    }
+}
