@@ -280,10 +280,31 @@ pub async fn inject(
                 start,
                 end: now_us(),
             });
+            // The servers' pools are full already; sessions they lose now cannot be
+            // replaced until the slots are free again.
+            let killed = hogs[0]
+                .query_one(TERMINATE, &[])
+                .await
+                .map_err(ChaosError::db("pg_terminate_backend"))
+                .map_err(inj)?
+                .get::<_, i64>("terminated");
+            details.insert("backends_terminated".into(), json!(killed));
             details.insert("free_slots_before".into(), json!(free));
+            // Keep taking every slot that frees up (a terminated session's), racing the
+            // servers' reconnects, for the whole window.
+            let filled = hogs.len();
+            while Instant::now() < until {
+                match env.connect("chaos-hog").await {
+                    Ok(c) => hogs.push(c),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
             details.insert("connections_held".into(), json!(hogs.len()));
+            details.insert(
+                "connections_taken_after_terminating".into(),
+                json!(hogs.len() - filled),
+            );
             details.insert("refused_with".into(), json!(refusal));
-            sleep_until(until).await;
             drop(hogs);
             if let Some(ev) = events.last_mut() {
                 ev.end = now_us();

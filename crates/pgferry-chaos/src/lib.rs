@@ -33,9 +33,10 @@ pub enum ChaosError {
     Setup { what: String, detail: String },
     #[error("{what}: {detail}")]
     Process { what: String, detail: String },
-    #[error("database ({what}): {source}")]
+    #[error("database ({what}): {detail}")]
     Db {
         what: String,
+        detail: String,
         #[source]
         source: tokio_postgres::Error,
     },
@@ -59,7 +60,15 @@ impl ChaosError {
 
     pub(crate) fn db(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> ChaosError {
         let what = what.into();
-        move |source| ChaosError::Db { what, source }
+        move |source| ChaosError::Db {
+            what,
+            // tokio-postgres prints a server error as "db error"; its message is the point.
+            detail: match source.as_db_error() {
+                Some(db) => format!("{}: {}", db.code().code(), db.message()),
+                None => source.to_string(),
+            },
+            source,
+        }
     }
 }
 
@@ -132,7 +141,8 @@ impl Fault {
             Fault::WorkerKill => "SIGKILL of one worker process mid-job every 1.5 s (restarted)",
             Fault::Terminate2 => "pg_terminate_backend of every pgferry backend, 2/s",
             Fault::Terminate10 => {
-                "pg_terminate_backend of every pgferry backend, 10/s; 3 HTTP producers, batches of 200"
+                "pg_terminate_backend of every pgferry backend, 10/s; 3 HTTP producers, batches of 200, \
+                 no workers until the fault ends (issue 17's reproduction)"
             }
             Fault::PgRestart => "Postgres fast shutdown, then start",
             Fault::PgCrash => "Postgres immediate stop (crash recovery), then start",
@@ -145,7 +155,10 @@ impl Fault {
             Fault::FailoverAsync => {
                 "primary crashed, asynchronous streaming standby promoted; multi-host URL"
             }
-            Fault::PoolExhaustion => "every free Postgres connection slot held by another client",
+            Fault::PoolExhaustion => {
+                "every free Postgres connection slot held by another client, then pgferry's \
+                 sessions terminated once (they cannot be replaced until the slots free up)"
+            }
         }
     }
 
@@ -180,6 +193,11 @@ pub struct ChaosConfig {
     pub rate: u64,
     /// Producers pause while more acknowledged jobs than this wait to complete.
     pub max_backlog: usize,
+    /// Jobs per producer batch (default: 200 for the termination faults, 50 otherwise).
+    pub batch: Option<usize>,
+    /// Producers (default 3: the termination faults all HTTP; otherwise HTTP and gRPC
+    /// alternating, every third over gRPC).
+    pub producers: Option<usize>,
     /// Worker processes, and execution slots in each.
     pub workers: usize,
     pub worker_slots: usize,
@@ -200,6 +218,8 @@ impl ChaosConfig {
             drain_timeout: Duration::from_secs(90),
             rate: 2000,
             max_backlog: 20_000,
+            batch: None,
+            producers: None,
             workers: 2,
             worker_slots: 64,
             work_ms: 20,

@@ -79,9 +79,18 @@ async fn run_in(env: &mut Env, fault: Fault) -> Result<FaultReport, ChaosError> 
     }
     configure_queue(&env.http_urls()[0], &env.api_key).await?;
     let worker_server = env.servers.len() - 1;
-    env.start_workers(cfg.workers, worker_server)?;
+    // The termination reproduction (issue 17) runs without workers, as reported: the server
+    // only enqueues, as fast as it answers; workers start after it and drain.
+    let reproduction = fault == Fault::Terminate10;
+    if !reproduction {
+        env.start_workers(cfg.workers, worker_server)?;
+    }
 
-    let flow = Flow::new(cfg.max_backlog);
+    let flow = Flow::new(if reproduction {
+        usize::MAX
+    } else {
+        cfg.max_backlog
+    });
     let mut producers = Vec::new();
     for (n, plan) in producer_plans(fault, env, &cfg).into_iter().enumerate() {
         producers.push(tokio::spawn(producers::run(plan, flow.clone(), n)));
@@ -147,6 +156,9 @@ async fn run_in(env: &mut Env, fault: Fault) -> Result<FaultReport, ChaosError> 
         let _ = tokio::time::timeout(Duration::from_secs(30), p).await;
     }
     ticker.abort();
+    if reproduction {
+        env.start_workers(cfg.workers, worker_server)?;
+    }
     bar.set_message("draining");
     let book = flow.ledger.snapshot();
     drain(&tail, &book.acked, cfg.drain_timeout).await;
@@ -279,30 +291,38 @@ async fn configure_queue(base: &str, key: &str) -> Result<(), ChaosError> {
 }
 
 /// The termination faults reproduce issue 17 (3 HTTP producers, batches of 200, as fast
-/// as the server answers); every other fault runs 2 HTTP producers and 1 gRPC producer,
-/// batches of 50, at the configured rate.
+/// as the server answers); every other fault runs 3 producers, every third over gRPC and
+/// the others over HTTP, batches of 50, at the configured rate.
 fn producer_plans(fault: Fault, env: &Env, cfg: &ChaosConfig) -> Vec<ProducerPlan> {
     let (http, grpc) = (env.http_urls(), env.grpc_urls());
-    let plan = |transport, batch, rate| ProducerPlan {
-        transport,
-        urls: if transport == Transport::Http {
-            http.clone()
-        } else {
-            grpc.clone()
-        },
-        api_key: env.api_key.clone(),
-        batch,
-        rate,
+    let terminate = matches!(fault, Fault::Terminate2 | Fault::Terminate10);
+    let n = cfg.producers.unwrap_or(3).max(1);
+    let batch = cfg.batch.unwrap_or(if terminate { 200 } else { 50 }).max(1);
+    let rate = if terminate {
+        0.0
+    } else {
+        cfg.rate as f64 / n as f64
     };
-    if matches!(fault, Fault::Terminate2 | Fault::Terminate10) {
-        return (0..3).map(|_| plan(Transport::Http, 200, 0.0)).collect();
-    }
-    let each = cfg.rate as f64 / 3.0;
-    vec![
-        plan(Transport::Http, 50, each),
-        plan(Transport::Http, 50, each),
-        plan(Transport::Grpc, 50, each),
-    ]
+    (0..n)
+        .map(|i| {
+            let transport = if !terminate && i % 3 == 2 {
+                Transport::Grpc
+            } else {
+                Transport::Http
+            };
+            ProducerPlan {
+                transport,
+                urls: if transport == Transport::Http {
+                    http.clone()
+                } else {
+                    grpc.clone()
+                },
+                api_key: env.api_key.clone(),
+                batch,
+                rate,
+            }
+        })
+        .collect()
 }
 
 fn progress_bar(cfg: &ChaosConfig, fault: Fault) -> indicatif::ProgressBar {

@@ -31,6 +31,13 @@ pub struct ChaosArgs {
     /// as fast as the server answers).
     #[arg(long, default_value_t = 2000)]
     pub rate: u64,
+    /// Jobs per producer batch (default: 200 for the termination faults, 50 otherwise).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Producers (default 3; the termination faults' all over HTTP, otherwise every third
+    /// over gRPC).
+    #[arg(long)]
+    pub producers: Option<usize>,
     /// Use a fresh database on this Postgres instead of a private cluster (faults that stop
     /// or replace Postgres are skipped). Only the suite's own servers' sessions are touched.
     #[arg(long, env = "PGFERRY_CHAOS_DATABASE_URL")]
@@ -52,6 +59,8 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     cfg.warmup = Duration::from_secs(args.warmup.max(2));
     cfg.recovery = Duration::from_secs(args.recovery);
     cfg.rate = args.rate.max(1);
+    cfg.batch = args.batch;
+    cfg.producers = args.producers;
     cfg.progress = true;
     let faults = if args.faults.is_empty() {
         Fault::ALL.to_vec()
