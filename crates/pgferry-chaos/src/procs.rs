@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -50,6 +51,14 @@ impl Proc {
             .append(true)
             .open(log)
             .map_err(|e| ChaosError::setup(format!("opening {}", log.display()), e))?;
+        // If the suite itself dies (even by SIGKILL), its servers and workers go with it.
+        // SAFETY: prctl is async-signal-safe; the closure touches no memory of ours.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(err_file))

@@ -79,9 +79,14 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
             continue;
         }
         eprintln!("pgferry chaos: {} — {}", fault.name(), fault.description());
-        let report = pgferry_chaos::run_fault(&cfg, fault)
-            .await
-            .with_context(|| format!("running fault {}", fault.name()))?;
+        // Ctrl-C or SIGTERM ends the run; dropping it stops what it started.
+        let stop = crate::run::shutdown_signal()?;
+        let report = tokio::select! {
+            r = pgferry_chaos::run_fault(&cfg, fault) => {
+                r.with_context(|| format!("running fault {}", fault.name()))?
+            }
+            () = stop => anyhow::bail!("interrupted during fault {}", fault.name()),
+        };
         if !report.passed {
             failed.push(fault.name());
         }
