@@ -130,6 +130,12 @@ pub fn balance(
 ) -> Vec<i64> {
     report.enqueued = book.sent;
     report.client_errors = book.errors.clone();
+    report
+        .details
+        .insert("batches_replayed".into(), serde_json::json!(book.replayed));
+    report
+        .details
+        .insert("batches_abandoned".into(), serde_json::json!(book.abandoned));
     let acked: HashSet<i64> = book.acked.iter().map(|(id, _)| *id).collect();
     report.acknowledged = acked.len() as u64;
     let execs = executions(entries);
@@ -350,6 +356,7 @@ mod tests {
             sent: 5,
             acked: vec![(1, 0), (2, 0), (3, 0), (4, 0)],
             errors: BTreeMap::from([("http 503 unavailable".into(), 1)]),
+            ..ProducerBook::default()
         };
         let events = [Event {
             start: 10_000_000,

@@ -35,6 +35,11 @@ pub struct ProducerBook {
     pub acked: Vec<(i64, u64)>,
     /// Errors by kind, with counts.
     pub errors: BTreeMap<String, u64>,
+    /// Batches answered from their idempotency key (a retry after an ambiguous failure
+    /// whose first attempt had committed).
+    pub replayed: u64,
+    /// Batches given up on (unacknowledged).
+    pub abandoned: u64,
 }
 
 impl ProducerLedger {
@@ -49,6 +54,14 @@ impl ProducerLedger {
 
     pub fn error(&self, kind: String) {
         *self.lock().errors.entry(kind).or_default() += 1;
+    }
+
+    pub fn replayed(&self) {
+        self.lock().replayed += 1;
+    }
+
+    pub fn abandoned(&self) {
+        self.lock().abandoned += 1;
     }
 
     pub fn acked_count(&self) -> usize {

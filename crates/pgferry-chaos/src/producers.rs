@@ -1,9 +1,11 @@
 //! Producers: tasks that enqueue batches through the real server, over HTTP (reqwest) or
 //! gRPC (pgferry-client), and write what they were told into the [`ProducerLedger`].
 //!
-//! A producer never resends a failed batch (this suite has no idempotency keys to offer):
-//! its jobs are unacknowledged, and if they were committed anyway ("ghost commits") the
-//! checker sees them executed under ids nobody was given.
+//! Producers retry like a careful user: an HTTP batch carries an `Idempotency-Key` and is
+//! resent with it after an ambiguous failure (a transport error, a 5xx), up to 6 attempts;
+//! the gRPC producer (pgferry-client) does the same by default. A batch given up on is
+//! unacknowledged; if it was committed anyway ("ghost commit") the checker sees its jobs
+//! executed under ids nobody was given.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,6 +21,8 @@ use crate::ledger::ProducerLedger;
 const HTTP_TIMEOUT: Duration = Duration::from_secs(20);
 /// Pause after an error before the next batch (and a switch to the next server).
 const ERROR_PAUSE: Duration = Duration::from_millis(50);
+/// Attempts of one HTTP batch (same Idempotency-Key) after ambiguous failures.
+const HTTP_ATTEMPTS: u32 = 6;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
@@ -93,13 +97,39 @@ pub async fn run(plan: ProducerPlan, flow: Arc<Flow>, n: usize) {
         flow.ledger.sent(plan.batch);
         sent_jobs += plan.batch as u64;
         let result = match plan.transport {
-            Transport::Http => http_batch(&http, url, &plan.api_key, plan.batch, n, seq).await,
+            Transport::Http => {
+                let key = format!("chaos-{n}-{seq}-{:08x}", rand::random::<u32>());
+                let mut pause = ERROR_PAUSE;
+                let mut attempt = 1;
+                loop {
+                    let url = &plan.urls[server];
+                    match http_batch(&http, url, &plan.api_key, &key, plan.batch, n, seq).await {
+                        Ok((ids, replayed)) => {
+                            if replayed {
+                                flow.ledger.replayed();
+                            }
+                            break Ok(ids);
+                        }
+                        // Ambiguous (the batch may have committed): the same key again, on
+                        // the next server, after a pause.
+                        Err(kind) if attempt < HTTP_ATTEMPTS && ambiguous(&kind) => {
+                            flow.ledger.error(kind);
+                            server = (server + 1) % plan.urls.len();
+                            tokio::time::sleep(pause).await;
+                            pause = (pause * 2).min(Duration::from_secs(2));
+                            attempt += 1;
+                        }
+                        Err(kind) => break Err(kind),
+                    }
+                }
+            }
             Transport::Grpc => grpc_batch(&mut grpc, url, &plan.api_key, plan.batch, n, seq).await,
         };
         match result {
             Ok(ids) => flow.ledger.acked(&ids),
             Err(kind) => {
                 flow.ledger.error(kind);
+                flow.ledger.abandoned();
                 grpc = None;
                 server = (server + 1) % plan.urls.len();
                 tokio::time::sleep(ERROR_PAUSE).await;
@@ -108,14 +138,22 @@ pub async fn run(plan: ProducerPlan, flow: Arc<Flow>, n: usize) {
     }
 }
 
+/// An error after which the batch may or may not have been committed.
+fn ambiguous(kind: &str) -> bool {
+    kind.starts_with("http transport") || kind.starts_with("http 5")
+}
+
+/// One attempt of a batch with its idempotency key; the ids, and whether the server
+/// answered from the key (an earlier attempt had committed).
 async fn http_batch(
     http: &reqwest::Client,
     url: &str,
     key: &str,
+    idempotency_key: &str,
     batch: usize,
     producer: usize,
     seq: u64,
-) -> Result<Vec<i64>, String> {
+) -> Result<(Vec<i64>, bool), String> {
     let jobs: Vec<_> = (0..batch)
         .map(
             |i| json!({"queue": QUEUE, "kind": "chaos", "args": {"p": producer, "b": seq, "i": i}}),
@@ -124,11 +162,13 @@ async fn http_batch(
     let resp = http
         .post(format!("{url}/v1/jobs/batch"))
         .bearer_auth(key)
+        .header("Idempotency-Key", idempotency_key)
         .json(&json!({ "jobs": jobs }))
         .send()
         .await
         .map_err(|e| transport_kind(&e))?;
     let status = resp.status().as_u16();
+    let replayed = resp.headers().contains_key("idempotent-replayed");
     let body: serde_json::Value = resp
         .json()
         .await
@@ -141,7 +181,7 @@ async fn http_batch(
         .as_array()
         .map(|a| a.iter().filter_map(serde_json::Value::as_i64).collect());
     match ids {
-        Some(ids) if ids.len() == batch => Ok(ids),
+        Some(ids) if ids.len() == batch => Ok((ids, replayed)),
         _ => Err(format!("http {status}: answer without {batch} job_ids")),
     }
 }
