@@ -48,3 +48,9 @@ test: lint test-rust test-python test-fuzz
 # The engine benchmark against the skiplocked and append-only references (release build).
 bench: setup
 	$(CARGO) run --release -q -p pgferry-cli --bin pgferry -- bench compare --json
+
+# Every fault of the chaos suite for 60 s each, with the per-job ledger (docs/reliability.md);
+# short runs of each are part of test-rust (crates/pgferry-cli/tests/chaos_*.rs).
+.PHONY: chaos
+chaos: build
+	$(CARGO) run -q -p pgferry-cli --bin pgferry -- chaos --json --duration 60

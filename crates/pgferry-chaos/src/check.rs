@@ -133,9 +133,10 @@ pub fn balance(
     report
         .details
         .insert("batches_replayed".into(), serde_json::json!(book.replayed));
-    report
-        .details
-        .insert("batches_abandoned".into(), serde_json::json!(book.abandoned));
+    report.details.insert(
+        "batches_abandoned".into(),
+        serde_json::json!(book.abandoned),
+    );
     let acked: HashSet<i64> = book.acked.iter().map(|(id, _)| *id).collect();
     report.acknowledged = acked.len() as u64;
     let execs = executions(entries);
@@ -177,7 +178,7 @@ pub fn balance(
             // the fault may be lost with it: then only the start time must precede it.
             let caught = events.iter().any(|ev| {
                 prev.at <= ev.end + IN_FLIGHT_SLACK_US
-                    && (report.loss_allowed || prev.ack.map_or(true, |(at, _)| at >= ev.start))
+                    && (report.loss_allowed || !matches!(prev.ack, Some((at, _)) if at < ev.start))
             });
             if !caught {
                 report.unexplained_duplicates += 1;
