@@ -1,9 +1,11 @@
 //! Producers: tasks that enqueue batches through the real server, over HTTP (reqwest) or
 //! gRPC (pgferry-client), and write what they were told into the [`ProducerLedger`].
 //!
-//! Producers retry like a careful user: an HTTP batch carries an `Idempotency-Key` and is
-//! resent with it after an ambiguous failure (a transport error, a 5xx), up to 6 attempts;
-//! the gRPC producer (pgferry-client) does the same by default. A batch given up on is
+//! Producers retry like a careful user: a batch carries an idempotency key (HTTP
+//! `Idempotency-Key`, gRPC `EnqueueBatch.idempotency_key`) and is resent with it after an
+//! ambiguous failure (a transport error, a 5xx, a broken stream), up to 6 attempts, moving
+//! to the next server each time (pgferry-client also retries on its own stream). A batch
+//! given up on is
 //! unacknowledged; if it was committed anyway ("ghost commit") the checker sees its jobs
 //! executed under ids nobody was given.
 
@@ -21,8 +23,8 @@ use crate::ledger::ProducerLedger;
 const HTTP_TIMEOUT: Duration = Duration::from_secs(20);
 /// Pause after an error before the next batch (and a switch to the next server).
 const ERROR_PAUSE: Duration = Duration::from_millis(50);
-/// Attempts of one HTTP batch (same Idempotency-Key) after ambiguous failures.
-const HTTP_ATTEMPTS: u32 = 6;
+/// Attempts of one batch (same idempotency key) after ambiguous failures.
+const ATTEMPTS: u32 = 6;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
@@ -92,38 +94,42 @@ pub async fn run(plan: ProducerPlan, flow: Arc<Flow>, n: usize) {
                 tokio::time::sleep(due - now).await;
             }
         }
-        let url = &plan.urls[server];
         seq += 1;
         flow.ledger.sent(plan.batch);
         sent_jobs += plan.batch as u64;
-        let result = match plan.transport {
-            Transport::Http => {
-                let key = format!("chaos-{n}-{seq}-{:08x}", rand::random::<u32>());
-                let mut pause = ERROR_PAUSE;
-                let mut attempt = 1;
-                loop {
-                    let url = &plan.urls[server];
-                    match http_batch(&http, url, &plan.api_key, &key, plan.batch, n, seq).await {
-                        Ok((ids, replayed)) => {
-                            if replayed {
-                                flow.ledger.replayed();
-                            }
-                            break Ok(ids);
-                        }
-                        // Ambiguous (the batch may have committed): the same key again, on
-                        // the next server, after a pause.
-                        Err(kind) if attempt < HTTP_ATTEMPTS && ambiguous(&kind) => {
-                            flow.ledger.error(kind);
-                            server = (server + 1) % plan.urls.len();
-                            tokio::time::sleep(pause).await;
-                            pause = (pause * 2).min(Duration::from_secs(2));
-                            attempt += 1;
-                        }
-                        Err(kind) => break Err(kind),
-                    }
+        // One idempotency key per batch, for every attempt on every server.
+        let key = format!("chaos-{n}-{seq}-{:08x}", rand::random::<u32>());
+        let mut pause = ERROR_PAUSE;
+        let mut attempt = 1;
+        let result = loop {
+            let url = &plan.urls[server];
+            let one = match plan.transport {
+                Transport::Http => {
+                    http_batch(&http, url, &plan.api_key, &key, plan.batch, n, seq).await
                 }
+                Transport::Grpc => {
+                    grpc_batch(&mut grpc, url, &plan.api_key, &key, plan.batch, n, seq).await
+                }
+            };
+            match one {
+                Ok((ids, replayed)) => {
+                    if replayed {
+                        flow.ledger.replayed();
+                    }
+                    break Ok(ids);
+                }
+                // Ambiguous (the batch may have committed): the same key again, on the
+                // next server, after a pause.
+                Err(kind) if attempt < ATTEMPTS && ambiguous(&kind) => {
+                    flow.ledger.error(kind);
+                    grpc = None;
+                    server = (server + 1) % plan.urls.len();
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                    attempt += 1;
+                }
+                Err(kind) => break Err(kind),
             }
-            Transport::Grpc => grpc_batch(&mut grpc, url, &plan.api_key, plan.batch, n, seq).await,
         };
         match result {
             Ok(ids) => flow.ledger.acked(&ids),
@@ -140,7 +146,12 @@ pub async fn run(plan: ProducerPlan, flow: Arc<Flow>, n: usize) {
 
 /// An error after which the batch may or may not have been committed.
 fn ambiguous(kind: &str) -> bool {
-    kind.starts_with("http transport") || kind.starts_with("http 5")
+    kind.starts_with("http transport")
+        || kind.starts_with("http 5")
+        || kind.starts_with("grpc connect")
+        || kind.starts_with("grpc disconnected")
+        || kind.starts_with("grpc unavailable")
+        || kind == "grpc refused: Unavailable"
 }
 
 /// One attempt of a batch with its idempotency key; the ids, and whether the server
@@ -186,14 +197,17 @@ async fn http_batch(
     }
 }
 
+/// One attempt of a batch with its idempotency key over gRPC (the client also retries
+/// ambiguous failures on its own stream before giving up).
 async fn grpc_batch(
     producer: &mut Option<Producer>,
     url: &str,
     key: &str,
+    idempotency_key: &str,
     batch: usize,
     n: usize,
     seq: u64,
-) -> Result<Vec<i64>, String> {
+) -> Result<(Vec<i64>, bool), String> {
     if producer.is_none() {
         *producer = Some(
             Producer::connect(url, key)
@@ -205,11 +219,17 @@ async fn grpc_batch(
     let jobs = (0..batch)
         .map(|i| JobSpec::new(QUEUE, "chaos", &json!({"p": n, "b": seq, "i": i})))
         .collect();
-    let ids = p.enqueue_batch(jobs).await.map_err(|e| grpc_kind(&e))?;
-    if ids.len() != batch {
-        return Err(format!("grpc: answer with {} of {batch} ids", ids.len()));
+    let ack = p
+        .enqueue_batch_keyed(idempotency_key, jobs)
+        .await
+        .map_err(|e| grpc_kind(&e))?;
+    if ack.ids.len() != batch {
+        return Err(format!(
+            "grpc: answer with {} of {batch} ids",
+            ack.ids.len()
+        ));
     }
-    Ok(ids)
+    Ok((ack.ids, ack.replayed))
 }
 
 /// A short, stable name for a transport error (counts group by it).

@@ -181,6 +181,9 @@ async fn run_in(env: &mut Env, fault: Fault) -> Result<FaultReport, ChaosError> 
     let looked = check::lookup_jobs(&base, &env.api_key, rest).await;
     details.insert("looked_up".into(), json!(check::states(&looked)));
     check::add_lookups(&mut report, &looked);
+    // An id acknowledged twice means the first job that had it is gone (the second one
+    // exists under its id): a loss the lookups cannot see.
+    report.lost += reacked;
     let client = env.connect("chaos-check").await?;
     report.two_outcome_attempts_db = client
         .query_one(TWO_OUTCOMES, &[])
