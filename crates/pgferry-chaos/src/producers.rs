@@ -68,6 +68,9 @@ pub struct ProducerPlan {
     pub batch: usize,
     /// Jobs per second this producer aims for; 0: as fast as the server answers.
     pub rate: f64,
+    /// Send an idempotency key with each batch and resend after ambiguous failures; without,
+    /// a failed batch is abandoned at once (issue 17's producers: plain HTTP batches).
+    pub idempotent: bool,
 }
 
 /// Runs until `flow.stop`.
@@ -98,17 +101,21 @@ pub async fn run(plan: ProducerPlan, flow: Arc<Flow>, n: usize) {
         flow.ledger.sent(plan.batch);
         sent_jobs += plan.batch as u64;
         // One idempotency key per batch, for every attempt on every server.
-        let key = format!("chaos-{n}-{seq}-{:08x}", rand::random::<u32>());
+        let key = plan
+            .idempotent
+            .then(|| format!("chaos-{n}-{seq}-{:08x}", rand::random::<u32>()));
+        let key = key.as_deref();
+        let attempts = if plan.idempotent { ATTEMPTS } else { 1 };
         let mut pause = ERROR_PAUSE;
         let mut attempt = 1;
         let result = loop {
             let url = &plan.urls[server];
             let one = match plan.transport {
                 Transport::Http => {
-                    http_batch(&http, url, &plan.api_key, &key, plan.batch, n, seq).await
+                    http_batch(&http, url, &plan.api_key, key, plan.batch, n, seq).await
                 }
                 Transport::Grpc => {
-                    grpc_batch(&mut grpc, url, &plan.api_key, &key, plan.batch, n, seq).await
+                    grpc_batch(&mut grpc, url, &plan.api_key, key, plan.batch, n, seq).await
                 }
             };
             match one {
@@ -120,7 +127,7 @@ pub async fn run(plan: ProducerPlan, flow: Arc<Flow>, n: usize) {
                 }
                 // Ambiguous (the batch may have committed): the same key again, on the
                 // next server, after a pause.
-                Err(kind) if attempt < ATTEMPTS && ambiguous(&kind) => {
+                Err(kind) if attempt < attempts && ambiguous(&kind) => {
                     flow.ledger.error(kind);
                     grpc = None;
                     server = (server + 1) % plan.urls.len();
@@ -160,7 +167,7 @@ async fn http_batch(
     http: &reqwest::Client,
     url: &str,
     key: &str,
-    idempotency_key: &str,
+    idempotency_key: Option<&str>,
     batch: usize,
     producer: usize,
     seq: u64,
@@ -170,11 +177,14 @@ async fn http_batch(
             |i| json!({"queue": QUEUE, "kind": "chaos", "args": {"p": producer, "b": seq, "i": i}}),
         )
         .collect();
-    let resp = http
+    let mut req = http
         .post(format!("{url}/v1/jobs/batch"))
         .bearer_auth(key)
-        .header("Idempotency-Key", idempotency_key)
-        .json(&json!({ "jobs": jobs }))
+        .json(&json!({ "jobs": jobs }));
+    if let Some(k) = idempotency_key {
+        req = req.header("Idempotency-Key", k);
+    }
+    let resp = req
         .send()
         .await
         .map_err(|e| transport_kind(&e))?;
@@ -203,7 +213,7 @@ async fn grpc_batch(
     producer: &mut Option<Producer>,
     url: &str,
     key: &str,
-    idempotency_key: &str,
+    idempotency_key: Option<&str>,
     batch: usize,
     n: usize,
     seq: u64,
@@ -219,17 +229,24 @@ async fn grpc_batch(
     let jobs = (0..batch)
         .map(|i| JobSpec::new(QUEUE, "chaos", &json!({"p": n, "b": seq, "i": i})))
         .collect();
-    let ack = p
-        .enqueue_batch_keyed(idempotency_key, jobs)
-        .await
-        .map_err(|e| grpc_kind(&e))?;
-    if ack.ids.len() != batch {
-        return Err(format!(
-            "grpc: answer with {} of {batch} ids",
-            ack.ids.len()
-        ));
+    let (ids, replayed) = match idempotency_key {
+        Some(k) => {
+            let ack = p
+                .enqueue_batch_keyed(k, jobs)
+                .await
+                .map_err(|e| grpc_kind(&e))?;
+            (ack.ids, ack.replayed)
+        }
+        // The client still keys its own retries on its stream.
+        None => (
+            p.enqueue_batch(jobs).await.map_err(|e| grpc_kind(&e))?,
+            false,
+        ),
+    };
+    if ids.len() != batch {
+        return Err(format!("grpc: answer with {} of {batch} ids", ids.len()));
     }
-    Ok((ack.ids, ack.replayed))
+    Ok((ids, replayed))
 }
 
 /// A short, stable name for a transport error (counts group by it).

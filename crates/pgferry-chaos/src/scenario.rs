@@ -323,6 +323,8 @@ fn producer_plans(fault: Fault, env: &Env, cfg: &ChaosConfig) -> Vec<ProducerPla
                 api_key: env.api_key.clone(),
                 batch,
                 rate,
+                // Issue 17's reproduction sends plain batches, as reported: no key, no retry.
+                idempotent: fault != Fault::Terminate10,
             }
         })
         .collect()
