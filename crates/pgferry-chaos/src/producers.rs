@@ -184,10 +184,7 @@ async fn http_batch(
     if let Some(k) = idempotency_key {
         req = req.header("Idempotency-Key", k);
     }
-    let resp = req
-        .send()
-        .await
-        .map_err(|e| transport_kind(&e))?;
+    let resp = req.send().await.map_err(|e| transport_kind(&e))?;
     let status = resp.status().as_u16();
     let replayed = resp.headers().contains_key("idempotent-replayed");
     let body: serde_json::Value = resp
