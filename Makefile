@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: dev test setup build lint test-rust test-python test-fuzz bench
+.PHONY: dev test setup build lint test-rust test-python test-fuzz bench screenshots
 
 setup:
 	@scripts/setup.sh
@@ -32,8 +32,11 @@ test-python: setup
 	$(CARGO) build -p pgferry-cli
 	@test -x $(PY_VENV)/bin/python || python3 -m venv $(PY_VENV)
 	$(PY_VENV)/bin/pip install -q --disable-pip-version-check hatchling grpcio-tools grpcio protobuf pytest pytest-timeout mypy types-grpcio types-protobuf opentelemetry-api opentelemetry-sdk
+	# The task API's optional pydantic support and the framework examples (FastAPI, Django).
+	$(PY_VENV)/bin/pip install -q --disable-pip-version-check pydantic fastapi httpx django
 	$(PY_VENV)/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e sdk/python
 	cd sdk/python && .venv/bin/mypy
+	cd sdk/python && .venv/bin/mypy --strict examples/typed_app.py examples/fastapi_app.py
 	cd sdk/python && .venv/bin/python -m pytest -q -p no:cacheprovider --timeout 600
 
 # Schema-driven fuzzing of the HTTP API from /v1/openapi.json with schemathesis (own venv
@@ -54,3 +57,8 @@ bench: setup
 .PHONY: chaos
 chaos: build
 	$(CARGO) run -q -p pgferry-cli --bin pgferry -- chaos --json --duration 60
+
+# Re-takes the dashboard screenshots in docs/screenshots (the browser tests save them under
+# the target dir otherwise; they run in `make test` as part of test-rust).
+screenshots: setup
+	PGFERRY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(CARGO) test -p pgferry-dashboard --test browser

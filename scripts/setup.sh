@@ -28,6 +28,10 @@ command -v python3 >/dev/null 2>&1 || need+=(python3 python3-venv)
 # Debian splits venv/ensurepip out of python3: the Python SDK tests and `make test-fuzz`
 # need them.
 command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1 && need+=(python3-venv)
+# The dashboard's browser tests (crates/pgferry-dashboard/tests/browser.rs) drive a real
+# headless Chromium through chromedriver.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
