@@ -52,6 +52,12 @@ test: lint test-rust test-python test-fuzz
 bench: setup
 	$(CARGO) run --release -q -p pgferry-cli --bin pgferry -- bench compare --json
 
+# Every fault of the chaos suite for 60 s each, with the per-job ledger (docs/reliability.md);
+# short runs of each are part of test-rust (crates/pgferry-cli/tests/chaos_*.rs).
+.PHONY: chaos
+chaos: build
+	$(CARGO) run -q -p pgferry-cli --bin pgferry -- chaos --json --duration 60
+
 # Re-takes the dashboard screenshots in docs/screenshots (the browser tests save them under
 # the target dir otherwise; they run in `make test` as part of test-rust).
 screenshots: setup

@@ -2,6 +2,7 @@
 
 mod admin;
 mod bench_cmd;
+mod chaos_cmd;
 mod dev;
 mod migrate_cmd;
 mod run;
@@ -99,6 +100,11 @@ enum Command {
         #[command(subcommand)]
         action: tenant_cmd::KeyAction,
     },
+    /// Fault injection with a per-job ledger (JSON report on stdout, progress on stderr).
+    Chaos(chaos_cmd::ChaosArgs),
+    /// A worker process of `pgferry chaos` (started and killed by the suite).
+    #[command(hide = true)]
+    ChaosWorker(chaos_cmd::WorkerCmd),
 }
 
 #[tokio::main]
@@ -123,6 +129,8 @@ async fn main() -> std::process::ExitCode {
             action,
         } => tenant_cmd::key(&require_url(database_url), action).await,
         Command::Bench { cmd } => bench_cmd::run(cmd).await,
+        Command::Chaos(args) => chaos_cmd::run(args).await,
+        Command::ChaosWorker(cmd) => chaos_cmd::worker(cmd).await,
         Command::Queue { target, cmd } => admin::queue(&target, cmd).await,
         Command::Job { target, cmd } => admin::job(&target, cmd).await,
         Command::Dead { target, cmd } => admin::dead(&target, cmd).await,

@@ -29,8 +29,10 @@ mod error;
 mod privs;
 mod process;
 mod reaper;
+mod standby;
 
 pub use binaries::{find_binaries, find_binaries_in, PgBinaries, SearchPaths, BINDIR_ENV};
 pub use cluster::{Cluster, ClusterOptions};
 pub use error::ClusterError;
 pub use reaper::Reaper;
+pub use standby::{Standby, StandbyError};
