@@ -120,3 +120,38 @@ pub async fn connect(config: &Config, role: &str) -> Result<tokio_postgres::Clie
     });
     Ok(client)
 }
+
+/// A pooled connection inside a transaction this process opened (BEGIN sent). Dropped before
+/// [`OpenTxn::close`] — a caller's future cancelled mid-write — the connection is taken out of
+/// the pool and closed, so the server rolls the transaction back: it is never handed to the
+/// next user idle in transaction (holding its locks, blocking rotation).
+pub(crate) struct OpenTxn(Option<deadpool_postgres::Object>);
+
+impl OpenTxn {
+    pub(crate) fn new(client: deadpool_postgres::Object) -> OpenTxn {
+        OpenTxn(Some(client))
+    }
+
+    /// The transaction ended (COMMIT or ROLLBACK answered, or the connection is gone): the
+    /// connection goes back to the pool (a closed one is discarded there).
+    pub(crate) fn close(mut self) {
+        self.0.take();
+    }
+}
+
+impl std::ops::Deref for OpenTxn {
+    type Target = deadpool_postgres::Object;
+
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect("open until closed")
+    }
+}
+
+impl Drop for OpenTxn {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
+            tracing::debug!("a write was cancelled inside its transaction; closing its connection");
+            drop(deadpool_postgres::Object::take(client));
+        }
+    }
+}

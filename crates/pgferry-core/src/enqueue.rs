@@ -17,6 +17,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, GenericClient, Statement};
 
+use crate::db::OpenTxn;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::idempotency::{
@@ -245,6 +246,8 @@ impl Engine {
         let client = self
             .writer(client, self.lanes_commit_async(batch.lanes.iter().copied()))
             .await?;
+        // From here a transaction may be open on the connection: cancelled, it is closed.
+        let client = OpenTxn::new(client);
         let record = match keys.is_empty() {
             true => None,
             false => Some(client.prepare_cached(IDEMPOTENCY_RECORD).await?),
@@ -260,7 +263,7 @@ impl Engine {
             .await
         } else {
             let stmt = client.prepare_cached(COPY_READY).await?;
-            let rows = self.assign_ids(&**client, &batch).await?;
+            let rows = self.assign_ids(&***client, &batch).await?;
             self.copy_committed(
                 &client,
                 &stmt,
@@ -275,10 +278,13 @@ impl Engine {
             Err(e) => {
                 // The transaction may still be open (an error before its COMMIT was sent):
                 // end it so the pooled connection is clean. Harmless if it ended already.
-                let _ = client.batch_execute("ROLLBACK").await;
+                if client.batch_execute("ROLLBACK").await.is_ok() {
+                    client.close();
+                }
                 return Err(e);
             }
         };
+        client.close();
         self.counters()
             .enqueued(batch.lanes.iter().zip(&batch.run_ats));
         self.log_grew().notify_one();

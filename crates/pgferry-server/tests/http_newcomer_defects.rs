@@ -99,7 +99,9 @@ async fn a_job_answers_the_result_it_returned() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    let (status, job, _) = s.call("GET", &format!("/v1/jobs/{id}"), Some(&key), None).await;
+    let (status, job, _) = s
+        .call("GET", &format!("/v1/jobs/{id}"), Some(&key), None)
+        .await;
     assert_eq!(status, 200);
     assert_eq!(job["state"], "completed", "{job}");
     assert_eq!(job["result"], json!({"sum": 42}), "{job}");
