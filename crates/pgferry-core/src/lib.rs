@@ -21,6 +21,7 @@ pub mod lookup;
 pub mod migrate;
 pub mod queues;
 pub mod unique;
+pub mod workflow;
 
 pub use cancelling::{CancelFilter, CancelMatched};
 pub use control::{AttemptRef, Beat};
