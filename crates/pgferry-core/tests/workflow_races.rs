@@ -46,14 +46,19 @@ async fn concurrent_starts_with_one_correlation_key_make_one_instance() {
         assert!(got.iter().all(|g| g.id == got[0].id));
     }
     let admin = s.db.connect().await;
-    assert_eq!(one_row_i64(&admin, "SELECT count(*) FROM pgferry.wf_instances").await, 5);
+    assert_eq!(
+        one_row_i64(&admin, "SELECT count(*) FROM pgferry.wf_instances").await,
+        5
+    );
 }
 
 #[tokio::test]
 async fn signal_racing_its_await_is_consumed_exactly_once() {
     let s = common::setup().await;
     let wf = Workflows::of(&s.engine);
-    wf.register(&[&Machine::new("k").with_inbox()]).await.unwrap();
+    wf.register(&[&Machine::new("k").with_inbox()])
+        .await
+        .unwrap();
     let n = 60;
     for i in 0..n {
         wf.start(&Start::new("k", "q", json!(i))).await.unwrap();
@@ -63,7 +68,10 @@ async fn signal_racing_its_await_is_consumed_exactly_once() {
     let races = steps.into_iter().map(|st| {
         let wf = wf.clone();
         tokio::spawn(async move {
-            let batch = [(st.reference(), Outcome::await_signals(&["go"], "after", None))];
+            let batch = [(
+                st.reference(),
+                Outcome::await_signals(&["go"], "after", None),
+            )];
             let (target, payload) = (Target::Id(st.id), json!(st.id));
             let park = wf.finish(&batch);
             let send = wf.signal(&target, "go", &payload);
@@ -85,7 +93,11 @@ async fn signal_racing_its_await_is_consumed_exactly_once() {
     }
     let admin = s.db.connect().await;
     assert_eq!(
-        one_row_i64(&admin, "SELECT count(*) FROM pgferry.wf_signals WHERE consumed_gen IS NULL").await,
+        one_row_i64(
+            &admin,
+            "SELECT count(*) FROM pgferry.wf_signals WHERE consumed_gen IS NULL"
+        )
+        .await,
         0
     );
 }
@@ -120,9 +132,16 @@ async fn cancel_racing_an_outcome_leaves_no_step() {
     }
     assert!(claim_all(&wf, "q").await.is_empty(), "a step after cancel");
     let admin = s.db.connect().await;
-    assert_eq!(one_row_i64(&admin, "SELECT count(*) FROM pgferry.wf_ready").await, 0);
     assert_eq!(
-        one_row_i64(&admin, "SELECT count(*) FROM pgferry.wf_instances WHERE active").await,
+        one_row_i64(&admin, "SELECT count(*) FROM pgferry.wf_ready").await,
+        0
+    );
+    assert_eq!(
+        one_row_i64(
+            &admin,
+            "SELECT count(*) FROM pgferry.wf_instances WHERE active"
+        )
+        .await,
         0,
         "every instance (children included) cancelled"
     );
@@ -134,19 +153,29 @@ async fn child_ending_while_its_parent_is_cancelled() {
     let wf = Workflows::of(&s.engine);
     let n = 40;
     for i in 0..n {
-        wf.start(&Start::new("parent", "p", json!(i))).await.unwrap();
+        wf.start(&Start::new("parent", "p", json!(i)))
+            .await
+            .unwrap();
     }
     for p in claim_all(&wf, "p").await {
         let mut kids = vec![Child::new("kid", json!(1))];
         kids[0].queue = Some("c".into());
-        assert!(wf.finish(&[(p.reference(), Outcome::spawn(kids, "joined", Join::All))]).await.unwrap()[0]);
+        assert!(
+            wf.finish(&[(p.reference(), Outcome::spawn(kids, "joined", Join::All))])
+                .await
+                .unwrap()[0]
+        );
     }
     let kids = claim_all(&wf, "c").await;
     assert_eq!(kids.len(), n);
     let races = kids.into_iter().enumerate().map(|(i, k)| {
         let wf = wf.clone();
         tokio::spawn(async move {
-            let o = if i % 2 == 0 { Outcome::done(json!(1)) } else { Outcome::fail("x") };
+            let o = if i % 2 == 0 {
+                Outcome::done(json!(1))
+            } else {
+                Outcome::fail("x")
+            };
             let batch = [(k.reference(), o)];
             let done = wf.finish(&batch);
             let cancel = wf.cancel(k.parent_id.unwrap(), None);
@@ -158,7 +187,10 @@ async fn child_ending_while_its_parent_is_cancelled() {
     for r in futures_util::future::join_all(races).await {
         r.unwrap();
     }
-    assert!(claim_all(&wf, "p").await.is_empty(), "no parent resumed after its cancel");
+    assert!(
+        claim_all(&wf, "p").await.is_empty(),
+        "no parent resumed after its cancel"
+    );
     let admin = s.db.connect().await;
     // A parent ends cancelled, or failed when its failing child came first (fail_parent).
     let resumed = one_row_i64(
@@ -168,7 +200,10 @@ async fn child_ending_while_its_parent_is_cancelled() {
     )
     .await;
     assert_eq!(resumed, 0);
-    assert_eq!(one_row_i64(&admin, "SELECT count(*) FROM pgferry.wf_ready").await, 0);
+    assert_eq!(
+        one_row_i64(&admin, "SELECT count(*) FROM pgferry.wf_ready").await,
+        0
+    );
 }
 
 #[tokio::test]
@@ -178,15 +213,27 @@ async fn expired_lease_claims_again_and_the_late_outcome_is_stale() {
     let mut st = Start::new("k", "q", json!({}));
     st.max_attempts = Some(2);
     let id = wf.start(&st).await.unwrap().id;
-    let first = wf.claim("q", 10, "w1", Duration::from_millis(100)).await.unwrap();
+    let first = wf
+        .claim("q", 10, "w1", Duration::from_millis(100))
+        .await
+        .unwrap();
     assert_eq!(first.len(), 1);
-    assert!(wf.claim("q", 10, "w2", LEASE).await.unwrap().is_empty(), "leased");
+    assert!(
+        wf.claim("q", 10, "w2", LEASE).await.unwrap().is_empty(),
+        "leased"
+    );
     tokio::time::sleep(Duration::from_millis(200)).await;
     let second = wf.claim("q", 10, "w2", LEASE).await.unwrap();
     assert_eq!((second.len(), second[0].attempt), (1, 2));
-    let late = wf.finish(&[(first[0].reference(), Outcome::done(json!("late")))]).await.unwrap();
+    let late = wf
+        .finish(&[(first[0].reference(), Outcome::done(json!("late")))])
+        .await
+        .unwrap();
     assert!(!late[0], "the first claim's outcome is stale");
-    let won = wf.finish(&[(second[0].reference(), Outcome::done(json!("ok")))]).await.unwrap();
+    let won = wf
+        .finish(&[(second[0].reference(), Outcome::done(json!("ok")))])
+        .await
+        .unwrap();
     assert!(won[0]);
     assert_eq!(wf.get(id).await.unwrap().result, Some(json!("ok")));
 }
@@ -197,7 +244,9 @@ async fn expired_lease_claims_again_and_the_late_outcome_is_stale() {
 async fn ledger_under_concurrency() {
     let s = common::setup().await;
     let wf = Workflows::of(&s.engine);
-    let resumed = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<i64, u32>::new()));
+    let resumed = Arc::new(std::sync::Mutex::new(
+        std::collections::HashMap::<i64, u32>::new(),
+    ));
     let r2 = resumed.clone();
     let flow = Machine::new("flow")
         .with_inbox()
@@ -222,14 +271,20 @@ async fn ledger_under_concurrency() {
             assert_eq!(inbox.len(), 1);
             Outcome::sleep_for(Duration::from_millis(5), "end")
         })
-        .step("end", |s: ClaimedStep| async move { Outcome::done(json!(s.id)) });
+        .step(
+            "end",
+            |s: ClaimedStep| async move { Outcome::done(json!(s.id)) },
+        );
     let leaf = Machine::new("leaf").step("start", |s: ClaimedStep| async move {
         if s.attempt == 1 && s.input == json!(1) {
             return Outcome::retry(Duration::ZERO, "first attempt fails");
         }
         Outcome::next("finish", json!({}))
     });
-    let leaf = leaf.step("finish", |s: ClaimedStep| async move { Outcome::done(s.input) });
+    let leaf = leaf.step(
+        "finish",
+        |s: ClaimedStep| async move { Outcome::done(s.input) },
+    );
     let (stop, rx) = tokio::sync::watch::channel(false);
     let mut workers = Vec::new();
     for w in 0..4 {
@@ -244,7 +299,12 @@ async fn ledger_under_concurrency() {
     let n = 150;
     let mut ids = Vec::new();
     for i in 0..n {
-        ids.push(wf.start(&Start::new("flow", "ledger", json!(i))).await.unwrap().id);
+        ids.push(
+            wf.start(&Start::new("flow", "ledger", json!(i)))
+                .await
+                .unwrap()
+                .id,
+        );
     }
     // Signals from several tasks at random moments; every 10th instance is cancelled.
     let senders: Vec<_> = ids
@@ -269,7 +329,11 @@ async fn ledger_under_concurrency() {
     }
     let admin = s.db.connect().await;
     for _ in 0..600 {
-        let active = one_row_i64(&admin, "SELECT count(*) FROM pgferry.wf_instances WHERE active").await;
+        let active = one_row_i64(
+            &admin,
+            "SELECT count(*) FROM pgferry.wf_instances WHERE active",
+        )
+        .await;
         if active == 0 {
             break;
         }
@@ -280,7 +344,11 @@ async fn ledger_under_concurrency() {
         w.await.unwrap().unwrap();
     }
     // Every started instance (children included) ended.
-    let open = one_row_i64(&admin, "SELECT count(*) FROM pgferry.wf_instances WHERE active").await;
+    let open = one_row_i64(
+        &admin,
+        "SELECT count(*) FROM pgferry.wf_instances WHERE active",
+    )
+    .await;
     assert_eq!(open, 0, "instances still active");
     let (done, cancelled): (i64, i64) = {
         let r = admin
@@ -340,6 +408,12 @@ async fn ledger_under_concurrency() {
     .await;
     assert_eq!(pending, 0);
     // The concurrency of it all left nothing behind in the picker or among waiters.
-    assert_eq!(one_row_i64(&admin, "SELECT count(*) FROM pgferry.wf_ready").await, 0);
-    assert_eq!(one_row_i64(&admin, "SELECT count(*) FROM pgferry.wf_key_waiters").await, 0);
+    assert_eq!(
+        one_row_i64(&admin, "SELECT count(*) FROM pgferry.wf_ready").await,
+        0
+    );
+    assert_eq!(
+        one_row_i64(&admin, "SELECT count(*) FROM pgferry.wf_key_waiters").await,
+        0
+    );
 }

@@ -342,7 +342,7 @@ impl Workflows {
         for &i in &order {
             let (r, o) = &outcomes[i];
             validate::outcome(o)?;
-            items.push(o.to_json(r.id, r.seq));
+            items.push(o.to_wire(r.id, r.seq));
         }
         let client = self.pool.get().await?;
         let stmt = client.prepare_cached(FINISH).await?;

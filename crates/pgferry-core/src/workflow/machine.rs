@@ -211,8 +211,9 @@ impl Outcome {
         self
     }
 
-    /// The element of `pgferry.wf_finish`'s array for the claim (`id`, `seq`).
-    pub(crate) fn to_json(&self, id: i64, seq: i32) -> Value {
+    /// The element of `pgferry.wf_finish`'s array for the claim (`id`, `seq`): what other
+    /// languages send to record an outcome.
+    pub fn to_wire(&self, id: i64, seq: i32) -> Value {
         let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
         match self {
             Outcome::Next { step, state } => {
