@@ -10,6 +10,8 @@ mod measure;
 mod reference_log;
 mod reference_skiplocked;
 mod scheduled;
+pub mod workflow;
+mod workflow_load;
 
 use std::time::Duration;
 

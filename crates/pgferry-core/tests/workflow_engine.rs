@@ -650,3 +650,35 @@ async fn worker_runs_a_machine_with_a_signal_and_children() {
     assert_eq!(info.status, "done", "{info:?}");
     assert_eq!(info.result, Some(json!({"total": 10, "paid": 10})));
 }
+
+#[tokio::test]
+async fn retention_removes_only_ended_instances_with_their_rows() {
+    let (s, wf) = wf().await;
+    let ended = start(&wf, "k", "q", json!({})).await;
+    let kept = start(&wf, "k", "q", json!({})).await;
+    let c = claim(&wf, "q", 10).await;
+    let first = c.iter().find(|c| c.id == ended).unwrap();
+    assert!(finish(&wf, first, Outcome::await_signals(&["go"], "a", None)).await);
+    wf.signal(&Target::Id(ended), "go", &json!(1))
+        .await
+        .unwrap();
+    let again = claim_one(&wf, "q").await;
+    assert!(finish(&wf, &again, Outcome::done(json!(1))).await);
+    let client = s.db.connect().await;
+    let week = Duration::from_secs(7 * 24 * 3600);
+    let retention = pgferry_core::workflow::retention::prune;
+    assert_eq!(retention(&client, week, 100).await.unwrap(), 0, "too young");
+    assert_eq!(retention(&client, Duration::ZERO, 100).await.unwrap(), 1);
+    assert!(matches!(wf.get(ended).await, Err(Error::NotFound { .. })));
+    assert_eq!(status(&wf, kept).await, "running");
+    let left: i64 = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM pgferry.wf_signals WHERE instance_id = $1)
+                  + (SELECT count(*) FROM pgferry.wf_steps WHERE instance_id = $1)",
+            &[&ended],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+}

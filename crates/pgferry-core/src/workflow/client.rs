@@ -23,7 +23,6 @@ const RETRY: &str = include_str!("../sql/workflow/retry.sql");
 const REGISTER_KIND: &str = include_str!("../sql/workflow/register_kind.sql");
 const SET_CONCURRENCY: &str = include_str!("../sql/workflow/set_concurrency.sql");
 const SET_RATE: &str = include_str!("../sql/workflow/set_rate.sql");
-const PRUNE: &str = include_str!("../sql/workflow/prune.sql");
 
 /// Largest input, state, result or signal payload, in bytes of JSON.
 pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
@@ -363,16 +362,6 @@ impl Workflows {
             Err(e) => return Err(e.into()),
         }
         Ok(applied)
-    }
-
-    /// Removes up to `batch` instances that ended more than `retention` ago (with their
-    /// signals and history); returns how many.
-    pub async fn prune(&self, retention: Duration, batch: i32) -> Result<i64> {
-        let client = self.pool.get().await?;
-        let row = client
-            .query_one(PRUNE, &[&retention.as_secs_f64(), &batch])
-            .await?;
-        Ok(row.try_get("removed")?)
     }
 }
 

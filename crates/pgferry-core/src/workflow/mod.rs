@@ -9,6 +9,7 @@
 mod client;
 mod inspect;
 mod machine;
+pub mod retention;
 mod validate;
 mod worker;
 
