@@ -7,6 +7,7 @@
 //! - fan_out: a parent spawning 100 children joined with `all` (time to the parent's end);
 //! - hot_key: steps/s of instances on 1000 keys, without and with a hot key holding 20k
 //!   waiting instances.
+//!
 //! Workers are in-process [`Worker`]s; instances are started in bulk through the SQL function
 //! (what any language can call), so the producer is not what is measured.
 
@@ -219,8 +220,7 @@ async fn signal_round_trip(
         let per = rate / senders as f64;
         let end = opts.warmup + opts.duration;
         tasks.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            for id in ids.iter().skip(k).step_by(senders) {
+            for (n, id) in ids.iter().skip(k).step_by(senders).enumerate() {
                 let due = Duration::from_secs_f64(n as f64 / per);
                 if due > end {
                     break;
@@ -231,7 +231,6 @@ async fn signal_round_trip(
                 wf.signal(&Target::Id(*id), "ping", &json!(load::now_ms()))
                     .await?;
                 sent.fetch_add(1, Ordering::Relaxed);
-                n += 1;
             }
             anyhow::Ok(())
         }));

@@ -392,7 +392,7 @@ async fn ledger_under_concurrency() {
     .await;
     assert_eq!(bad_signals, 0);
     // Each parent that got past its join was resumed exactly once, with every child joined.
-    let resumed = resumed.lock().unwrap();
+    let resumed = resumed.lock().unwrap().clone();
     assert!(resumed.values().all(|&n| n == 1), "a parent resumed twice");
     let joined_steps = one_row_i64(
         &admin,
