@@ -64,7 +64,7 @@ CREATE TABLE pgferry.wf_instances (
     created_at       timestamptz NOT NULL DEFAULT now(),
     updated_at       timestamptz NOT NULL DEFAULT now(),
     finished_at      timestamptz
-) WITH (fillfactor = 70);
+) WITH (fillfactor = 50);
 
 -- One active instance per (queue, correlation key): a second start returns the first.
 CREATE UNIQUE INDEX wf_instances_correlation ON pgferry.wf_instances (queue, correlation_key)
