@@ -12,6 +12,7 @@ mod reference_skiplocked;
 mod scheduled;
 pub mod workflow;
 mod workflow_load;
+mod workflow_seed;
 
 use std::time::Duration;
 

@@ -6,7 +6,8 @@
 //!   the signal's send to its resumed handler);
 //! - fan_out: a parent spawning 100 children joined with `all` (time to the parent's end);
 //! - hot_key: steps/s of instances on 1000 keys, without and with a hot key holding 20k
-//!   waiting instances.
+//!   waiting instances;
+//! - hot_statements_1m: the hot statements on a 1M-instance dataset (workflow_seed.rs).
 //!
 //! Workers are in-process [`Worker`]s; instances are started in bulk through the SQL function
 //! (what any language can call), so the producer is not what is measured.
@@ -42,6 +43,11 @@ pub async fn run(base: &Config, opts: &BenchOpts) -> anyhow::Result<Value> {
     let fan_out = fan_out(&config, &wf, opts).await?;
     let hot_key = hot_key(&config, &wf, opts).await?;
     pool.close();
+    // Last, on its own database: the hot statements on the full-size seeded dataset.
+    let seeded = crate::fresh_database(base, "bench_workflow_seed").await?;
+    let mut c = measure::connect(&seeded, "seed").await?;
+    migrate::up(&mut c).await?;
+    let statements = crate::workflow_seed::run(&c).await?;
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     let other = |k: &str| hot_key[k]["steps_per_s"].as_f64().unwrap_or(0.0);
     Ok(json!({
@@ -51,6 +57,7 @@ pub async fn run(base: &Config, opts: &BenchOpts) -> anyhow::Result<Value> {
         "signal": signal,
         "fan_out": fan_out,
         "hot_key": hot_key,
+        "hot_statements_1m": statements,
         "ratios": {
             "three_step_steps_vs_cycle_jobs_per_s": ratio(steps_per_s, cycle.jobs_per_s),
             "other_keys_with_vs_without_hot_key": ratio(other("with_hot_key"), other("without_hot_key")),

@@ -1,7 +1,7 @@
 //! Hot workflow statements: EXPLAIN plans on a seeded dataset shaped like gen_durable's (at
 //! a tenth of its size so the test stays fast: 100k instances, 70k terminal, 29.5k
 //! runnable of which 8k on distinct concurrency keys and 1.5k on one hot key, 500 running
-//! with 5k signals, 5k sleeping; the full-size seed is `pgferry bench workflow --seed`),
+//! with 5k signals, 5k sleeping; the full-size seed and its timings are in `pgferry bench workflow`, workflow_seed.rs),
 //! and statement counts: a claim of a batch is 1 statement, every outcome is 1 statement,
 //! a plain `next` costs no extra round trip.
 
