@@ -10,6 +10,9 @@ mod measure;
 mod reference_log;
 mod reference_skiplocked;
 mod scheduled;
+pub mod workflow;
+mod workflow_load;
+mod workflow_seed;
 
 use std::time::Duration;
 

@@ -108,6 +108,9 @@ pub enum BenchCmd {
     },
     /// All three in one process on one cluster, with ratios.
     Compare(BenchArgs),
+    /// Durable workflows: a 3-step machine beside `cycle` of the same run, signal round
+    /// trips, a fan-out of 100 children, a hot concurrency key (docs/workflows.md).
+    Workflow(BenchArgs),
 }
 
 impl BenchArgs {
@@ -140,9 +143,10 @@ impl BenchArgs {
 
 pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     let args = match &cmd {
-        BenchCmd::Cycle(a) | BenchCmd::Compare(a) | BenchCmd::Reference { args: a, .. } => {
-            a.clone()
-        }
+        BenchCmd::Cycle(a)
+        | BenchCmd::Compare(a)
+        | BenchCmd::Workflow(a)
+        | BenchCmd::Reference { args: a, .. } => a.clone(),
     };
     let (base, cluster) = match &args.database_url {
         Some(url) => (Config::from_str(url)?, None),
@@ -190,6 +194,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             serde_json::to_value(pgferry_bench::run(v, &base, db, &opts).await?)?
         }
         BenchCmd::Compare(_) => pgferry_bench::compare(&base, &opts).await?,
+        BenchCmd::Workflow(_) => pgferry_bench::workflow::run(&base, &opts).await?,
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     if let Some((cluster, dir)) = cluster {

@@ -23,6 +23,7 @@ pub mod migrate;
 pub mod queues;
 pub mod runtime;
 pub mod unique;
+pub mod workflow;
 
 pub use cancelling::{CancelFilter, CancelMatched};
 pub use control::{AttemptRef, Beat};

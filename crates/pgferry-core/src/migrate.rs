@@ -97,6 +97,28 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0014_idempotency_keys.sql",
         sql: include_str!("../migrations/0014_idempotency_keys.sql"),
     },
+    Migration {
+        version: 15,
+        name: "0015_workflows.sql",
+        // The tables, then one plpgsql function per file (docs/adr/0013-workflow-instances.md).
+        sql: concat!(
+            include_str!("../migrations/0015_workflows.sql"),
+            include_str!("../migrations/0015_workflows/01_take_token.sql"),
+            include_str!("../migrations/0015_workflows/02_take_slot.sql"),
+            include_str!("../migrations/0015_workflows/03_emit.sql"),
+            include_str!("../migrations/0015_workflows/04_free_slot.sql"),
+            include_str!("../migrations/0015_workflows/05_lock_chain.sql"),
+            include_str!("../migrations/0015_workflows/06_end.sql"),
+            include_str!("../migrations/0015_workflows/07_join.sql"),
+            include_str!("../migrations/0015_workflows/08_start.sql"),
+            include_str!("../migrations/0015_workflows/09_claim.sql"),
+            include_str!("../migrations/0015_workflows/10_apply.sql"),
+            include_str!("../migrations/0015_workflows/11_finish.sql"),
+            include_str!("../migrations/0015_workflows/12_signal.sql"),
+            include_str!("../migrations/0015_workflows/13_cancel.sql"),
+            include_str!("../migrations/0015_workflows/14_retry.sql"),
+        ),
+    },
 ];
 
 /// Advisory lock key for migrations ("pgferry" in ASCII, truncated): not shared with any

@@ -47,11 +47,14 @@ pub struct LeaderConfig {
     pub recount_interval: Duration,
     /// Pause between two passes of the janitor over unique keys.
     pub prune_interval: Duration,
-    /// Unique keys examined per janitor statement.
+    /// Unique keys examined per janitor statement (and ended workflow instances removed
+    /// per retention statement).
     pub prune_batch: i64,
     /// Idempotency keys of enqueue requests are kept at least this long: a retry within it
     /// is answered from its key (issue 17).
     pub idempotency_retention: Duration,
+    /// Ended workflow instances are kept this long (workflow/retention.rs).
+    pub workflow_retention: Duration,
 }
 
 impl Default for LeaderConfig {
@@ -74,6 +77,7 @@ impl Default for LeaderConfig {
             prune_interval: Duration::from_secs(10),
             prune_batch: 1000,
             idempotency_retention: Duration::from_secs(24 * 3600),
+            workflow_retention: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -140,6 +144,7 @@ impl Leader {
         ));
         duties.spawn(rotator::run(self.pg.clone(), c.clone()));
         duties.spawn(janitor::run(self.pg.clone(), c.clone()));
+        duties.spawn(crate::workflow::retention::run(self.pg.clone(), c.clone()));
         duties.spawn(recounter::run(
             self.engine.clone(),
             self.pg.clone(),

@@ -13,6 +13,7 @@ pub mod openapi;
 mod queues;
 pub(crate) mod results;
 mod workers;
+mod workflows;
 
 use std::time::Duration;
 
@@ -136,6 +137,29 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             Method::POST,
             "/v1/workers/heartbeat",
             post(workers::heartbeat),
+        ),
+        (Method::POST, "/v1/workflows", post(workflows::start)),
+        (Method::GET, "/v1/workflows", get(workflows::list)),
+        (Method::GET, "/v1/workflows/{id}", get(workflows::get)),
+        (
+            Method::POST,
+            "/v1/workflows/signal",
+            post(workflows::signal_by_key),
+        ),
+        (
+            Method::POST,
+            "/v1/workflows/{id}/signal",
+            post(workflows::signal),
+        ),
+        (
+            Method::POST,
+            "/v1/workflows/{id}/cancel",
+            post(workflows::cancel),
+        ),
+        (
+            Method::POST,
+            "/v1/workflows/{id}/retry",
+            post(workflows::retry),
         ),
     ]
 }

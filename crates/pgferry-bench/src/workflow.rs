@@ -1,0 +1,387 @@
+//! `pgferry bench workflow`: the workflow engine under load, beside `bench cycle` of the
+//! same run on the same cluster (issue 19's targets):
+//! - three_step: a 3-step machine (`next`, `next`, `done`); steps/s, and dead tuples and
+//!   HOT updates per 100k steps on the workflow tables;
+//! - signal: await → signal → resumed, at half of the three-step saturation (p50/p99 from
+//!   the signal's send to its resumed handler);
+//! - fan_out: a parent spawning 100 children joined with `all` (time to the parent's end);
+//! - hot_key: steps/s of instances on 1000 keys, without and with a hot key holding 20k
+//!   waiting instances;
+//! - hot_statements_1m: the hot statements on a 1M-instance dataset (workflow_seed.rs).
+//!
+//! Workers are in-process [`Worker`]s; instances are started in bulk through the SQL function
+//! (what any language can call), so the producer is not what is measured.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pgferry_core::workflow::{
+    Child, ClaimedStep, Join, Machine, Outcome, Target, Worker, WorkerConfig, Workflows,
+};
+use pgferry_core::{db, migrate};
+use serde_json::{json, Value};
+use tokio_postgres::{Client, Config};
+
+use crate::measure::{self, Counters};
+use crate::workflow_load as load;
+use crate::BenchOpts;
+
+/// Everything in one JSON document.
+pub async fn run(base: &Config, opts: &BenchOpts) -> anyhow::Result<Value> {
+    let cycle = crate::run(crate::Variant::Cycle, base, "bench_cycle", opts).await?;
+    let config = crate::fresh_database(base, "bench_workflow").await?;
+    let mut c = measure::connect(&config, "migrate").await?;
+    migrate::up(&mut c).await?;
+    let pool = db::pool(&config, "bench-wf", opts.workers + 4);
+    let wf = Workflows::new(pool.clone());
+    let three = three_step(&config, &wf, opts).await?;
+    let steps_per_s = three["steps_per_s"].as_f64().unwrap_or(0.0);
+    // Half of saturation, in round trips: each costs three steps (start, resumed, done).
+    let signal_rate = (steps_per_s / 2.0 / 3.0).max(10.0);
+    let signal = signal_round_trip(&config, &wf, opts, signal_rate).await?;
+    let fan_out = fan_out(&config, &wf, opts).await?;
+    let hot_key = hot_key(&config, &wf, opts).await?;
+    pool.close();
+    // Last, on its own database: the hot statements on the full-size seeded dataset.
+    let seeded = crate::fresh_database(base, "bench_workflow_seed").await?;
+    let mut c = measure::connect(&seeded, "seed").await?;
+    migrate::up(&mut c).await?;
+    let statements = crate::workflow_seed::run(&c).await?;
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+    let other = |k: &str| hot_key[k]["steps_per_s"].as_f64().unwrap_or(0.0);
+    Ok(json!({
+        "options": opts,
+        "cycle": cycle,
+        "three_step": three,
+        "signal": signal,
+        "fan_out": fan_out,
+        "hot_key": hot_key,
+        "hot_statements_1m": statements,
+        "ratios": {
+            "three_step_steps_vs_cycle_jobs_per_s": ratio(steps_per_s, cycle.jobs_per_s),
+            "other_keys_with_vs_without_hot_key": ratio(other("with_hot_key"), other("without_hot_key")),
+        },
+        "targets": {
+            "three_step_steps_vs_cycle_jobs_per_s": ">= 0.5",
+            "other_keys_with_vs_without_hot_key": ">= 0.9",
+            "signal_p99_ms": "<= 20 at half of saturation",
+        },
+    }))
+}
+
+/// Runs `workers` in-process workers of `machines` on `queue` until `stop`.
+fn spawn_workers(
+    wf: &Workflows,
+    opts: &BenchOpts,
+    queue: &str,
+    machines: &[Machine],
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> (
+    Vec<tokio::task::JoinHandle<pgferry_core::Result<()>>>,
+    Vec<Arc<pgferry_core::workflow::WorkerStats>>,
+) {
+    let mut handles = Vec::new();
+    let mut stats = Vec::new();
+    for w in 0..opts.workers {
+        let mut cfg = WorkerConfig::new(queue);
+        cfg.name = format!("bench-{w}");
+        cfg.batch = opts.claim_batch;
+        cfg.idle_poll = Duration::from_millis(1);
+        let mut worker = Worker::new(wf.clone(), cfg);
+        for m in machines {
+            worker = worker.machine(m.clone());
+        }
+        stats.push(worker.stats());
+        handles.push(tokio::spawn(worker.run(stop.clone())));
+    }
+    (handles, stats)
+}
+
+fn applied(stats: &[Arc<pgferry_core::workflow::WorkerStats>]) -> u64 {
+    stats.iter().map(|s| s.steps.load(Ordering::Relaxed)).sum()
+}
+
+/// Statistics of the workflow tables (cumulative; the difference over a phase is its cost).
+async fn table_stats(admin: &Client) -> anyhow::Result<(i64, i64, i64)> {
+    let r = admin
+        .query_one(
+            "SELECT coalesce(sum(n_dead_tup), 0)::bigint,
+                    coalesce(sum(n_tup_upd + n_tup_del), 0)::bigint,
+                    coalesce(sum(n_tup_hot_upd) FILTER (WHERE relname = 'wf_instances'), 0)::bigint
+               FROM pg_stat_user_tables WHERE schemaname = 'pgferry' AND relname LIKE 'wf\\_%'",
+            &[],
+        )
+        .await?;
+    Ok((r.get(0), r.get(1), r.get(2)))
+}
+
+async fn instance_updates(admin: &Client) -> anyhow::Result<i64> {
+    Ok(admin
+        .query_one(
+            "SELECT coalesce(n_tup_upd, 0) FROM pg_stat_user_tables
+              WHERE schemaname = 'pgferry' AND relname = 'wf_instances'",
+            &[],
+        )
+        .await?
+        .get(0))
+}
+
+async fn three_step(config: &Config, wf: &Workflows, opts: &BenchOpts) -> anyhow::Result<Value> {
+    let machine = Machine::new("three")
+        .step("start", |s: ClaimedStep| async move {
+            Outcome::next("two", s.input)
+        })
+        .step("two", |s: ClaimedStep| async move {
+            Outcome::next("three", s.state)
+        })
+        .step(
+            "three",
+            |_s: ClaimedStep| async move { Outcome::done(json!(1)) },
+        );
+    let admin = measure::connect(config, "admin").await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let counters = Arc::new(Counters::default());
+    let producer = load::producer(config.clone(), counters.clone(), "three", "bench", opts);
+    let (workers, stats) = spawn_workers(wf, opts, "bench", &[machine], &stop_rx);
+    // Cumulative statistics reach pg_stat_user_tables within a second; the phase's cost is
+    // the difference of two settled readings.
+    let (before, upd0) = (table_stats(&admin).await?, instance_updates(&admin).await?);
+    let report = load::window("wf_three_step", config, &counters, &stats, opts, producer).await?;
+    let _ = stop_tx.send(true);
+    for w in workers {
+        w.await??;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = table_stats(&admin).await?;
+    let upd1 = instance_updates(&admin).await?;
+    let steps = applied(&stats);
+    let per_100k = |x: i64| x as f64 * 100_000.0 / steps.max(1) as f64;
+    Ok(json!({
+        "steps": report.jobs,
+        "duration_s": report.duration_s,
+        "steps_per_s": report.jobs_per_s,
+        "instances_started_per_s": report.enqueued_per_s,
+        "all_steps_of_the_phase": steps,
+        "dead_tuples_per_100k_steps": per_100k(after.0 - before.0),
+        "rows_updated_or_deleted_per_100k_steps": per_100k(after.1 - before.1),
+        "instance_updates_hot_fraction": if upd1 > upd0 { (after.2 - before.2) as f64 / (upd1 - upd0) as f64 } else { f64::NAN },
+    }))
+}
+
+async fn signal_round_trip(
+    config: &Config,
+    wf: &Workflows,
+    opts: &BenchOpts,
+    rate: f64,
+) -> anyhow::Result<Value> {
+    let lat = Arc::new(Mutex::new(Vec::<f64>::new()));
+    let measuring = Arc::new(AtomicBool::new(false));
+    let (lat2, m2) = (lat.clone(), measuring.clone());
+    let machine = Machine::new("ping")
+        .with_inbox()
+        .step("start", |_s: ClaimedStep| async move {
+            Outcome::await_signals(&["ping"], "pong", None)
+        })
+        .step("pong", move |s: ClaimedStep| {
+            let (lat, measuring) = (lat2.clone(), m2.clone());
+            async move {
+                let sent = s
+                    .inbox
+                    .as_ref()
+                    .and_then(|i| i.first())
+                    .and_then(|g| g.payload.as_f64());
+                if let (Some(sent), true) = (sent, measuring.load(Ordering::Relaxed)) {
+                    lat.lock().unwrap().push(load::now_ms() - sent);
+                }
+                Outcome::done(json!(1))
+            }
+        });
+    let admin = measure::connect(config, "admin").await?;
+    let total = (rate * (opts.duration + opts.warmup).as_secs_f64() * 1.2) as i64 + 100;
+    load::start_bulk(&admin, "ping", "signal", total).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (workers, _stats) = spawn_workers(wf, opts, "signal", &[machine], &stop_rx);
+    // Every instance parked on its await before signals start.
+    load::wait_for(
+        &admin,
+        "SELECT count(*) FROM pgferry.wf_instances WHERE queue = 'signal' AND status <> 'awaiting'",
+        0,
+    )
+    .await?;
+    let ids: Vec<i64> = admin
+        .query(
+            "SELECT id FROM pgferry.wf_instances WHERE queue = 'signal' ORDER BY id",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let sent = Arc::new(AtomicU64::new(0));
+    let senders = 4usize;
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for k in 0..senders {
+        let (wf, ids, sent) = (wf.clone(), ids.clone(), sent.clone());
+        let per = rate / senders as f64;
+        let end = opts.warmup + opts.duration;
+        tasks.push(tokio::spawn(async move {
+            for (n, id) in ids.iter().skip(k).step_by(senders).enumerate() {
+                let due = Duration::from_secs_f64(n as f64 / per);
+                if due > end {
+                    break;
+                }
+                if let Some(wait) = due.checked_sub(t0.elapsed()) {
+                    tokio::time::sleep(wait).await;
+                }
+                wf.signal(&Target::Id(*id), "ping", &json!(load::now_ms()))
+                    .await?;
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    tokio::time::sleep(opts.warmup).await;
+    measuring.store(true, Ordering::SeqCst);
+    tokio::time::sleep(opts.duration).await;
+    measuring.store(false, Ordering::SeqCst);
+    for t in tasks {
+        t.await??;
+    }
+    let _ = stop_tx.send(true);
+    for w in workers {
+        w.await??;
+    }
+    let mut v = lat.lock().unwrap().clone();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let pct = |p: f64| {
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            v[((v.len() - 1) as f64 * p).round() as usize]
+        }
+    };
+    Ok(json!({
+        "rate_per_s": rate,
+        "signals_sent": sent.load(Ordering::Relaxed),
+        "round_trips_measured": v.len(),
+        "p50_ms": pct(0.5),
+        "p99_ms": pct(0.99),
+        "max_ms": pct(1.0),
+    }))
+}
+
+async fn fan_out(_config: &Config, wf: &Workflows, opts: &BenchOpts) -> anyhow::Result<Value> {
+    let parent = Machine::new("fan")
+        .with_children()
+        .step("start", |_s: ClaimedStep| async move {
+            let kids = (0..100).map(|i| Child::new("leaf", json!(i))).collect();
+            Outcome::spawn(kids, "joined", Join::All)
+        })
+        .step("joined", |s: ClaimedStep| async move {
+            let n = s.children.map(|c| c.len()).unwrap_or(0);
+            Outcome::done(json!(n))
+        });
+    let leaf =
+        Machine::new("leaf").step(
+            "start",
+            |s: ClaimedStep| async move { Outcome::done(s.input) },
+        );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (workers, _stats) = spawn_workers(wf, opts, "fan", &[parent, leaf], &stop_rx);
+    let rounds = 20;
+    let mut times = Vec::new();
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let id = wf
+            .start(&pgferry_core::workflow::Start::new("fan", "fan", json!({})))
+            .await?
+            .id;
+        loop {
+            let info = wf.get(id).await?;
+            if info.status == "done" {
+                anyhow::ensure!(
+                    info.result == Some(json!(100)),
+                    "parent saw {:?}",
+                    info.result
+                );
+                break;
+            }
+            anyhow::ensure!(info.status != "failed", "fan-out failed: {:?}", info.error);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let _ = stop_tx.send(true);
+    for w in workers {
+        w.await??;
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    let mean = times.iter().sum::<f64>() / times.len() as f64;
+    Ok(json!({
+        "children": 100,
+        "rounds": rounds,
+        "p50_ms": times[times.len() / 2],
+        "max_ms": times[times.len() - 1],
+        "mean_ms": mean,
+        "children_per_s": 100.0 * 1000.0 / mean,
+    }))
+}
+
+async fn hot_key(config: &Config, wf: &Workflows, opts: &BenchOpts) -> anyhow::Result<Value> {
+    let admin = measure::connect(config, "admin").await?;
+    let mut out = serde_json::Map::new();
+    for (phase, hot) in [("without_hot_key", false), ("with_hot_key", true)] {
+        let queue = if hot { "hot_b" } else { "hot_a" };
+        if hot {
+            // 20k instances on one key with 1 slot: all but one wait outside the picker.
+            load::start_bulk_keyed(&admin, "three", queue, 20_000, "hot").await?;
+        }
+        let other = Arc::new(AtomicU64::new(0));
+        let measuring = Arc::new(AtomicBool::new(false));
+        let (o2, m2) = (other.clone(), measuring.clone());
+        let count = move |s: &ClaimedStep| {
+            if m2.load(Ordering::Relaxed) && s.input.get("hot").is_none() {
+                o2.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        let (c1, c2, c3) = (count.clone(), count.clone(), count);
+        let machine = Machine::new("three")
+            .step("start", move |s: ClaimedStep| {
+                c1(&s);
+                async move { Outcome::next("two", json!({})) }
+            })
+            .step("two", move |s: ClaimedStep| {
+                c2(&s);
+                async move { Outcome::next("three", json!({})) }
+            })
+            .step("three", move |s: ClaimedStep| {
+                c3(&s);
+                async move { Outcome::done(json!(1)) }
+            });
+        let counters = Arc::new(Counters::default());
+        let prefix = if hot { "b-key-" } else { "a-key-" };
+        let producer = load::keyed_producer(config.clone(), counters.clone(), queue, prefix, opts);
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let (workers, _stats) = spawn_workers(wf, opts, queue, &[machine], &stop_rx);
+        tokio::time::sleep(opts.warmup).await;
+        measuring.store(true, Ordering::SeqCst);
+        let t = Instant::now();
+        tokio::time::sleep(opts.duration).await;
+        measuring.store(false, Ordering::SeqCst);
+        let secs = t.elapsed().as_secs_f64();
+        counters.stop.store(true, Ordering::SeqCst);
+        producer.await??;
+        let _ = stop_tx.send(true);
+        for w in workers {
+            w.await??;
+        }
+        let n = other.load(Ordering::SeqCst);
+        out.insert(
+            phase.into(),
+            json!({"other_key_steps": n, "steps_per_s": n as f64 / secs, "hot_waiters": if hot { 19_999 } else { 0 }}),
+        );
+    }
+    Ok(Value::Object(out))
+}

@@ -1,0 +1,188 @@
+//! Load for `bench workflow`: bulk starts through `pgferry.wf_start` (one statement per
+//! batch of instances), producers that keep the number of steps waiting bounded, and the
+//! measured window with its progress bar.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use pgferry_core::workflow::WorkerStats;
+use tokio_postgres::{Client, Config};
+
+use crate::measure::{self, Counters};
+use crate::BenchOpts;
+
+/// Starts `n` instances of `kind` on `queue` in one statement (the SQL function any
+/// language calls).
+const START_BULK: &str = "SELECT count(*) FROM generate_series(1, $1::int) g,
+    LATERAL pgferry.wf_start($2::text, $3::text, 'start', jsonb_build_object('i', g), NULL,
+                             NULL, NULL, NULL, NULL, 0::smallint, NULL, NULL) s";
+/// The same with concurrency key `$4 || (g % $5)` (limit 1); `$4 = 'hot'` and `$5 = 1`
+/// put every instance on one key, marked `"hot": true` in its input.
+const START_BULK_KEYED: &str = "SELECT count(*) FROM generate_series(1, $1::int) g,
+    LATERAL pgferry.wf_start($2::text, $3::text, 'start',
+                             CASE WHEN $4::text = 'hot' THEN jsonb_build_object('i', g, 'hot', true)
+                                  ELSE jsonb_build_object('i', g) END,
+                             NULL, NULL,
+                             CASE WHEN $5::int = 1 THEN $4::text ELSE $4::text || (g % $5::int) END,
+                             1, NULL, 0::smallint, NULL, NULL) s";
+
+pub fn now_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .unwrap_or(0.0)
+}
+
+pub async fn start_bulk(c: &Client, kind: &str, queue: &str, n: i64) -> anyhow::Result<()> {
+    let mut left = n;
+    while left > 0 {
+        let batch = left.min(5000) as i32;
+        c.query_one(START_BULK, &[&batch, &kind, &queue]).await?;
+        left -= i64::from(batch);
+    }
+    Ok(())
+}
+
+pub async fn start_bulk_keyed(
+    c: &Client,
+    kind: &str,
+    queue: &str,
+    n: i32,
+    key: &str,
+) -> anyhow::Result<()> {
+    c.query_one(START_BULK_KEYED, &[&n, &kind, &queue, &key, &1i32])
+        .await?;
+    Ok(())
+}
+
+/// Polls `sql` (a count) until it returns `want` (at most a minute).
+pub async fn wait_for(c: &Client, sql: &str, want: i64) -> anyhow::Result<()> {
+    for _ in 0..6000 {
+        let n: i64 = c.query_one(sql, &[]).await?.get(0);
+        if n == want {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    anyhow::bail!("timed out waiting for {sql} = {want}")
+}
+
+/// Starts instances of `kind` (3 steps each) in batches of `enqueue_batch` while fewer than
+/// `max_depth` steps wait.
+pub fn producer(
+    config: Config,
+    counters: Arc<Counters>,
+    kind: &'static str,
+    queue: &'static str,
+    opts: &BenchOpts,
+) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    let (batch, max_depth) = (opts.enqueue_batch as i32, opts.max_depth as u64);
+    tokio::spawn(async move {
+        let c = measure::connect(&config, "wf-producer").await?;
+        while counters.running() {
+            if counters.depth() > max_depth {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                continue;
+            }
+            c.query_one(START_BULK, &[&batch, &kind, &queue]).await?;
+            counters.add_enqueued(3 * batch as u64);
+        }
+        Ok(())
+    })
+}
+
+/// Like [`producer`] with instances spread over 1000 concurrency keys `<key_prefix><n>`
+/// (limit 1 each; keys are global names, so each phase has its own). Its depth is checked
+/// in the database (no worker stats feed these counters).
+pub fn keyed_producer(
+    config: Config,
+    counters: Arc<Counters>,
+    queue: &'static str,
+    key_prefix: &'static str,
+    opts: &BenchOpts,
+) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    let batch = opts.enqueue_batch as i32;
+    let max_active = (opts.max_depth / 3).max(1000) as i64;
+    tokio::spawn(async move {
+        let c = measure::connect(&config, "wf-producer").await?;
+        let active = "SELECT count(*) FROM pgferry.wf_instances
+                       WHERE queue = $1 AND active AND concurrency_key <> 'hot'";
+        while counters.running() {
+            let n: i64 = c.query_one(active, &[&queue]).await?.get(0);
+            if n > max_active {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            c.query_one(
+                START_BULK_KEYED,
+                &[&batch, &"three", &queue, &key_prefix, &1000i32],
+            )
+            .await?;
+        }
+        Ok(())
+    })
+}
+
+/// What a window measured.
+pub struct Window {
+    pub jobs: u64,
+    pub duration_s: f64,
+    pub jobs_per_s: f64,
+    pub enqueued_per_s: f64,
+}
+
+/// Warmup, then the measured window with a progress bar; steps are counted from the
+/// workers' stats. Stops the producer at the end.
+pub async fn window(
+    label: &str,
+    _config: &Config,
+    counters: &Arc<Counters>,
+    stats: &[Arc<WorkerStats>],
+    opts: &BenchOpts,
+    producer: tokio::task::JoinHandle<anyhow::Result<()>>,
+) -> anyhow::Result<Window> {
+    let steps = || -> u64 { stats.iter().map(|s| s.steps.load(Ordering::Relaxed)).sum() };
+    let bar = indicatif::ProgressBar::new(opts.duration.as_secs().max(1));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{prefix:>14} [{bar:30}] {pos}/{len}s {msg}")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(label.to_string());
+    // Feed the producer's depth check while warming up and measuring.
+    let feed = {
+        let counters = counters.clone();
+        let stats: Vec<_> = stats.to_vec();
+        tokio::spawn(async move {
+            let mut seen = 0;
+            while counters.running() {
+                let now: u64 = stats.iter().map(|s| s.steps.load(Ordering::Relaxed)).sum();
+                counters.add_finished(now - seen);
+                seen = now;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    tokio::time::sleep(opts.warmup).await;
+    let (s0, e0) = (steps(), counters.enqueued.load(Ordering::Relaxed));
+    let start = Instant::now();
+    while start.elapsed() < opts.duration {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let secs = start.elapsed().as_secs_f64();
+        bar.set_position(secs as u64);
+        bar.set_message(format!("{:.0} steps/s", (steps() - s0) as f64 / secs));
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let (s1, e1) = (steps(), counters.enqueued.load(Ordering::Relaxed));
+    counters.stop.store(true, Ordering::SeqCst);
+    producer.await??;
+    feed.await?;
+    bar.finish_and_clear();
+    Ok(Window {
+        jobs: s1 - s0,
+        duration_s: elapsed,
+        jobs_per_s: (s1 - s0) as f64 / elapsed,
+        enqueued_per_s: (e1 - e0) as f64 / 3.0 / elapsed,
+    })
+}

@@ -1,0 +1,418 @@
+//! Starting, signalling, cancelling and retrying instances; claiming steps and recording
+//! their outcomes. Each operation is one statement (a call of a function of migration 0015),
+//! also inside the caller's transaction where that makes sense (`*_tx`).
+
+use std::time::{Duration, SystemTime};
+
+use deadpool_postgres::Pool;
+use serde_json::Value;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::GenericClient;
+
+use super::machine::{ClaimedStep, Machine, Outcome, Wake};
+use super::validate;
+use crate::error::{Error, Result};
+
+const START: &str = include_str!("../sql/workflow/start.sql");
+const CLAIM: &str = include_str!("../sql/workflow/claim.sql");
+const FINISH: &str = include_str!("../sql/workflow/finish.sql");
+const SIGNAL: &str = include_str!("../sql/workflow/signal.sql");
+const CANCEL: &str = include_str!("../sql/workflow/cancel.sql");
+const RETRY: &str = include_str!("../sql/workflow/retry.sql");
+const REGISTER_KIND: &str = include_str!("../sql/workflow/register_kind.sql");
+const SET_CONCURRENCY: &str = include_str!("../sql/workflow/set_concurrency.sql");
+const SET_RATE: &str = include_str!("../sql/workflow/set_rate.sql");
+
+/// Largest input, state, result or signal payload, in bytes of JSON.
+pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
+
+/// An instance to start.
+#[derive(Debug, Clone)]
+pub struct Start {
+    pub kind: String,
+    pub queue: String,
+    pub input: Value,
+    /// First step; "start" unless set.
+    pub step: String,
+    /// Initial state; `{}` unless set.
+    pub state: Option<Value>,
+    /// At most one active instance per (queue, key): starting another returns the first
+    /// with `duplicate: true`.
+    pub correlation_key: Option<String>,
+    /// At most `concurrency_limit` steps of instances with this key run at once.
+    pub concurrency_key: Option<String>,
+    /// The key's limit when this start creates it (1 unless set); an existing key keeps
+    /// its limit ([`Workflows::set_concurrency_limit`] changes it).
+    pub concurrency_limit: Option<i32>,
+    /// Each step takes a token of this rate limit ([`Workflows::set_rate_limit`]).
+    pub rate_key: Option<String>,
+    /// 0 (least urgent) to 9.
+    pub priority: u8,
+    /// First step not before this instant.
+    pub run_at: Option<SystemTime>,
+    /// Attempts per step (retries and expired leases); 25 unless set.
+    pub max_attempts: Option<i32>,
+}
+
+impl Start {
+    pub fn new(kind: impl Into<String>, queue: impl Into<String>, input: Value) -> Start {
+        Start {
+            kind: kind.into(),
+            queue: queue.into(),
+            input,
+            step: "start".into(),
+            state: None,
+            correlation_key: None,
+            concurrency_key: None,
+            concurrency_limit: None,
+            rate_key: None,
+            priority: 0,
+            run_at: None,
+            max_attempts: None,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        crate::job::validate_kind(&self.kind)?;
+        crate::job::validate_queue_name(&self.queue)?;
+        validate::name("step", &self.step)?;
+        validate::payload("input", &self.input)?;
+        if let Some(s) = &self.state {
+            validate::payload("state", s)?;
+        }
+        for (field, key) in [
+            ("correlation_key", &self.correlation_key),
+            ("concurrency_key", &self.concurrency_key),
+            ("rate_key", &self.rate_key),
+        ] {
+            if let Some(k) = key {
+                validate::key(field, k)?;
+            }
+        }
+        validate::priority(self.priority)?;
+        if let Some(n) = self.concurrency_limit {
+            validate::positive("concurrency_limit", n)?;
+        }
+        if let Some(n) = self.max_attempts {
+            validate::attempts(n)?;
+        }
+        Ok(())
+    }
+}
+
+/// A started instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Started {
+    pub id: i64,
+    /// An active instance with the same correlation key existed: this is its id.
+    pub duplicate: bool,
+}
+
+/// Where a signal goes.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Id(i64),
+    /// The active instance with this correlation key in this queue.
+    Correlation {
+        queue: String,
+        key: String,
+    },
+}
+
+/// A sent signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalSent {
+    pub signal_id: i64,
+    pub instance_id: i64,
+    /// The instance was awaiting this name and consumed it (it is runnable now); false: the
+    /// signal waits in its inbox.
+    pub delivered: bool,
+}
+
+/// Which claim of which instance an outcome answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepRef {
+    pub id: i64,
+    pub seq: i32,
+    /// Orders a batch's outcomes (parents' locks are taken in one order).
+    pub parent_id: Option<i64>,
+}
+
+impl ClaimedStep {
+    pub fn reference(&self) -> StepRef {
+        StepRef {
+            id: self.id,
+            seq: self.seq,
+            parent_id: self.parent_id,
+        }
+    }
+}
+
+/// The workflow API over a pool.
+#[derive(Clone)]
+pub struct Workflows {
+    pool: Pool,
+}
+
+impl Workflows {
+    pub fn new(pool: Pool) -> Workflows {
+        Workflows { pool }
+    }
+
+    /// On an engine's pool.
+    pub fn of(engine: &crate::Engine) -> Workflows {
+        Workflows::new(engine.pool().clone())
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Starts an instance in one statement.
+    pub async fn start(&self, start: &Start) -> Result<Started> {
+        let client = self.pool.get().await?;
+        Self::start_tx(&**client, start).await
+    }
+
+    /// Starts an instance inside the caller's transaction (or on any client): it exists, and
+    /// its first step becomes claimable, only if that transaction commits.
+    pub async fn start_tx<C: GenericClient>(client: &C, start: &Start) -> Result<Started> {
+        start.validate()?;
+        let priority = i16::from(start.priority);
+        let params: [&(dyn ToSql + Sync); 12] = [
+            &start.kind,
+            &start.queue,
+            &start.step,
+            &start.input,
+            &start.state,
+            &start.correlation_key,
+            &start.concurrency_key,
+            &start.concurrency_limit,
+            &start.rate_key,
+            &priority,
+            &start.run_at,
+            &start.max_attempts,
+        ];
+        let row = client.query_one(START, &params).await?;
+        Ok(Started {
+            id: row.try_get("id")?,
+            duplicate: row.try_get("duplicate")?,
+        })
+    }
+
+    /// Sends a signal in one statement.
+    pub async fn signal(&self, target: &Target, name: &str, payload: &Value) -> Result<SignalSent> {
+        let client = self.pool.get().await?;
+        Self::signal_tx(&**client, target, name, payload).await
+    }
+
+    /// Sends a signal inside the caller's transaction.
+    pub async fn signal_tx<C: GenericClient>(
+        client: &C,
+        target: &Target,
+        name: &str,
+        payload: &Value,
+    ) -> Result<SignalSent> {
+        validate::name("signal name", name)?;
+        validate::payload("payload", payload)?;
+        let (id, queue, key, shown) = match target {
+            Target::Id(id) => (Some(*id), None, None, id.to_string()),
+            Target::Correlation { queue, key } => {
+                crate::job::validate_queue_name(queue)?;
+                validate::key("correlation_key", key)?;
+                (
+                    None,
+                    Some(queue.as_str()),
+                    Some(key.as_str()),
+                    format!("{queue}/{key}"),
+                )
+            }
+        };
+        let params: [&(dyn ToSql + Sync); 5] = [&id, &queue, &key, &name, payload];
+        let row = client
+            .query_one(SIGNAL, &params)
+            .await
+            .map_err(|e| instance_error(e, &shown))?;
+        Ok(SignalSent {
+            signal_id: row.try_get("signal_id")?,
+            instance_id: row.try_get("instance_id")?,
+            delivered: row.try_get("delivered")?,
+        })
+    }
+
+    /// Cancels an instance and its descendants; returns the status it had (a terminal one:
+    /// nothing changed).
+    pub async fn cancel(&self, id: i64, reason: Option<&str>) -> Result<String> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_one(CANCEL, &[&id, &reason])
+            .await
+            .map_err(|e| instance_error(e, &id.to_string()))?;
+        Ok(row.try_get("previous")?)
+    }
+
+    /// Runs a failed instance again from the step that failed; returns that step.
+    pub async fn retry(&self, id: i64) -> Result<String> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_one(RETRY, &[&id])
+            .await
+            .map_err(|e| instance_error(e, &id.to_string()))?;
+        Ok(row.try_get("step")?)
+    }
+
+    /// Records the machines' capability flags (what their claims load).
+    pub async fn register(&self, machines: &[&Machine]) -> Result<()> {
+        let kinds: Vec<&str> = machines.iter().map(|m| m.kind()).collect();
+        let caps: Vec<i16> = machines.iter().map(|m| m.caps().bits()).collect();
+        let client = self.pool.get().await?;
+        client.execute(REGISTER_KIND, &[&kinds, &caps]).await?;
+        Ok(())
+    }
+
+    /// At most `limit` steps of instances with `key` run at once (waiters are promoted as
+    /// running steps end).
+    pub async fn set_concurrency_limit(&self, key: &str, limit: i32) -> Result<()> {
+        validate::key("concurrency_key", key)?;
+        validate::positive("limit", limit)?;
+        let client = self.pool.get().await?;
+        client.execute(SET_CONCURRENCY, &[&key, &limit]).await?;
+        Ok(())
+    }
+
+    /// A token bucket: `per_second` steps on average, bursts of up to `burst`.
+    pub async fn set_rate_limit(&self, key: &str, per_second: f64, burst: f64) -> Result<()> {
+        validate::key("rate_key", key)?;
+        if !(per_second.is_finite() && per_second > 0.0) {
+            return Err(Error::InvalidArgument {
+                field: "per_second",
+                reason: format!("{per_second} is not a positive number"),
+            });
+        }
+        if !(burst.is_finite() && burst >= 1.0) {
+            return Err(Error::InvalidArgument {
+                field: "burst",
+                reason: format!("{burst} is not a number of at least 1"),
+            });
+        }
+        let client = self.pool.get().await?;
+        client
+            .execute(SET_RATE, &[&key, &per_second, &burst])
+            .await?;
+        Ok(())
+    }
+
+    /// Claims up to `max` due steps of `queue` in one statement.
+    pub async fn claim(
+        &self,
+        queue: &str,
+        max: usize,
+        worker: &str,
+        lease: Duration,
+    ) -> Result<Vec<ClaimedStep>> {
+        let client = self.pool.get().await?;
+        let max = i32::try_from(max.clamp(1, 10_000)).unwrap_or(10_000);
+        let lease_ms = i32::try_from(lease.as_millis()).unwrap_or(i32::MAX);
+        let stmt = client.prepare_cached(CLAIM).await?;
+        let rows = client
+            .query(&stmt, &[&queue, &max, &worker, &lease_ms])
+            .await?;
+        rows.iter().map(claimed).collect()
+    }
+
+    /// Records a batch of outcomes in one statement; per outcome, whether it was applied
+    /// (false: stale — the instance was cancelled or its step claimed again).
+    ///
+    /// Outcomes are applied ordered by parent, then instance, so concurrent batches lock
+    /// parents in one order. Should two batches still deadlock (their concurrency keys in
+    /// opposite orders), Postgres aborts one whole batch, and it is applied again one
+    /// outcome per statement.
+    pub async fn finish(&self, outcomes: &[(StepRef, Outcome)]) -> Result<Vec<bool>> {
+        if outcomes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut order: Vec<usize> = (0..outcomes.len()).collect();
+        order.sort_by_key(|&i| {
+            let r = outcomes[i].0;
+            (r.parent_id.unwrap_or(r.id), r.id)
+        });
+        let mut items = Vec::with_capacity(outcomes.len());
+        for &i in &order {
+            let (r, o) = &outcomes[i];
+            validate::outcome(o)?;
+            items.push(o.to_wire(r.id, r.seq));
+        }
+        let client = self.pool.get().await?;
+        let stmt = client.prepare_cached(FINISH).await?;
+        let mut applied = vec![false; outcomes.len()];
+        match client.query(&stmt, &[&Value::Array(items.clone())]).await {
+            Ok(rows) => {
+                for (&i, row) in order.iter().zip(rows.iter()) {
+                    applied[i] = row.try_get("applied")?;
+                }
+            }
+            Err(e) if e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) => {
+                tracing::debug!("workflow outcome batch deadlocked; applying one at a time");
+                for (&i, item) in order.iter().zip(items) {
+                    let rows = client.query(&stmt, &[&Value::Array(vec![item])]).await?;
+                    applied[i] = rows[0].try_get("applied")?;
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(applied)
+    }
+}
+
+fn claimed(r: &tokio_postgres::Row) -> Result<ClaimedStep> {
+    let wake: Option<String> = r.try_get("wake")?;
+    let inbox: Option<Value> = r.try_get("inbox")?;
+    let children: Option<Value> = r.try_get("children")?;
+    Ok(ClaimedStep {
+        id: r.try_get("id")?,
+        kind: r.try_get("kind")?,
+        step: r.try_get("step")?,
+        state: r.try_get("state")?,
+        input: r.try_get("input")?,
+        attempt: r.try_get("attempt")?,
+        max_attempts: r.try_get("max_attempts")?,
+        seq: r.try_get("step_seq")?,
+        wake: match wake.as_deref() {
+            Some("signal") => Some(Wake::Signal),
+            Some("timeout") => Some(Wake::Timeout),
+            Some("children") => Some(Wake::Children),
+            _ => None,
+        },
+        parent_id: r.try_get("parent_id")?,
+        inbox: inbox.map(|v| decode("inbox", v)).transpose()?,
+        children: children.map(|v| decode("children", v)).transpose()?,
+    })
+}
+
+fn decode<T: serde::de::DeserializeOwned>(field: &'static str, v: Value) -> Result<T> {
+    serde_json::from_value(v).map_err(|e| Error::InvalidArgument {
+        field,
+        reason: e.to_string(),
+    })
+}
+
+/// The functions' SQLSTATEs as the engine's errors: no such instance, not in a state that
+/// allows it, a correlation key taken.
+pub(crate) fn instance_error(e: tokio_postgres::Error, id: &str) -> Error {
+    let message = e
+        .as_db_error()
+        .map(|d| d.message().to_string())
+        .unwrap_or_default();
+    match e.code() {
+        Some(c) if *c == SqlState::NO_DATA_FOUND => Error::NotFound {
+            what: "workflow instance",
+            id: id.to_string(),
+        },
+        Some(c) if *c == SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE => Error::Conflict(message),
+        Some(c) if *c == SqlState::UNIQUE_VIOLATION => Error::Conflict(format!(
+            "workflow instance {id}: its correlation key is held by another active instance"
+        )),
+        _ => Error::Db(e),
+    }
+}

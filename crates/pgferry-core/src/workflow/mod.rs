@@ -1,0 +1,23 @@
+//! Durable workflows: explicit state machines whose instances live in Postgres
+//! (DESIGN §3.5, docs/workflows.md, docs/adr/0013-workflow-instances.md).
+//!
+//! A [`Machine`] has a kind and a handler per step; each handler returns one [`Outcome`].
+//! [`Workflows`] starts, signals, cancels, retries and inspects instances; a [`Worker`]
+//! claims batches of due steps (one statement), runs their handlers outside any transaction
+//! and records the batch's outcomes (one statement).
+
+mod client;
+mod inspect;
+mod machine;
+pub mod retention;
+mod validate;
+mod worker;
+
+pub use client::{SignalSent, Start, Started, StepRef, Target, Workflows, MAX_PAYLOAD_BYTES};
+pub use inspect::{InstanceFilter, InstanceInfo, InstancePage, InstanceSummary, StepRecord};
+pub use machine::{
+    Caps, Child, ChildFailure, ChildResult, ClaimedStep, Handler, Join, Machine, Outcome, Signal,
+    Wake,
+};
+pub use validate::MAX_PRIORITY;
+pub use worker::{Worker, WorkerConfig, WorkerStats};
