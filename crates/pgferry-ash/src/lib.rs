@@ -14,6 +14,7 @@ pub mod error;
 pub mod migrate;
 pub mod read;
 pub mod sampler;
+pub mod seed;
 
 pub use config::SamplerConfig;
 pub use error::{AshError, Result};

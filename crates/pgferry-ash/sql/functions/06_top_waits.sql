@@ -3,7 +3,11 @@ CREATE OR REPLACE FUNCTION pgferry_ash.top_waits(since timestamptz, until timest
                                                  lim int DEFAULT 10)
 RETURNS TABLE (wait_type text, wait_event text, seconds float8, aas float8,
                db_time_pct float8)
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE
+-- Row estimates through the nested set-returning functions are far too high, and JIT
+-- then costs a second per call (measured: 1.37 s, 1 ms without).
+SET jit = off
+AS $$
     WITH l AS (
         SELECT x.combo, sum(x.seconds) AS seconds
         FROM pgferry_ash.load_at(since, until, interval '1 hour') x

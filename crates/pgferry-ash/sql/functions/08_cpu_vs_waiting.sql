@@ -4,7 +4,11 @@
 CREATE OR REPLACE FUNCTION pgferry_ash.cpu_vs_waiting(since timestamptz, until timestamptz)
 RETURNS TABLE (cpu float8, waiting float8, idle_in_transaction float8,
                covered_seconds float8, window_seconds float8)
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE
+-- Row estimates through the nested set-returning functions are far too high, and JIT
+-- then costs a second per call (measured: 1.37 s, 1 ms without).
+SET jit = off
+AS $$
     WITH l AS (
         SELECT x.combo, sum(x.seconds) AS seconds
         FROM pgferry_ash.load_at(since, until, interval '1 hour') x
