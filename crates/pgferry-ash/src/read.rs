@@ -35,21 +35,21 @@ impl Window {
     pub fn from_ms(since_ms: i64, until_ms: i64) -> Result<Window> {
         if since_ms < 0 {
             return Err(AshError::invalid(
-                "since",
+                "since_ms",
                 "must be a unix time in ms (≥ 0)",
             ));
         }
         if until_ms <= since_ms {
-            return Err(AshError::invalid("until", "must be after since"));
+            return Err(AshError::invalid("until_ms", "must be after since"));
         }
         if (until_ms - since_ms) as u128 > MAX_WINDOW.as_millis() {
             return Err(AshError::invalid(
-                "since",
+                "since_ms",
                 "the window is longer than 400 days",
             ));
         }
         if until_ms > 253_402_300_799_999 {
-            return Err(AshError::invalid("until", "is past the year 9999"));
+            return Err(AshError::invalid("until_ms", "is past the year 9999"));
         }
         Ok(Window {
             since: UNIX_EPOCH + Duration::from_millis(since_ms as u64),

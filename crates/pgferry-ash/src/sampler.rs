@@ -262,3 +262,9 @@ pub async fn run(pg: Config, config: SamplerConfig) {
         }
     }
 }
+
+/// The sampler as a leader duty: it samples only while this process leads, so one
+/// server samples the database however many serve it (ADR 0012).
+pub fn leader_duty(config: SamplerConfig) -> pgferry_core::leader::ExtraDuty {
+    std::sync::Arc::new(move |pg| Box::pin(run(pg, config.clone())))
+}
