@@ -15,6 +15,7 @@ const CPU_VS_WAITING: &str = include_str!("../sql/read/cpu_vs_waiting.sql");
 const TIMELINE: &str = include_str!("../sql/read/timeline.sql");
 const ACTIVITY_AT: &str = include_str!("../sql/read/activity_at.sql");
 const BLOCKING_AT: &str = include_str!("../sql/read/blocking_at.sql");
+const PARSE_TIME: &str = include_str!("../sql/read/parse_time.sql");
 
 /// Longest window a reader accepts.
 pub const MAX_WINDOW: Duration = Duration::from_secs(400 * 86_400);
@@ -353,4 +354,26 @@ pub async fn blocking_at(client: &Client, moment: SystemTime) -> Result<Vec<Bloc
             pgferry_role: r.get("pgferry_role"),
         })
         .collect())
+}
+
+/// A time as the user wrote it, in any format Postgres accepts (`2026-11-24 05:00+00`,
+/// `yesterday`, ...); `field` names the input in errors.
+pub async fn parse_time(client: &Client, field: &'static str, s: &str) -> Result<SystemTime> {
+    use tokio_postgres::error::SqlState;
+    match client.query_one(PARSE_TIME, &[&s]).await {
+        Ok(row) => Ok(row.get("t")),
+        Err(e)
+            if e.code().is_some_and(|c| {
+                *c == SqlState::INVALID_DATETIME_FORMAT
+                    || *c == SqlState::DATETIME_FIELD_OVERFLOW
+                    || *c == SqlState::INVALID_TEXT_REPRESENTATION
+            }) =>
+        {
+            Err(AshError::invalid(
+                field,
+                format!("{s:?} is not a time Postgres understands"),
+            ))
+        }
+        Err(e) => Err(e.into()),
+    }
 }

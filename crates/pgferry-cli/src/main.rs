@@ -1,5 +1,6 @@
 //! The `pgferry` binary.
 
+mod ash_cmd;
 mod bench_cmd;
 mod dev;
 mod migrate_cmd;
@@ -61,6 +62,13 @@ enum Command {
         #[command(subcommand)]
         action: migrate_cmd::Action,
     },
+    /// Active session history: what the database was doing (reads the database directly).
+    Ash {
+        #[arg(long, env = "PGFERRY_DATABASE_URL", global = true)]
+        database_url: Option<String>,
+        #[command(subcommand)]
+        action: ash_cmd::AshAction,
+    },
     /// Manage tenants (operators; talks to the database directly).
     Tenant {
         #[arg(long, env = "PGFERRY_DATABASE_URL", global = true)]
@@ -99,6 +107,10 @@ async fn main() -> std::process::ExitCode {
             action,
         } => tenant_cmd::key(&require_url(database_url), action).await,
         Command::Bench { cmd } => bench_cmd::run(cmd).await,
+        Command::Ash {
+            database_url,
+            action,
+        } => ash_cmd::run(&require_url(database_url), action).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
