@@ -61,9 +61,11 @@ INSERT INTO pgferry_ash.ring DEFAULT VALUES;
 -- "idle" and "sampler down" differ. interval_ms is the cadence the sample stands for.
 -- data: combo ids of the sampled backends; a negative value -n says the next combo was
 -- seen n times (so 50 backends in 3 combos are 6 integers).
--- locks: only when some backend waited on a lock: [pid, combo, n, blocker pids (n)...]
--- for each blocked backend and each blocker (blockers have n = 0); per-pid data lives
--- only here, never in the rollups.
+-- locks: only when some backend waited on a lock, groups of [who, combo, n, blocker pids
+-- (n)...]: who > 0 is the pid of a backend that blocks others (n = 0 when it waits for
+-- nobody: a chain's root); who = -k stands for k backends that block nobody, run the same
+-- combo and wait for the same blockers (50 waiters behind one lock are one group, not 50).
+-- Per-pid data lives only here, never in the rollups.
 CREATE TABLE pgferry_ash.sample (
     slot        smallint NOT NULL,
     interval_ms int NOT NULL,

@@ -5,8 +5,9 @@
 //! different combos are 50 (pg_ash's wait-grouped array is at least one integer per
 //! backend plus two per wait event, and carries only wait and query).
 //!
-//! `locks`: for each backend that waits on a lock or blocks one:
-//! `[pid, combo, n, blocker pid × n]`.
+//! `locks`: groups `[who, combo, n, blocker pid × n]`, one per backend that blocks others
+//! (who = its pid) and one per set of waiters that block nobody and share combo and
+//! blockers (who = -count).
 
 /// Encodes combo ids (any order, repeats allowed) as a data array.
 pub fn encode_data(combos: &mut [i32]) -> Vec<i32> {
@@ -43,7 +44,7 @@ pub fn decode_data(data: &[i32]) -> Vec<(i32, i32)> {
     out
 }
 
-/// One backend of a blocking chain.
+/// One backend of a blocking chain, as the sampler saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockEntry {
     pub pid: i32,
@@ -51,15 +52,37 @@ pub struct LockEntry {
     pub blocked_by: Vec<i32>,
 }
 
+/// Encodes the backends of blocking chains: a backend that blocks others is a group of
+/// its own, keyed by its pid; waiters that block nobody are merged per (combo, blockers)
+/// into one group keyed by -count.
 pub fn encode_locks(entries: &[LockEntry]) -> Vec<i32> {
+    use std::collections::{BTreeMap, HashSet};
+    let blockers: HashSet<i32> = entries
+        .iter()
+        .flat_map(|e| e.blocked_by.iter().copied())
+        .collect();
     let mut out = Vec::new();
+    let mut leaves: BTreeMap<(i32, Vec<i32>), i32> = BTreeMap::new();
     for e in entries {
-        out.push(e.pid);
-        out.push(e.combo);
-        out.push(e.blocked_by.len() as i32);
-        out.extend_from_slice(&e.blocked_by);
+        if blockers.contains(&e.pid) || e.blocked_by.is_empty() {
+            push_group(&mut out, e.pid, e.combo, &e.blocked_by);
+        } else {
+            let mut by = e.blocked_by.clone();
+            by.sort_unstable();
+            *leaves.entry((e.combo, by)).or_default() += 1;
+        }
+    }
+    for ((combo, by), n) in leaves {
+        push_group(&mut out, -n, combo, &by);
     }
     out
+}
+
+fn push_group(out: &mut Vec<i32>, who: i32, combo: i32, blocked_by: &[i32]) {
+    out.push(who);
+    out.push(combo);
+    out.push(blocked_by.len() as i32);
+    out.extend_from_slice(blocked_by);
 }
 
 #[cfg(test)]
@@ -78,19 +101,31 @@ mod tests {
     }
 
     #[test]
-    fn locks_are_groups() {
-        let e = [
-            LockEntry {
-                pid: 10,
-                combo: 2,
-                blocked_by: vec![],
-            },
-            LockEntry {
-                pid: 11,
-                combo: 3,
-                blocked_by: vec![10, 12],
-            },
+    fn lock_waiters_behind_the_same_blockers_merge() {
+        let e = |pid, combo, by: &[i32]| LockEntry {
+            pid,
+            combo,
+            blocked_by: by.to_vec(),
+        };
+        // 10 holds; 11 waits for 10 and blocks 12; 13..16 wait for 10 (two combos).
+        let entries = [
+            e(10, 2, &[]),
+            e(11, 3, &[10]),
+            e(12, 3, &[11]),
+            e(13, 4, &[10]),
+            e(14, 4, &[10]),
+            e(15, 4, &[10]),
+            e(16, 5, &[10]),
         ];
-        assert_eq!(encode_locks(&e), vec![10, 2, 0, 11, 3, 2, 10, 12]);
+        assert_eq!(
+            encode_locks(&entries),
+            vec![
+                10, 2, 0, //
+                11, 3, 1, 10, //
+                -1, 3, 1, 11, //
+                -3, 4, 1, 10, //
+                -1, 5, 1, 10,
+            ]
+        );
     }
 }

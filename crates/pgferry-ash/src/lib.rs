@@ -7,6 +7,7 @@
 //! sessions, from the raw ring for the edges of a window and from the rollups for its
 //! whole minutes and hours. The server's leader runs the sampler (see ADR 0012).
 
+pub mod bench;
 pub mod config;
 mod dict;
 pub mod encode;

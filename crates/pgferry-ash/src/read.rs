@@ -204,7 +204,9 @@ pub struct Activity {
 #[derive(Debug, Clone, Serialize)]
 pub struct Blocking {
     pub sample_at_ms: i64,
-    pub pid: i32,
+    /// None: a group of waiters that block nobody (`sessions` of them).
+    pub pid: Option<i32>,
+    pub sessions: i32,
     pub blocked_by: Vec<i32>,
     /// 0: a root (blocks others, waits for nobody); None: part of a cycle.
     pub depth: Option<i32>,
@@ -344,6 +346,7 @@ pub async fn blocking_at(client: &Client, moment: SystemTime) -> Result<Vec<Bloc
         .map(|r| Blocking {
             sample_at_ms: ms(r.get("sample_at")),
             pid: r.get("pid"),
+            sessions: r.get("sessions"),
             blocked_by: r.get("blocked_by"),
             depth: r.get("depth"),
             root_pid: r.get("root_pid"),

@@ -14,6 +14,7 @@ use crate::error::{AshError, Result};
 
 const READ_ACTIVITY: &str = include_str!("../sql/read_activity.sql");
 const INSERT_SAMPLE: &str = include_str!("../sql/insert_sample.sql");
+const SESSION: &str = include_str!("../sql/session.sql");
 const HAS_STATEMENTS: &str = include_str!("../sql/has_statements.sql");
 const SET_LOCK_TIMEOUT: &str = include_str!("../sql/set_lock_timeout.sql");
 const ROTATE: &str = include_str!("../sql/rotate.sql");
@@ -65,6 +66,7 @@ impl Sampler {
     /// A sampler on an existing connection (benchmarks).
     pub async fn with_client(client: Client, config: SamplerConfig) -> Result<Sampler> {
         config.validate()?;
+        client.batch_execute(SESSION).await?;
         let statements: bool = client.query_one(HAS_STATEMENTS, &[]).await?.get("present");
         let read = client.prepare(READ_ACTIVITY).await?;
         let insert = client

@@ -47,21 +47,21 @@ pub async fn samples(
         .await?)
 }
 
-/// Rollups (1-minute over [minute_from, to), 1-hour over [hour_from, to)) as if the
-/// sampler had seen `data` every second, and both watermarks set to `to`.
+/// Rollups as if the sampler had seen `data` every second: 1-minute over
+/// [minute_from, minute_to), 1-hour over [hour_from, hour_to) (hour-aligned), and the
+/// watermarks set to the two ends.
 pub async fn rollups(
     client: &Client,
-    hour_from: SystemTime,
-    minute_from: SystemTime,
-    to: SystemTime,
+    minutes: (SystemTime, SystemTime),
+    hours: (SystemTime, SystemTime),
     data: &[i32],
 ) -> Result<()> {
     client
-        .execute(SEED_ROLLUP_1M, &[&minute_from, &to, &data])
+        .execute(SEED_ROLLUP_1M, &[&minutes.0, &minutes.1, &data])
         .await?;
     client
-        .execute(SEED_ROLLUP_1H, &[&hour_from, &to, &data])
+        .execute(SEED_ROLLUP_1H, &[&hours.0, &hours.1, &data])
         .await?;
-    client.execute(SEED_STATE, &[&to]).await?;
+    client.execute(SEED_STATE, &[&minutes.1, &hours.1]).await?;
     Ok(())
 }

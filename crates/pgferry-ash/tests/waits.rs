@@ -118,17 +118,19 @@ async fn lock_waits_sleep_and_idle_in_transaction_are_reported() {
     assert_eq!(locked.sessions, 2);
     assert_eq!(locked.pgferry_role.as_deref(), Some("claimer"));
 
+    // The holder is a root; the two claimers queue behind it with the same combo, so
+    // they are one group of two.
     let chains = read::blocking_at(&control, moment).await.unwrap();
-    assert_eq!(chains.len(), 3, "{chains:?}");
-    let root = chains.iter().find(|c| c.pid == holder_pid).unwrap();
+    assert_eq!(chains.len(), 2, "{chains:?}");
+    let root = chains.iter().find(|c| c.pid == Some(holder_pid)).unwrap();
     assert_eq!((root.depth, root.root_pid), (Some(0), Some(holder_pid)));
     assert_eq!(root.pgferry_role.as_deref(), Some("leader"));
-    for c in chains.iter().filter(|c| c.pid != holder_pid) {
-        assert_eq!(c.blocked_by, vec![holder_pid]);
-        assert_eq!((c.depth, c.root_pid), (Some(1), Some(holder_pid)));
-        assert_eq!(c.wait_event.as_deref(), Some("relation"));
-        assert_eq!(c.pgferry_role.as_deref(), Some("claimer"));
-    }
+    let queued = chains.iter().find(|c| c.pid.is_none()).unwrap();
+    assert_eq!(queued.sessions, 2);
+    assert_eq!(queued.blocked_by, vec![holder_pid]);
+    assert_eq!((queued.depth, queued.root_pid), (Some(1), Some(holder_pid)));
+    assert_eq!(queued.wait_event.as_deref(), Some("relation"));
+    assert_eq!(queued.pgferry_role.as_deref(), Some("claimer"));
 
     // Timeline: one bucket holding the three samples, stacked by wait type.
     let tl = read::timeline(&control, w, Duration::from_secs(3600))
@@ -229,4 +231,60 @@ async fn query_text_from_pg_stat_statements_and_no_query_id_degrade() {
         .unwrap();
     let _ = with_id.await;
     let _ = without.await;
+}
+
+#[tokio::test]
+async fn a_chain_two_deep_reports_each_level() {
+    let db = setup().await;
+    let control = db.connect().await;
+    control
+        .batch_execute("CREATE TABLE t1 (id int); CREATE TABLE t2 (id int)")
+        .await
+        .unwrap();
+    // a holds t1; b holds t2 and waits for t1; c waits for t2 (behind b, behind a).
+    let a = pgferry_conn(&db, "leader").await;
+    a.batch_execute("BEGIN; LOCK TABLE t1").await.unwrap();
+    let b = pgferry_conn(&db, "api").await;
+    b.batch_execute("BEGIN; LOCK TABLE t2").await.unwrap();
+    let b_pid: i32 = b
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let b_task = tokio::spawn(async move {
+        let r = b.batch_execute("LOCK TABLE t1").await;
+        (b, r)
+    });
+    let c = pgferry_conn(&db, "claimer").await;
+    let c_task = tokio::spawn(async move { c.query("SELECT count(*) FROM t2", &[]).await });
+    wait_until(
+        &control,
+        "SELECT count(*) = 2 FROM pg_stat_activity
+         WHERE wait_event_type = 'Lock' AND datname = current_database()",
+    )
+    .await;
+    let mut s = sampler(&db).await;
+    assert_eq!(s.run_once().await.unwrap().in_lock_chains, 3);
+    let chains = read::blocking_at(&control, SystemTime::now())
+        .await
+        .unwrap();
+    let depth_of = |role: &str| {
+        chains
+            .iter()
+            .find(|c| c.pgferry_role.as_deref() == Some(role))
+            .and_then(|c| c.depth)
+    };
+    assert_eq!(depth_of("leader"), Some(0), "{chains:?}");
+    assert_eq!(depth_of("api"), Some(1), "{chains:?}");
+    assert_eq!(depth_of("claimer"), Some(2), "{chains:?}");
+    let c_row = chains
+        .iter()
+        .find(|c| c.pgferry_role.as_deref() == Some("claimer"))
+        .unwrap();
+    assert_eq!((c_row.pid, c_row.blocked_by.clone()), (None, vec![b_pid]));
+    a.batch_execute("ROLLBACK").await.unwrap();
+    let (b, r) = b_task.await.unwrap();
+    r.unwrap();
+    b.batch_execute("ROLLBACK").await.unwrap();
+    c_task.await.unwrap().unwrap();
 }

@@ -108,10 +108,13 @@ pub enum BenchCmd {
     },
     /// All three in one process on one cluster, with ratios.
     Compare(BenchArgs),
+    /// Active session history: sample cost under simulated load, readers over seeded
+    /// history, rotation, and the sampler's effect on the cycle (docs/performance.md).
+    Ash(crate::ash_cmd::AshBenchArgs),
 }
 
 impl BenchArgs {
-    fn opts(&self) -> BenchOpts {
+    pub(crate) fn opts(&self) -> BenchOpts {
         BenchOpts {
             duration: Duration::from_secs(self.duration),
             warmup: Duration::from_secs(self.warmup),
@@ -143,6 +146,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Cycle(a) | BenchCmd::Compare(a) | BenchCmd::Reference { args: a, .. } => {
             a.clone()
         }
+        BenchCmd::Ash(a) => return crate::ash_cmd::bench(a.clone()).await,
     };
     let (base, cluster) = match &args.database_url {
         Some(url) => (Config::from_str(url)?, None),
@@ -190,6 +194,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             serde_json::to_value(pgferry_bench::run(v, &base, db, &opts).await?)?
         }
         BenchCmd::Compare(_) => pgferry_bench::compare(&base, &opts).await?,
+        BenchCmd::Ash(_) => unreachable!("answered above"),
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     if let Some((cluster, dir)) = cluster {

@@ -18,10 +18,10 @@ AS $$
         SELECT g AS b
         FROM generate_series(since, until - interval '1 microsecond', bucket) g
     ), cov AS (
-        SELECT buckets.b,
-               coalesce((SELECT l.seconds FROM l WHERE l.b = buckets.b AND l.combo = 0), 0)
-                   AS covered
+        -- A join, not a subquery per bucket (that was O(buckets x rows): 140 ms for 60).
+        SELECT buckets.b, coalesce(l.seconds, 0) AS covered
         FROM buckets
+        LEFT JOIN l ON l.b = buckets.b AND l.combo = 0
     ), waits AS (
         SELECT l.b, w.type, sum(l.seconds) AS seconds
         FROM l
