@@ -24,10 +24,10 @@ async fn rollups_agree_with_raw_samples() {
     let db = setup().await;
     let client = db.connect().await;
     let combos = seed::combos(&client, 2).await.unwrap();
-    let data = pgferry_ash::encode::encode_data(&mut vec![
+    let data = pgferry_ash::encode::encode_data(&mut [
         combos[0], combos[0], combos[1], combos[2], combos[2], combos[2],
     ]);
-    let other = pgferry_ash::encode::encode_data(&mut vec![combos[3], combos[5], combos[5]]);
+    let other = pgferry_ash::encode::encode_data(&mut [combos[3], combos[5], combos[5]]);
     // Four hours of samples ending two minutes ago, hour-aligned start.
     let now_s = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -205,8 +205,8 @@ pub async fn at(
     }
     let moment = UNIX_EPOCH + Duration::from_millis(t as u64);
     let c = client(&state).await?;
-    let activity = read::activity_at(&**c, moment).await.map_err(api_error)?;
-    let blocking = read::blocking_at(&**c, moment).await.map_err(api_error)?;
+    let activity = read::activity_at(&c, moment).await.map_err(api_error)?;
+    let blocking = read::blocking_at(&c, moment).await.map_err(api_error)?;
     Ok(Json(
         json!({ "time_ms": t, "activity": activity, "blocking": blocking }),
     ))
