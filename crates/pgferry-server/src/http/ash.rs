@@ -64,7 +64,7 @@ fn now_ms() -> i64 {
 impl Params {
     fn window(&self) -> ApiResult<Window> {
         let until = self.until_ms.unwrap_or_else(now_ms);
-        let since = self.since_ms.unwrap_or(until - 3_600_000);
+        let since = self.since_ms.unwrap_or((until - 3_600_000).max(0));
         Window::from_ms(since, until).map_err(api_error)
     }
 }
