@@ -101,7 +101,7 @@ impl Sampler {
             .client
             .query(&self.read, &[&self.config.databases])
             .await?;
-        let backends: Vec<Backend> = rows
+        let mut backends: Vec<Backend> = rows
             .iter()
             .map(|r| Backend {
                 pid: r.get("pid"),
@@ -117,6 +117,7 @@ impl Sampler {
                 sampled: r.get("sampled"),
             })
             .collect();
+        reduce_blockers(&mut backends);
         let combos = self
             .dict
             .resolve(&self.client, &backends, self.statements)
@@ -229,6 +230,28 @@ impl Sampler {
 
     pub fn is_closed(&self) -> bool {
         self.client.is_closed()
+    }
+}
+
+/// Keeps, of each lock waiter's blockers, those that are not themselves queued behind
+/// another of its blockers. `pg_blocking_pids` also names the waiters ahead in a lock's
+/// queue (100 waiters for one exclusive lock name 1 + 2 + … + 99 pids, all "blockers"), so
+/// without this a queue of n is n² pids and no two waiters can be merged. After it, every
+/// waiter of the queue points at the holder, and a real chain (b holds t2 and waits for a;
+/// c waits for b) keeps b, since c does not also wait for a.
+fn reduce_blockers(backends: &mut [Backend]) {
+    use std::collections::HashMap;
+    let sets: HashMap<i32, HashSet<i32>> = backends
+        .iter()
+        .filter(|b| !b.blockers.is_empty())
+        .map(|b| (b.pid, b.blockers.iter().copied().collect()))
+        .collect();
+    for b in backends.iter_mut().filter(|b| b.blockers.len() > 1) {
+        let mine = &sets[&b.pid];
+        b.blockers.retain(|x| match sets.get(x) {
+            Some(theirs) => !theirs.iter().any(|c| mine.contains(c)),
+            None => true,
+        });
     }
 }
 

@@ -288,3 +288,70 @@ async fn a_chain_two_deep_reports_each_level() {
     b.batch_execute("ROLLBACK").await.unwrap();
     c_task.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn a_queue_for_one_lock_points_at_its_holder() {
+    let db = setup().await;
+    let control = db.connect().await;
+    // The holder takes an exclusive advisory lock; five sessions queue for it. Postgres
+    // names the waiters ahead in the queue as blockers too; the sample keeps the holder.
+    let holder = pgferry_conn(&db, "leader").await;
+    holder
+        .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(7)")
+        .await
+        .unwrap();
+    let holder_pid: i32 = holder
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let c = pgferry_conn(&db, "claimer").await;
+        tasks.push(tokio::spawn(async move {
+            c.query("SELECT pg_advisory_xact_lock(7)", &[])
+                .await
+                .unwrap();
+            c
+        }));
+        wait_until(
+            &control,
+            &format!(
+                "SELECT count(*) = {} FROM pg_stat_activity
+                 WHERE wait_event = 'advisory' AND datname = current_database()",
+                i + 1
+            ),
+        )
+        .await;
+    }
+    let raw: i64 = control
+        .query_one(
+            "SELECT sum(cardinality(pg_blocking_pids(pid))) FROM pg_stat_activity
+             WHERE wait_event = 'advisory' AND datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(raw > 5, "the queue names waiters ahead as blockers: {raw}");
+    let mut s = sampler(&db).await;
+    assert_eq!(s.run_once().await.unwrap().in_lock_chains, 6);
+    let chains = read::blocking_at(&control, SystemTime::now())
+        .await
+        .unwrap();
+    assert_eq!(
+        chains.len(),
+        2,
+        "the holder and one group of five: {chains:?}"
+    );
+    let group = chains.iter().find(|c| c.pid.is_none()).unwrap();
+    assert_eq!(
+        (group.sessions, group.blocked_by.clone()),
+        (5, vec![holder_pid])
+    );
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    for t in tasks {
+        let c = t.await.unwrap();
+        drop(c);
+    }
+}
