@@ -111,10 +111,13 @@ pub enum BenchCmd {
     /// Durable workflows: a 3-step machine beside `cycle` of the same run, signal round
     /// trips, a fan-out of 100 children, a hot concurrency key (docs/workflows.md).
     Workflow(BenchArgs),
+    /// Active session history: sample cost under simulated load, readers over seeded
+    /// history, rotation, and the sampler's effect on the cycle (docs/performance.md).
+    Ash(crate::ash_cmd::AshBenchArgs),
 }
 
 impl BenchArgs {
-    fn opts(&self) -> BenchOpts {
+    pub(crate) fn opts(&self) -> BenchOpts {
         BenchOpts {
             duration: Duration::from_secs(self.duration),
             warmup: Duration::from_secs(self.warmup),
@@ -147,6 +150,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         | BenchCmd::Compare(a)
         | BenchCmd::Workflow(a)
         | BenchCmd::Reference { args: a, .. } => a.clone(),
+        BenchCmd::Ash(a) => return crate::ash_cmd::bench(a.clone()).await,
     };
     let (base, cluster) = match &args.database_url {
         Some(url) => (Config::from_str(url)?, None),
@@ -195,6 +199,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         }
         BenchCmd::Compare(_) => pgferry_bench::compare(&base, &opts).await?,
         BenchCmd::Workflow(_) => pgferry_bench::workflow::run(&base, &opts).await?,
+        BenchCmd::Ash(_) => unreachable!("answered above"),
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     if let Some((cluster, dir)) = cluster {

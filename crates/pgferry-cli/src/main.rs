@@ -1,6 +1,7 @@
 //! The `pgferry` binary.
 
 mod admin;
+mod ash_cmd;
 mod bench_cmd;
 mod chaos_cmd;
 mod dev;
@@ -62,6 +63,13 @@ enum Command {
         database_url: Option<String>,
         #[command(subcommand)]
         action: migrate_cmd::Action,
+    },
+    /// Active session history: what the database was doing (reads the database directly).
+    Ash {
+        #[arg(long, env = "PGFERRY_DATABASE_URL", global = true)]
+        database_url: Option<String>,
+        #[command(subcommand)]
+        action: ash_cmd::AshAction,
     },
     /// Manage tenants (operators; talks to the database directly).
     Tenant {
@@ -143,6 +151,10 @@ async fn main() -> std::process::ExitCode {
             );
             Ok(())
         }
+        Command::Ash {
+            database_url,
+            action,
+        } => ash_cmd::run(&require_url(database_url), action).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

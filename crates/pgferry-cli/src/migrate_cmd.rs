@@ -16,7 +16,11 @@ pub async fn run(url: &str, action: Action) -> anyhow::Result<()> {
     match action {
         Action::Up => {
             let applied = migrate::up(&mut client).await?;
-            println!("{}", serde_json::json!({ "applied": applied }));
+            let ash = pgferry_ash::migrate::up(&mut client).await?;
+            println!(
+                "{}",
+                serde_json::json!({ "applied": applied, "ash_applied": ash })
+            );
         }
         Action::Status => {
             let status = migrate::status(&client).await?;

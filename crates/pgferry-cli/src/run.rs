@@ -61,6 +61,15 @@ pub struct ServerArgs {
     #[arg(long, env = "PGFERRY_GROUP_COMMIT_GATHER_US", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub group_commit_gather_us: u64,
+    /// Active session history: milliseconds between two samples of pg_stat_activity,
+    /// taken by the leader (0: no sampling). See docs/ash.md.
+    #[arg(long, env = "PGFERRY_ASH_INTERVAL_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub ash_interval_ms: u64,
+    /// Active session history: sample only these databases (comma-separated; default:
+    /// every database of the cluster).
+    #[arg(long, env = "PGFERRY_ASH_DATABASES", value_delimiter = ',')]
+    pub ash_databases: Vec<String>,
 }
 
 impl ServerArgs {
@@ -75,6 +84,20 @@ impl ServerArgs {
         c.coalesce.lanes = self.group_commit_lanes as usize;
         c.coalesce.gather_wait = std::time::Duration::from_micros(self.group_commit_gather_us);
         c
+    }
+
+    /// The ASH sampler's settings, validated; None when sampling is off.
+    fn ash_config(&self) -> anyhow::Result<Option<pgferry_ash::SamplerConfig>> {
+        if self.ash_interval_ms == 0 {
+            return Ok(None);
+        }
+        let c = pgferry_ash::SamplerConfig {
+            interval: std::time::Duration::from_millis(self.ash_interval_ms),
+            databases: (!self.ash_databases.is_empty()).then(|| self.ash_databases.clone()),
+            ..Default::default()
+        };
+        c.validate()?;
+        Ok(Some(c))
     }
 
     fn grpc_config(&self) -> pgferry_server::grpc::GrpcConfig {
@@ -97,6 +120,7 @@ pub async fn serve(
     args: ServerArgs,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let ash = args.ash_config()?;
     if !args.no_migrate {
         let mut client = db::connect(&config, "migrate")
             .await
@@ -105,13 +129,17 @@ pub async fn serve(
         if !applied.is_empty() {
             tracing::info!(?applied, "migrations applied");
         }
+        pgferry_ash::migrate::up(&mut client).await?;
     }
     let engine = Engine::new(
         db::Pools::new(&config, "api", args.pool_size),
         EngineConfig::default(),
     );
     let (stop_tx, stop_rx) = watch::channel(false);
-    let leader = Leader::new(engine.clone(), config.clone(), LeaderConfig::default());
+    let mut leader = Leader::new(engine.clone(), config.clone(), LeaderConfig::default());
+    if let Some(ash) = ash {
+        leader = leader.with_duty(pgferry_ash::sampler::leader_duty(ash));
+    }
     let rescues = leader.subscribe_rescues();
     let leader_task = tokio::spawn(leader.run(stop_rx));
     // Ticks from whichever server leads reach this server's claimers through LISTEN.

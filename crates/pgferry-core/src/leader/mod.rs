@@ -82,11 +82,18 @@ impl Default for LeaderConfig {
     }
 }
 
+/// A duty another crate adds (the ASH sampler, ADR 0012): started with the built-in duties
+/// when leadership is taken and aborted with them when it is lost. Gets the database config.
+pub type ExtraDuty = Arc<
+    dyn Fn(Config) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync,
+>;
+
 pub struct Leader {
     engine: Arc<Engine>,
     pg: Config,
     config: LeaderConfig,
     rescues: rescuer::RescueFeed,
+    extra: Vec<ExtraDuty>,
 }
 
 impl Leader {
@@ -96,7 +103,14 @@ impl Leader {
             pg,
             config,
             rescues: tokio::sync::broadcast::channel(64).0,
+            extra: Vec::new(),
         }
+    }
+
+    /// Adds a duty that runs only while this process leads (see [`ExtraDuty`]).
+    pub fn with_duty(mut self, duty: ExtraDuty) -> Leader {
+        self.extra.push(duty);
+        self
     }
 
     /// What the rescuer rescues while this process leads (one report per pass that rescued
@@ -150,6 +164,9 @@ impl Leader {
             self.pg.clone(),
             c.clone(),
         ));
+        for duty in &self.extra {
+            duties.spawn(duty(self.pg.clone()));
+        }
         let result = loop {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {

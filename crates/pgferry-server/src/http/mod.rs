@@ -5,6 +5,7 @@
 //! can neither see nor touch another tenant's queues and jobs (404, as for unknown ids).
 //! The router is built from [`routes`], the same table the OpenAPI test checks against.
 
+mod ash;
 mod dead;
 pub mod error;
 pub mod extract;
@@ -161,6 +162,16 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             "/v1/workflows/{id}/retry",
             post(workflows::retry),
         ),
+        (Method::GET, "/v1/ash/aas", get(ash::aas)),
+        (Method::GET, "/v1/ash/top_waits", get(ash::top_waits)),
+        (Method::GET, "/v1/ash/top_queries", get(ash::top_queries)),
+        (
+            Method::GET,
+            "/v1/ash/cpu_vs_waiting",
+            get(ash::cpu_vs_waiting),
+        ),
+        (Method::GET, "/v1/ash/timeline", get(ash::timeline)),
+        (Method::GET, "/v1/ash/at", get(ash::at)),
     ]
 }
 

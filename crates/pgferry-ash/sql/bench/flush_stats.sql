@@ -1,0 +1,1 @@
+SELECT pg_stat_force_next_flush()

@@ -1,0 +1,1 @@
+SELECT pgferry_ash.truncate_slot($1::int)

@@ -1,0 +1,49 @@
+-- Average active sessions over [since, until) by one dimension: wait_type, wait_event,
+-- query, database, user, application, pgferry_role, backend_type. aas is over the
+-- seconds the sampler covered; db_time_pct is the share of all session-seconds
+-- (idle sessions are never sampled, so it is % of DB time, not % of waits).
+CREATE OR REPLACE FUNCTION pgferry_ash.aas_by(dimension text, since timestamptz,
+                                              until timestamptz)
+RETURNS TABLE (key text, seconds float8, aas float8, db_time_pct float8)
+LANGUAGE plpgsql STABLE
+-- Row estimates through the nested set-returning functions are far too high, and JIT
+-- then costs a second per call (measured: 1.37 s, 1 ms without).
+SET jit = off
+AS $$
+BEGIN
+    IF dimension NOT IN ('wait_type', 'wait_event', 'query', 'database', 'user',
+                         'application', 'pgferry_role', 'backend_type') THEN
+        RAISE EXCEPTION 'pgferry_ash.aas_by: unknown dimension %', dimension
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    WITH l AS (
+        SELECT x.combo, sum(x.seconds) AS seconds
+        FROM pgferry_ash.load_at(since, until, interval '1 hour') x
+        GROUP BY x.combo
+    ), tot AS (
+        SELECT coalesce(sum(l.seconds) FILTER (WHERE l.combo = 0), 0) AS covered,
+               coalesce(sum(l.seconds) FILTER (WHERE l.combo <> 0), 0) AS busy
+        FROM l
+    ), k AS (
+        SELECT CASE dimension
+                   WHEN 'wait_type' THEN n.wait_type
+                   WHEN 'wait_event' THEN n.wait_type || ':' || n.wait_event
+                   WHEN 'query' THEN coalesce(n.query_id::text, '')
+                   WHEN 'database' THEN n.database
+                   WHEN 'user' THEN n.user_name
+                   WHEN 'application' THEN n.application
+                   WHEN 'pgferry_role' THEN coalesce(n.pgferry_role, '')
+                   ELSE n.backend_type
+               END AS key,
+               l.seconds
+        FROM l
+        JOIN pgferry_ash.combo_named n ON n.combo = l.combo
+    )
+    SELECT k.key, sum(k.seconds),
+           sum(k.seconds) / nullif(tot.covered, 0),
+           100 * sum(k.seconds) / nullif(tot.busy, 0)
+    FROM k, tot
+    GROUP BY k.key, tot.covered, tot.busy
+    ORDER BY 2 DESC, 1;
+END $$

@@ -1,0 +1,1 @@
+SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'pg_stat_statements') AS present
