@@ -140,11 +140,16 @@ export class HttpApi {
     if (o.kind) body.kind = o.kind;
     if (o.states?.length) body.states = o.states;
     if (o.limit) body.limit = o.limit;
-    const r = await this.call<Record<string, unknown>>("POST", `/v1/queues/${encodeURIComponent(queue)}/cancel`, body);
+    const r = await this.call<{ cancelled?: Record<string, number>; has_more?: boolean }>(
+      "POST",
+      `/v1/queues/${encodeURIComponent(queue)}/cancel`,
+      body,
+    );
+    const c = r.cancelled ?? {};
     return {
-      scheduled: Number(r.scheduled ?? 0),
-      pending: Number(r.pending ?? 0),
-      running: Number(r.running ?? 0),
+      scheduled: Number(c.scheduled ?? 0),
+      pending: Number(c.pending ?? 0),
+      running: Number(c.running ?? 0),
       hasMore: Boolean(r.has_more),
     };
   }
