@@ -133,6 +133,8 @@ export class Worker {
   helloAck: WorkerHelloAck | null = null;
 
   constructor(opts: WorkerOptions) {
+    if (!opts.url) throw new TypeError("pgferry: Worker needs the server's gRPC url");
+    if (!opts.apiKey) throw new TypeError("pgferry: Worker needs apiKey");
     if (!opts.queues?.length) throw new TypeError("pgferry: Worker needs at least one queue");
     const concurrency = opts.concurrency ?? 10;
     if (!(concurrency >= 1)) throw new RangeError("pgferry: concurrency must be >= 1");
