@@ -11,7 +11,7 @@
 mod producer;
 mod worker;
 
-pub use producer::Producer;
+pub use producer::{EnqueueAck, Producer, RetryPolicy};
 pub use worker::{Ack, Handler, JobCtx, Outcome, Worker, WorkerOptions, WorkerStats};
 
 /// Generated protocol types.

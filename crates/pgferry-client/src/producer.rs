@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -33,6 +34,66 @@ pub struct Producer {
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
     /// Told by the server in HelloAck.
     max_batch: AtomicU64,
+    retry: RetryPolicy,
+}
+
+/// How a producer retries a request whose fate it cannot know (the stream broke, the
+/// server was unavailable): every request carries an idempotency key, so a retry that
+/// reaches a server which had committed the first attempt answers its ids and writes
+/// nothing (docs/protocol.md).
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Attempts in all (1: no retry).
+    pub attempts: u32,
+    /// Pause before the first retry; doubled each time, up to `max_backoff`.
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 6,
+            backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// One attempt: an ambiguous failure is returned to the caller.
+    pub fn none() -> RetryPolicy {
+        RetryPolicy {
+            attempts: 1,
+            ..RetryPolicy::default()
+        }
+    }
+}
+
+/// The answer to an enqueue, after COMMIT.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnqueueAck {
+    /// Job ids in request order (a unique key's holder for a duplicate).
+    pub ids: Vec<i64>,
+    /// Per job: not written by this request.
+    pub duplicates: Vec<bool>,
+    /// Answered from the idempotency key: an earlier attempt had committed the jobs.
+    pub replayed: bool,
+}
+
+/// Failures after which the request may or may not have been committed, or that a later
+/// attempt may get past: worth a retry with the same key.
+fn retryable(e: &Error) -> bool {
+    match e {
+        Error::Disconnected | Error::Connect { .. } => true,
+        Error::Refused(s) => s.code() == tonic::Code::Unavailable,
+        Error::Api { code, .. } => code == "unavailable",
+    }
+}
+
+/// A fresh random key (128 bits, hex).
+fn new_key() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }
 
 impl Producer {
@@ -45,6 +106,7 @@ impl Producer {
             seq: AtomicU64::new(1),
             conn: tokio::sync::Mutex::new(None),
             max_batch: AtomicU64::new(1000),
+            retry: RetryPolicy::default(),
         };
         p.conn().await?;
         Ok(p)
@@ -55,26 +117,81 @@ impl Producer {
         self.max_batch.load(Ordering::Relaxed) as usize
     }
 
-    /// Enqueues one job; its id once committed.
-    pub async fn enqueue(&self, job: JobSpec) -> Result<i64> {
-        let ack = self
-            .request(|seq| {
-                Msg::Enqueue(pb::Enqueue {
-                    seq,
-                    job: Some(job.into_proto()),
-                })
-            })
-            .await?;
-        ack.job_ids.first().copied().ok_or(Error::Disconnected)
+    /// Sets how ambiguous failures are retried (default: [`RetryPolicy::default`]).
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Producer {
+        self.retry = retry;
+        self
     }
 
-    /// Enqueues a batch, all or nothing; ids in order once committed.
-    pub async fn enqueue_batch(&self, jobs: Vec<JobSpec>) -> Result<Vec<i64>> {
-        let jobs: Vec<pb::JobSpec> = jobs.into_iter().map(JobSpec::into_proto).collect();
+    /// Enqueues one job; its id once committed. Sent with an idempotency key of its own and
+    /// retried with it after an ambiguous failure (see [`RetryPolicy`]).
+    pub async fn enqueue(&self, job: JobSpec) -> Result<i64> {
+        let key = new_key();
+        let job = job.into_proto();
         let ack = self
-            .request(|seq| Msg::Batch(pb::EnqueueBatch { seq, jobs }))
+            .with_retries(|| {
+                let (job, key) = (job.clone(), key.clone());
+                move |seq| {
+                    Msg::Enqueue(pb::Enqueue {
+                        seq,
+                        job: Some(job),
+                        idempotency_key: key,
+                    })
+                }
+            })
             .await?;
-        Ok(ack.job_ids)
+        ack.ids.first().copied().ok_or(Error::Disconnected)
+    }
+
+    /// Enqueues a batch, all or nothing; ids in order once committed. Sent with an
+    /// idempotency key of its own and retried with it after an ambiguous failure.
+    pub async fn enqueue_batch(&self, jobs: Vec<JobSpec>) -> Result<Vec<i64>> {
+        Ok(self.enqueue_batch_keyed(&new_key(), jobs).await?.ids)
+    }
+
+    /// Enqueues a batch under the caller's idempotency key (1 to 255 visible ASCII
+    /// characters): any number of calls with the key, from this process or another, write
+    /// the jobs once. Ambiguous failures are retried per the [`RetryPolicy`].
+    pub async fn enqueue_batch_keyed(&self, key: &str, jobs: Vec<JobSpec>) -> Result<EnqueueAck> {
+        let jobs: Vec<pb::JobSpec> = jobs.into_iter().map(JobSpec::into_proto).collect();
+        self.with_retries(|| {
+            let (jobs, key) = (jobs.clone(), key.to_string());
+            move |seq| {
+                Msg::Batch(pb::EnqueueBatch {
+                    seq,
+                    jobs,
+                    idempotency_key: key,
+                })
+            }
+        })
+        .await
+    }
+
+    async fn with_retries<F, M>(&self, make: F) -> Result<EnqueueAck>
+    where
+        F: Fn() -> M,
+        M: FnOnce(u64) -> Msg,
+    {
+        let mut backoff = self.retry.backoff;
+        let mut attempt = 1;
+        loop {
+            match self.request(make()).await {
+                Ok(ack) => {
+                    return Ok(EnqueueAck {
+                        ids: ack.job_ids,
+                        duplicates: ack.duplicates,
+                        replayed: ack.replayed,
+                    })
+                }
+                Err(e) if retryable(&e) && attempt < self.retry.attempts => {
+                    tracing::debug!(attempt, error = %e, "enqueue failed ambiguously; retrying with its key");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(self.retry.max_backoff);
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     async fn request(&self, msg: impl FnOnce(u64) -> Msg) -> Result<pb::EnqueueAck> {

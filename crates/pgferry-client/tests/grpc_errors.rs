@@ -198,6 +198,7 @@ async fn malformed_protobuf_and_invalid_fields_are_invalid_argument() {
             msg: Some(pb::producer_request::Msg::Enqueue(pb::Enqueue {
                 seq: 1,
                 job: Some(spec("q")),
+                ..Default::default()
             })),
         }
         .encode_to_vec(),
@@ -248,6 +249,7 @@ async fn malformed_protobuf_and_invalid_fields_are_invalid_argument() {
         msg: Some(pb::producer_request::Msg::Batch(pb::EnqueueBatch {
             seq: 7,
             jobs: vec![spec("q"), bad],
+            ..Default::default()
         })),
     })
     .unwrap();

@@ -197,6 +197,7 @@ async fn trace_context_reaches_workers_and_grpc_traffic_is_counted() {
         msg: Some(pb::producer_request::Msg::Batch(pb::EnqueueBatch {
             seq: 1,
             jobs: vec![spec("obs", 1), own],
+            ..Default::default()
         })),
     })
     .unwrap();
@@ -277,6 +278,7 @@ async fn trace_context_reaches_workers_and_grpc_traffic_is_counted() {
         msg: Some(pb::producer_request::Msg::Enqueue(pb::Enqueue {
             seq: 2,
             job: Some(spec("lapse", 5)),
+            ..Default::default()
         })),
     })
     .unwrap();

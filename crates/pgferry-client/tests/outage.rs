@@ -51,6 +51,7 @@ async fn stream_enqueue(
         msg: Some(pb::producer_request::Msg::Enqueue(pb::Enqueue {
             seq: 1,
             job: Some(spec()),
+            ..Default::default()
         })),
     })
     .unwrap();

@@ -6,6 +6,7 @@
 //! one INSERT … RETURNING (enqueue_scheduled.sql) that also writes `scheduled`; unique keys go
 //! through `enqueue_many` (unique.rs).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -18,11 +19,16 @@ use tokio_postgres::{Client, GenericClient, Statement};
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::idempotency::{
+    fingerprint, is_key_taken, reused, Acked, EnqueueRequest, IdempotencyKey,
+};
 use crate::ids::BLOCK;
 use crate::job::NewJob;
 use crate::lanes::QueueLanes;
 
 const ENQUEUE_SCHEDULED: &str = include_str!("sql/enqueue_scheduled.sql");
+const IDEMPOTENCY_RECORD: &str = include_str!("sql/idempotency_record.sql");
+const IDEMPOTENCY_LOOKUP: &str = include_str!("sql/idempotency_lookup.sql");
 /// Columns a fresh row gets from the engine; `xid` and `enqueued_at` are column defaults
 /// (pg_current_xact_id() and now(): stable, so COPY still writes multi-row WAL records).
 const COPY_READY: &str = "COPY pgferry.ready (segment, lane, seq, job_id, attempt, max_attempts, \
@@ -49,8 +55,8 @@ const SCHEDULED_TYPES: [Type; 6] = [
 ];
 
 impl Engine {
-    /// Enqueues a batch in one statement; returns job ids in input order. Nothing is written
-    /// unless every job is valid.
+    /// Enqueues a batch in one statement; returns job ids in input order, once the COMMIT of
+    /// the rows is confirmed. Nothing is written unless every job is valid.
     pub async fn enqueue(&self, jobs: &[NewJob]) -> Result<Vec<i64>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
@@ -59,28 +65,230 @@ impl Engine {
             let done = self.enqueue_many(jobs).await?;
             return Ok(done.into_iter().map(|e| e.id).collect());
         }
+        let jobs: Vec<&NewJob> = jobs.iter().collect();
+        let mut written = self.write_requests(&jobs, &[], &[]).await?;
+        Ok(written.pop().expect("one request"))
+    }
+
+    /// Enqueues one request with an idempotency key: the first request with `key` writes
+    /// its jobs; a retry with the same key (within the retention) answers the same ids with
+    /// `replayed: true` and writes nothing. See [`Engine::enqueue_requests`].
+    pub async fn enqueue_idempotent(
+        &self,
+        key: IdempotencyKey,
+        jobs: Vec<NewJob>,
+    ) -> Result<Acked> {
+        let request = EnqueueRequest::new(jobs).idempotency_key(key);
+        let mut answers = self
+            .enqueue_requests(std::slice::from_ref(&request))
+            .await?;
+        answers.pop().expect("one answer")
+    }
+
+    /// Enqueues several producers' requests together (group commit): one transaction for
+    /// all of them, answered after its COMMIT. Each request is all or nothing. A request
+    /// whose idempotency key was seen before is answered from the key (nothing written), or
+    /// refused if the key was used for different jobs; the others are written. The outer
+    /// error is everyone's (the database, the connection); the inner one a request's own.
+    pub async fn enqueue_requests(
+        &self,
+        requests: &[EnqueueRequest],
+    ) -> Result<Vec<Result<Acked>>> {
+        let mut answers: Vec<Option<Result<Acked>>> = (0..requests.len()).map(|_| None).collect();
+        let mut pending = Vec::new();
+        for (i, r) in requests.iter().enumerate() {
+            if r.jobs.is_empty() {
+                answers[i] = Some(Ok(Acked::written(Vec::new())));
+            } else if r.jobs.iter().any(|j| j.unique_key.is_some()) {
+                answers[i] = Some(self.enqueue_unique_request(r).await);
+            } else {
+                pending.push(i);
+            }
+        }
+        let fingerprints: Vec<Option<Vec<u8>>> = requests
+            .iter()
+            .map(|r| r.idempotency_key.as_ref().map(|_| fingerprint(&r.jobs)))
+            .collect();
+        // Optimistic: a retry is rare, so the flush is written as if every key were new; a
+        // key that exists aborts the whole transaction, and the keys found are answered from
+        // the table before the rest is written again. A few rounds at most (each answers at
+        // least one request, unless the key's holder vanished in between).
+        for _ in 0..=KEY_ROUNDS {
+            if pending.is_empty() {
+                break;
+            }
+            let mut jobs = Vec::new();
+            let mut lens = Vec::with_capacity(pending.len());
+            let mut keys = Vec::new();
+            for &i in &pending {
+                jobs.extend(requests[i].jobs.iter());
+                lens.push(requests[i].jobs.len());
+                if let (Some(k), Some(f)) = (&requests[i].idempotency_key, &fingerprints[i]) {
+                    keys.push(KeyOf {
+                        request: lens.len() - 1,
+                        key: k,
+                        fingerprint: f,
+                    });
+                }
+            }
+            match self.write_requests(&jobs, &lens, &keys).await {
+                Ok(ids) => {
+                    for (&i, ids) in pending.iter().zip(ids) {
+                        answers[i] = Some(Ok(Acked::written(ids)));
+                    }
+                    pending.clear();
+                }
+                Err(Error::Db(e)) if is_key_taken(&e) => {
+                    let found = self
+                        .stored_keys(keys.iter().map(|k| k.key.as_str()))
+                        .await?;
+                    pending.retain(|&i| {
+                        let Some(key) = &requests[i].idempotency_key else {
+                            return true;
+                        };
+                        let Some((fp, ids)) = found.get(key.as_str()) else {
+                            return true;
+                        };
+                        answers[i] = Some(if Some(fp) == fingerprints[i].as_ref() {
+                            Ok(Acked::replayed(ids.clone()))
+                        } else {
+                            Err(reused(key))
+                        });
+                        false
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !pending.is_empty() {
+            return Err(Error::Conflict(
+                "idempotency keys kept changing while the request was written; retry".into(),
+            ));
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.expect("every request answered"))
+            .collect())
+    }
+
+    /// A request with unique keys goes through [`Engine::enqueue_many`], whose key takeover
+    /// takes several statements. Its idempotency key is looked up first and recorded after
+    /// the jobs committed: a retry after a crash between the two writes again, where the
+    /// request's unique keys answer their holders (see docs/http-api.md).
+    async fn enqueue_unique_request(&self, r: &EnqueueRequest) -> Result<Acked> {
+        let Some(key) = &r.idempotency_key else {
+            return Ok(Acked::unique(self.enqueue_many(&r.jobs).await?));
+        };
+        let fp = fingerprint(&r.jobs);
+        if let Some((stored, ids)) = self.stored_keys([key.as_str()]).await?.remove(key.as_str()) {
+            return if stored == fp {
+                Ok(Acked::replayed(ids))
+            } else {
+                Err(reused(key))
+            };
+        }
+        let done = Acked::unique(self.enqueue_many(&r.jobs).await?);
+        let ids = &done.ids;
+        let client = self.pool().get().await?;
+        let stmt = client.prepare_cached(IDEMPOTENCY_RECORD).await?;
+        let n = i32::try_from(ids.len()).unwrap_or(i32::MAX);
+        let record = client
+            .execute(
+                &stmt,
+                &[
+                    &[key.as_str()].as_slice(),
+                    &[&fp].as_slice(),
+                    ids,
+                    &[1i32].as_slice(),
+                    &[n].as_slice(),
+                ],
+            )
+            .await;
+        match record {
+            Err(e) if is_key_taken(&e) => {
+                // A concurrent retry wrote the request too: both hold unique keys, so both
+                // answer the same holders; the first record stands.
+            }
+            other => {
+                other?;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Stored (fingerprint, ids) of the keys that exist.
+    async fn stored_keys<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k str>,
+    ) -> Result<HashMap<String, (Vec<u8>, Vec<i64>)>> {
+        let keys: Vec<&str> = keys.into_iter().collect();
+        let client = self.pool().get().await?;
+        let stmt = client.prepare_cached(IDEMPOTENCY_LOOKUP).await?;
+        let rows = client.query(&stmt, &[&keys]).await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get("key"), (r.get("fingerprint"), r.get("job_ids"))))
+            .collect())
+    }
+
+    /// Writes the jobs of one or more requests (`lens`: jobs per request, in order; empty:
+    /// one request) and the idempotency keys of some of them, in one transaction; answers
+    /// each request's ids once its COMMIT is confirmed.
+    async fn write_requests(
+        &self,
+        jobs: &[&NewJob],
+        lens: &[usize],
+        keys: &[KeyOf<'_>],
+    ) -> Result<Vec<Vec<i64>>> {
         let client = self.pool().get().await?;
         let batch = self.enqueue_batch(&**client, jobs).await?;
         let client = self
             .writer(client, self.lanes_commit_async(batch.lanes.iter().copied()))
             .await?;
-        let ids = if batch.any_future {
+        let record = match keys.is_empty() {
+            true => None,
+            false => Some(client.prepare_cached(IDEMPOTENCY_RECORD).await?),
+        };
+        let written = if batch.any_future {
             let stmt = client.prepare_cached(ENQUEUE_SCHEDULED).await?;
-            let rows = client.query(&stmt, &batch.params_scheduled()).await?;
-            rows.iter().map(|r| r.get(0)).collect()
+            scheduled_committed(
+                &client,
+                &stmt,
+                &batch,
+                record.as_ref().map(|s| (s, keys, lens)),
+            )
+            .await
         } else {
             let stmt = client.prepare_cached(COPY_READY).await?;
-            self.copy_fresh(&client, &stmt, jobs, &batch).await?
+            let rows = self.assign_ids(&**client, &batch).await?;
+            self.copy_committed(
+                &client,
+                &stmt,
+                &rows,
+                &batch,
+                record.as_ref().map(|s| (s, keys, lens)),
+            )
+            .await
+        };
+        let ids = match written {
+            Ok(ids) => ids,
+            Err(e) => {
+                // The transaction may still be open (an error before its COMMIT was sent):
+                // end it so the pooled connection is clean. Harmless if it ended already.
+                let _ = client.batch_execute("ROLLBACK").await;
+                return Err(e);
+            }
         };
         self.counters()
             .enqueued(batch.lanes.iter().zip(&batch.run_ats));
         self.log_grew().notify_one();
-        Ok(ids)
+        Ok(split(ids, lens))
     }
 
     /// Enqueues inside the caller's transaction (or on any client): the jobs become
     /// claimable when that transaction commits, and never if it rolls back. One statement
-    /// (a COPY, prepared on the caller's connection first).
+    /// (a COPY, prepared on the caller's connection first). The caller's COMMIT is what
+    /// makes the jobs exist; this returns before it.
     pub async fn enqueue_tx<C: GenericClient>(
         &self,
         client: &C,
@@ -97,7 +305,8 @@ impl Engine {
                 reason: "not supported by transactional enqueue; use enqueue".into(),
             });
         }
-        let batch = self.enqueue_batch(client, jobs).await?;
+        let jobs: Vec<&NewJob> = jobs.iter().collect();
+        let batch = self.enqueue_batch(client, &jobs).await?;
         if batch.any_future {
             let typed: Vec<(&(dyn ToSql + Sync), Type)> = batch
                 .params_scheduled()
@@ -111,27 +320,32 @@ impl Engine {
             return Ok(rows.iter().map(|r| r.get(0)).collect());
         }
         let stmt = client.prepare(COPY_READY).await?;
-        let ids = self
-            .copy_fresh(client.client(), &stmt, jobs, &batch)
-            .await?;
+        let rows = self.assign_ids(client.client(), &batch).await?;
+        for retry in [false, true] {
+            let segment = self.segment.get(client.client()).await?;
+            match copy_rows(client.client(), &stmt, segment, &rows.rows, &batch).await {
+                Ok(()) => break,
+                Err(e) if !retry && is_detached_segment(&e) => {
+                    tracing::debug!(segment, "segment detached under a COPY; retrying");
+                    self.segment.forget();
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
         // Counted now: a rolled-back caller transaction leaves drift for the recount.
         self.counters()
             .enqueued(batch.lanes.iter().zip(&batch.run_ats));
-        Ok(ids)
+        Ok(rows.ids)
     }
 
-    /// Writes a batch of jobs to run now with one COPY; returns their ids in input order.
-    /// A COPY that met a segment detached since this process last looked (rotation) wrote
-    /// nothing and is retried once with the current segment.
-    async fn copy_fresh(
+    /// Gives every fresh row its id: rows grouped by lane, input order kept inside each lane
+    /// (claim order within a lane is (xid, seq) and seq = job_id), each group its own
+    /// block(s) of ids.
+    async fn assign_ids<C: GenericClient>(
         &self,
-        client: &Client,
-        stmt: &Statement,
-        jobs: &[NewJob],
+        client: &C,
         batch: &EnqueueBatch<'_>,
-    ) -> Result<Vec<i64>> {
-        // Group by lane, keeping input order inside each lane (claim order within a lane is
-        // (xid, seq) and seq = job_id), then give each group its own block(s) of ids.
+    ) -> Result<FreshRows> {
         let mut groups: Vec<(i32, Vec<usize>)> = Vec::new();
         for (i, lane) in batch.lanes.iter().enumerate() {
             match groups.iter_mut().find(|(l, _)| l == lane) {
@@ -144,8 +358,8 @@ impl Engine {
             .map(|(_, m)| m.len().div_ceil(BLOCK as usize))
             .sum();
         let bases = self.ids.take(client, blocks).await?;
-        let mut ids = vec![0i64; jobs.len()];
-        let mut rows: Vec<(i32, usize, i64)> = Vec::with_capacity(jobs.len());
+        let mut ids = vec![0i64; batch.lanes.len()];
+        let mut rows: Vec<(i32, usize, i64)> = Vec::with_capacity(batch.lanes.len());
         let mut base = bases.iter();
         for (lane, members) in &groups {
             for chunk in members.chunks(BLOCK as usize) {
@@ -156,12 +370,56 @@ impl Engine {
                 }
             }
         }
+        Ok(FreshRows { ids, rows })
+    }
+
+    /// Writes fresh rows with one COPY inside BEGIN … COMMIT, pipelined: BEGIN goes with the
+    /// COPY's start, the key records and COMMIT with its end, so this costs the COPY's own
+    /// two round trips. Returns only after COMMIT's reply (DESIGN §1.6): tokio-postgres
+    /// finishes a COPY at its CommandComplete, before an implicit transaction's commit at
+    /// the following Sync, so without the explicit COMMIT a backend terminated in between
+    /// (or a failing commit) would roll back rows already reported written (issue 17).
+    /// A COPY that met a segment detached since this process last looked (rotation) wrote
+    /// nothing and is retried once with the current segment.
+    async fn copy_committed(
+        &self,
+        client: &Client,
+        stmt: &Statement,
+        fresh: &FreshRows,
+        batch: &EnqueueBatch<'_>,
+        record: Option<(&Statement, &[KeyOf<'_>], &[usize])>,
+    ) -> Result<Vec<i64>> {
+        let params = record.map(|(_, keys, lens)| RecordParams::new(keys, lens, &fresh.ids));
         for retry in [false, true] {
             let segment = self.segment.get(client).await?;
-            match copy_rows(client, stmt, segment, &rows, batch).await {
-                Ok(()) => return Ok(ids),
+            let (_, sink) = tokio::try_join!(client.batch_execute("BEGIN"), client.copy_in(stmt))?;
+            let copied = async {
+                let writer = BinaryCopyInWriter::new(sink, &COPY_TYPES);
+                pin_mut!(writer);
+                write_rows(writer.as_mut(), segment, &fresh.rows, batch).await?;
+                // try_join! polls in order: the key records are sent before COMMIT, and if
+                // they fail before being sent, COMMIT is never sent (the caller rolls back).
+                match (&record, &params) {
+                    (Some((rec, _, _)), Some(p)) => {
+                        let params = p.as_params();
+                        tokio::try_join!(
+                            writer.finish(),
+                            client.execute(*rec, &params),
+                            client.batch_execute("COMMIT")
+                        )?;
+                    }
+                    _ => {
+                        tokio::try_join!(writer.finish(), client.batch_execute("COMMIT"))?;
+                    }
+                }
+                Ok::<(), tokio_postgres::Error>(())
+            }
+            .await;
+            match copied {
+                Ok(()) => return Ok(fresh.ids.clone()),
                 Err(e) if !retry && is_detached_segment(&e) => {
                     tracing::debug!(segment, "segment detached under a COPY; retrying");
+                    let _ = client.batch_execute("ROLLBACK").await;
                     self.segment.forget();
                 }
                 Err(e) => return Err(e.into()),
@@ -174,7 +432,7 @@ impl Engine {
     pub(crate) async fn enqueue_batch<'a, C: GenericClient>(
         &self,
         client: &C,
-        jobs: &'a [NewJob],
+        jobs: &[&'a NewJob],
     ) -> Result<EnqueueBatch<'a>> {
         let limit = self.config().max_batch;
         if jobs.len() > limit {
@@ -201,7 +459,7 @@ impl Engine {
         };
         let now = SystemTime::now();
         let mut last: Option<(&str, u8, Arc<QueueLanes>)> = None;
-        for job in jobs {
+        for &job in jobs {
             let (queue, lane) = match &last {
                 Some((name, p, q)) if *name == job.queue && *p == job.priority => {
                     let lane = q.lane_for(job.priority).expect("cached with its lanes");
@@ -235,7 +493,8 @@ impl Engine {
     }
 }
 
-/// One COPY of fresh rows: (lane, index into the batch, job id) in write order.
+/// One COPY of fresh rows on the caller's transaction: (lane, index into the batch, job id)
+/// in write order.
 async fn copy_rows(
     client: &Client,
     stmt: &Statement,
@@ -246,6 +505,17 @@ async fn copy_rows(
     let sink = client.copy_in(stmt).await?;
     let writer = BinaryCopyInWriter::new(sink, &COPY_TYPES);
     pin_mut!(writer);
+    write_rows(writer.as_mut(), segment, rows, batch).await?;
+    writer.finish().await?;
+    Ok(())
+}
+
+async fn write_rows(
+    mut writer: std::pin::Pin<&mut BinaryCopyInWriter>,
+    segment: i16,
+    rows: &[(i32, usize, i64)],
+    batch: &EnqueueBatch<'_>,
+) -> std::result::Result<(), tokio_postgres::Error> {
     for &(lane, i, id) in rows {
         // The first id of a block is its anchor, the one row of the block indexed by id.
         let anchor = id % BLOCK == 0;
@@ -265,8 +535,99 @@ async fn copy_rows(
             ])
             .await?;
     }
-    writer.finish().await?;
     Ok(())
+}
+
+/// A batch with jobs to run later: one INSERT … RETURNING that also writes `scheduled`.
+/// Without keys, an implicit transaction: `query` returns after the ReadyForQuery that
+/// follows its commit, so an error at commit reaches the caller. With keys, BEGIN with the
+/// insert, then the key records with COMMIT (the records need the ids it returns).
+async fn scheduled_committed(
+    client: &Client,
+    stmt: &Statement,
+    batch: &EnqueueBatch<'_>,
+    record: Option<(&Statement, &[KeyOf<'_>], &[usize])>,
+) -> Result<Vec<i64>> {
+    let Some((rec, keys, lens)) = record else {
+        let rows = client.query(stmt, &batch.params_scheduled()).await?;
+        return Ok(rows.iter().map(|r| r.get(0)).collect());
+    };
+    let params = batch.params_scheduled();
+    let (_, rows) = tokio::try_join!(client.batch_execute("BEGIN"), client.query(stmt, &params))?;
+    let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    let p = RecordParams::new(keys, lens, &ids);
+    let params = p.as_params();
+    tokio::try_join!(client.execute(rec, &params), client.batch_execute("COMMIT"))?;
+    Ok(ids)
+}
+
+/// Ids of fresh rows: `ids` in input order, `rows` as (lane, input index, id) in write order.
+struct FreshRows {
+    ids: Vec<i64>,
+    rows: Vec<(i32, usize, i64)>,
+}
+
+/// Rounds of answering existing keys before a flush gives up.
+const KEY_ROUNDS: usize = 3;
+
+/// A keyed request of a flush: its position among the flush's requests.
+struct KeyOf<'a> {
+    request: usize,
+    key: &'a IdempotencyKey,
+    fingerprint: &'a [u8],
+}
+
+/// Parameters of idempotency_record.sql.
+struct RecordParams<'a> {
+    keys: Vec<&'a str>,
+    fingerprints: Vec<&'a [u8]>,
+    ids: &'a [i64],
+    firsts: Vec<i32>,
+    lens: Vec<i32>,
+}
+
+impl<'a> RecordParams<'a> {
+    fn new(keys: &[KeyOf<'a>], lens: &[usize], ids: &'a [i64]) -> RecordParams<'a> {
+        // Where each request starts among the flush's ids (1-based, as SQL arrays are).
+        let mut starts = Vec::with_capacity(lens.len().max(1));
+        let mut at = 1usize;
+        for n in lens {
+            starts.push(at);
+            at += n;
+        }
+        if lens.is_empty() {
+            starts.push(1);
+        }
+        let len_of = |r: usize| lens.get(r).copied().unwrap_or(ids.len());
+        RecordParams {
+            keys: keys.iter().map(|k| k.key.as_str()).collect(),
+            fingerprints: keys.iter().map(|k| k.fingerprint).collect(),
+            ids,
+            firsts: keys.iter().map(|k| starts[k.request] as i32).collect(),
+            lens: keys.iter().map(|k| len_of(k.request) as i32).collect(),
+        }
+    }
+
+    fn as_params(&self) -> [&(dyn ToSql + Sync); 5] {
+        [
+            &self.keys,
+            &self.fingerprints,
+            &self.ids,
+            &self.firsts,
+            &self.lens,
+        ]
+    }
+}
+
+/// A flush's ids cut back into its requests (`lens` empty: one request).
+fn split(ids: Vec<i64>, lens: &[usize]) -> Vec<Vec<i64>> {
+    if lens.is_empty() {
+        return vec![ids];
+    }
+    let mut rest = ids.into_iter();
+    lens.iter()
+        .map(|&n| rest.by_ref().take(n).collect())
+        .collect()
 }
 
 /// "no partition of relation … found for row": the segment was detached for freeing.

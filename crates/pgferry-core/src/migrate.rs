@@ -92,6 +92,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0013_no_insert_vacuum.sql",
         sql: include_str!("../migrations/0013_no_insert_vacuum.sql"),
     },
+    Migration {
+        version: 14,
+        name: "0014_idempotency_keys.sql",
+        sql: include_str!("../migrations/0014_idempotency_keys.sql"),
+    },
 ];
 
 /// Advisory lock key for migrations ("pgferry" in ASCII, truncated): not shared with any

@@ -83,10 +83,34 @@ async fn async_queues_write_on_async_sessions_and_mixed_batches_stay_synchronous
     let jobs: Vec<_> = (0..3)
         .map(|i| NewJob::new("fast", "k", json!({ "i": i })))
         .collect();
+    // The COPY is followed by its COMMIT on the same session (issue 17): the session that
+    // wrote the rows is recorded by a statement trigger.
+    probe
+        .batch_execute(
+            "CREATE TABLE public.writers (app text, sync text);
+             CREATE FUNCTION public.note_writer() RETURNS trigger LANGUAGE plpgsql AS $$
+               BEGIN INSERT INTO public.writers VALUES (current_setting('application_name'),
+                 current_setting('synchronous_commit')); RETURN NULL; END $$;
+             CREATE TRIGGER note_writer AFTER INSERT ON pgferry.ready
+               FOR EACH STATEMENT EXECUTE FUNCTION public.note_writer();",
+        )
+        .await
+        .unwrap();
     engine.enqueue(&jobs).await.unwrap();
     let last = async_statements(&probe).await;
-    assert_eq!(last.len(), 1, "{last:?}");
-    assert!(last[0].contains("COPY pgferry.ready"), "{last:?}");
+    assert_eq!(last, vec!["COMMIT".to_string()]);
+    let writers: Vec<(String, String)> = probe
+        .query("SELECT app, sync FROM public.writers", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(writers, vec![(ASYNC_APP.to_string(), "off".to_string())]);
+    probe
+        .batch_execute("DROP TRIGGER note_writer ON pgferry.ready")
+        .await
+        .unwrap();
     tick(&db).await;
     let fast = engine.claim("fast", 10, "w").await.unwrap();
     assert_eq!(fast.len(), 3);

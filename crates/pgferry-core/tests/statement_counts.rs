@@ -57,16 +57,28 @@ async fn one_statement_per_operation() {
             .unwrap()
             .get(0);
         // The trigger's own UPDATE runs nested inside the COPY; top-level, nothing else ran:
-        // no id-block reservation, no segment lookup, no lane lookup.
-        let others: Vec<_> = common::statements(&admin)
-            .await
+        // no id-block reservation, no segment lookup, no lane lookup. Only the transaction
+        // around the COPY, pipelined with it (BEGIN with its start, COMMIT with its end), so
+        // that the answer waits for COMMIT's reply (issue 17).
+        let stmts = common::statements(&admin).await;
+        let control: Vec<_> = stmts
+            .iter()
+            .filter(|(q, _)| q == "BEGIN" || q == "COMMIT")
+            .cloned()
+            .collect();
+        let others: Vec<_> = stmts
             .into_iter()
-            .filter(|(q, _)| !q.contains("ready_statements"))
+            .filter(|(q, _)| !q.contains("ready_statements") && q != "BEGIN" && q != "COMMIT")
             .collect();
         assert_eq!(
             (writes, others.len()),
             (1, 0),
             "enqueue of {n}: {writes} writing statements, others {others:?}"
+        );
+        assert_eq!(
+            control,
+            vec![("BEGIN".to_string(), 1), ("COMMIT".to_string(), 1)],
+            "enqueue of {n}"
         );
     }
     admin

@@ -14,6 +14,7 @@ use crate::error::Result;
 const UNIQUE_PRUNE: &str = include_str!("../sql/unique_prune.sql");
 const CANCELS_PRUNE: &str = include_str!("../sql/cancels_prune.sql");
 const LONG_LEASES_PRUNE: &str = include_str!("../sql/long_leases_prune.sql");
+const IDEMPOTENCY_PRUNE: &str = include_str!("../sql/idempotency_prune.sql");
 
 /// Where a pass over `unique_keys` is, and what one batch did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -88,6 +89,17 @@ pub async fn prune_long_leases(
     Ok(client.query_one(&stmt, &[&ms, &batch]).await?.get(0))
 }
 
+/// Deletes up to `batch` idempotency keys older than `retention`; returns how many.
+pub async fn prune_idempotency_keys(
+    client: &Client,
+    batch: i64,
+    retention: std::time::Duration,
+) -> Result<i64> {
+    let stmt = client.prepare(IDEMPOTENCY_PRUNE).await?;
+    let ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+    Ok(client.query_one(&stmt, &[&ms, &batch]).await?.get(0))
+}
+
 #[derive(Default)]
 struct Marks {
     unique: Option<(String, String)>,
@@ -96,6 +108,7 @@ struct Marks {
 
 pub async fn run(pg: Config, config: LeaderConfig) {
     let (batch, retention) = (config.prune_batch, config.retention);
+    let idempotency = config.idempotency_retention;
     let marks = std::sync::Arc::new(std::sync::Mutex::new(Marks::default()));
     duty_loop(pg, "janitor", config.prune_interval, move |client| {
         let marks = marks.clone();
@@ -108,15 +121,17 @@ pub async fn run(pg: Config, config: LeaderConfig) {
                 let u = prune_unique(&client, unique.as_ref(), batch).await?;
                 let c = prune_cancels(&client, cancels.unwrap_or(0), batch, retention).await?;
                 let l = prune_long_leases(&client, batch, retention).await?;
-                if u.released + c.dropped + l > 0 {
+                let i = prune_idempotency_keys(&client, batch, idempotency).await?;
+                if u.released + c.dropped + l + i > 0 {
                     tracing::info!(
                         keys = u.released,
                         cancels = c.dropped,
                         handed_over = l,
-                        "released unique keys and finished cancellation requests"
+                        idempotency_keys = i,
+                        "released unique keys, finished cancellation requests, old idempotency keys"
                     );
                 }
-                let more = u.after.is_some() || c.after.is_some() || l >= batch;
+                let more = u.after.is_some() || c.after.is_some() || l >= batch || i >= batch;
                 let mut m = marks.lock().expect("janitor marks");
                 (m.unique, m.cancels) = (u.after, c.after);
                 Ok(more)

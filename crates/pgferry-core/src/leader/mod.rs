@@ -49,6 +49,9 @@ pub struct LeaderConfig {
     pub prune_interval: Duration,
     /// Unique keys examined per janitor statement.
     pub prune_batch: i64,
+    /// Idempotency keys of enqueue requests are kept at least this long: a retry within it
+    /// is answered from its key (issue 17).
+    pub idempotency_retention: Duration,
 }
 
 impl Default for LeaderConfig {
@@ -70,6 +73,7 @@ impl Default for LeaderConfig {
             recount_interval: Duration::from_secs(5),
             prune_interval: Duration::from_secs(10),
             prune_batch: 1000,
+            idempotency_retention: Duration::from_secs(24 * 3600),
         }
     }
 }

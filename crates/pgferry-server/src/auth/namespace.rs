@@ -19,6 +19,11 @@ pub fn tenant_prefix(tenant_id: i64) -> String {
     format!("t{tenant_id}.")
 }
 
+/// The scope of a tenant's idempotency keys (`t<tenant_id>`): two tenants may use one key.
+pub fn tenant_scope(tenant_id: i64) -> String {
+    format!("t{tenant_id}")
+}
+
 /// The engine's name of `queue` for `tenant_id`, after validating the user's name.
 pub fn engine_queue(tenant_id: i64, queue: &str) -> Result<String, Error> {
     pgferry_core::job::validate_queue_name(queue)?;

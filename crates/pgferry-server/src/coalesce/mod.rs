@@ -207,6 +207,12 @@ pub trait Writer: Send + Sync + 'static {
         items: &[Self::Item],
     ) -> impl Future<Output = pgferry_core::Result<Vec<Self::Output>>> + Send;
 
+    /// How many rows an item stands for (`max_rows` counts rows): 1, unless an item is a
+    /// whole request (enqueue).
+    fn weight(&self, _item: &Self::Item) -> usize {
+        1
+    }
+
     /// A partitioned writer's key of an item: items with equal keys share a lane.
     fn lane_key(&self, _item: &Self::Item) -> u64 {
         0
@@ -340,7 +346,7 @@ impl<W: Writer> Coalescer<W> {
     }
 }
 
-fn wrong_count() -> SubmitError {
+pub(crate) fn wrong_count() -> SubmitError {
     SubmitError::from(pgferry_core::Error::InvalidArgument {
         field: "batch",
         reason: "internal: write returned the wrong number of rows".into(),
@@ -373,7 +379,10 @@ async fn collect<W: Writer>(
             },
         };
         let deadline = Instant::now() + config.max_wait;
-        let mut rows = first.items.len();
+        let weight = |p: &Pending<W::Item, W::Output>| -> usize {
+            p.items.iter().map(|i| writer.weight(i)).sum()
+        };
+        let mut rows = weight(&first);
         let mut batch = vec![first];
         // Taken now but left for a later flush (after the older carry: they came later).
         let mut aside = Vec::new();
@@ -410,7 +419,8 @@ async fn collect<W: Writer>(
                 }
             };
             let Some(p) = next else { break };
-            if rows + p.items.len() > config.max_rows {
+            let w = weight(&p);
+            if rows + w > config.max_rows {
                 // Starts the next flush instead: a request is never split.
                 aside.push(p);
                 break;
@@ -430,7 +440,7 @@ async fn collect<W: Writer>(
                     }
                 }
             }
-            rows += p.items.len();
+            rows += w;
             batch.push(p);
         }
         carry.extend(aside);
@@ -469,7 +479,7 @@ async fn flush<W: Writer>(writer: &W, stats: &BatchStats, batch: Vec<Pending<W::
         replies.push(p.reply);
         items.extend(p.items);
     }
-    stats.record_flush(items.len());
+    stats.record_flush(items.iter().map(|i| writer.weight(i)).sum());
     stats.statements.fetch_add(1, Ordering::Relaxed);
     match writer.write(&items).await {
         Ok(outputs) if outputs.len() == items.len() => {

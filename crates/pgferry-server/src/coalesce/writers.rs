@@ -3,10 +3,10 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use pgferry_core::{Completed, Engine, NewJob, Outcome};
+use pgferry_core::{Acked, Completed, Engine, EnqueueRequest, NewJob, Outcome};
 use tokio::time::Instant;
 
-use super::{CoalesceConfig, Coalescer, ReceiptBook, SubmitError, Writer};
+use super::{wrong_count, CoalesceConfig, Coalescer, ReceiptBook, SubmitError, Writer};
 use crate::metrics::{Latency, Metrics};
 
 /// Postgres cannot store U+0000 in jsonb or text: refuse it with a precise error up front
@@ -44,39 +44,58 @@ fn nul_error(index: usize, field: &'static str) -> pgferry_core::Error {
     }
 }
 
-/// Enqueue through [`Engine::enqueue`].
+/// Enqueue through [`Engine::enqueue_requests`]: an item is one producer's request (all
+/// or nothing, with its idempotency key), so each caller gets its own answer, a replay or a
+/// refused key included, while the others of the flush are written.
 pub struct EnqueueWriter {
     pub engine: Arc<Engine>,
 }
 
-impl Writer for EnqueueWriter {
-    type Item = NewJob;
-    type Output = i64;
+/// Checks one request's jobs before they are merged with others.
+fn validate_jobs(engine: &Engine, jobs: &[NewJob]) -> pgferry_core::Result<()> {
+    let limit = engine.config().max_batch;
+    if jobs.len() > limit {
+        return Err(pgferry_core::Error::BatchTooLarge {
+            size: jobs.len(),
+            limit,
+        });
+    }
+    let max_payload = engine.config().max_payload_bytes;
+    for (i, job) in jobs.iter().enumerate() {
+        job.validate(i, max_payload)?;
+        check_no_nul(&job.args, i, "args")?;
+        if let Some(meta) = &job.meta {
+            check_no_nul(meta, i, "meta")?;
+        }
+    }
+    Ok(())
+}
 
-    fn validate(&self, jobs: &[NewJob]) -> pgferry_core::Result<()> {
-        let limit = self.engine.config().max_batch;
-        if jobs.len() > limit {
-            return Err(pgferry_core::Error::BatchTooLarge {
-                size: jobs.len(),
-                limit,
-            });
-        }
-        let max_payload = self.engine.config().max_payload_bytes;
-        for (i, job) in jobs.iter().enumerate() {
-            job.validate(i, max_payload)?;
-            check_no_nul(&job.args, i, "args")?;
-            if let Some(meta) = &job.meta {
-                check_no_nul(meta, i, "meta")?;
-            }
-        }
-        Ok(())
+impl Writer for EnqueueWriter {
+    type Item = EnqueueRequest;
+    type Output = Result<Acked, SubmitError>;
+
+    fn validate(&self, requests: &[EnqueueRequest]) -> pgferry_core::Result<()> {
+        requests
+            .iter()
+            .try_for_each(|r| validate_jobs(&self.engine, &r.jobs))
+    }
+
+    fn weight(&self, request: &EnqueueRequest) -> usize {
+        request.jobs.len().max(1)
     }
 
     fn write(
         &self,
-        jobs: &[NewJob],
-    ) -> impl Future<Output = pgferry_core::Result<Vec<i64>>> + Send {
-        self.engine.enqueue(jobs)
+        requests: &[EnqueueRequest],
+    ) -> impl Future<Output = pgferry_core::Result<Vec<Self::Output>>> + Send {
+        async move {
+            let answers = self.engine.enqueue_requests(requests).await?;
+            Ok(answers
+                .into_iter()
+                .map(|a| a.map_err(SubmitError::from))
+                .collect())
+        }
     }
 }
 
@@ -188,11 +207,30 @@ impl Coalescers {
 
     /// Enqueues one request's jobs (all or nothing); ids in order, after COMMIT.
     pub async fn enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<i64>, SubmitError> {
+        Ok(self.enqueue_request(EnqueueRequest::new(jobs)).await?.ids)
+    }
+
+    /// The enqueue use case of every transport (HTTP, gRPC): one request, all or nothing,
+    /// answered after COMMIT. Requests with unique keys go to the engine directly (their
+    /// key takeover takes several statements, which a merged flush cannot hold); the rest
+    /// through group commit, async-durability queues through their own coalescer.
+    pub async fn enqueue_request(&self, request: EnqueueRequest) -> Result<Acked, SubmitError> {
         let started = Instant::now();
-        let mut queues = jobs.iter().map(|j| j.queue.as_str());
+        if request.jobs.iter().any(|j| j.unique_key.is_some()) {
+            validate_jobs(&self.engine, &request.jobs)?;
+            let mut answers = self
+                .engine
+                .enqueue_requests(std::slice::from_ref(&request))
+                .await?;
+            let acked = answers.pop().expect("one answer per request")?;
+            self.metrics
+                .observe(Latency::EnqueueCommit, started.elapsed());
+            return Ok(acked);
+        }
+        let mut queues = request.jobs.iter().map(|j| j.queue.as_str());
         // Jobs of one request usually share a queue: one cache probe per change of queue.
         let mut last = None;
-        let all_async = !jobs.is_empty()
+        let all_async = !request.jobs.is_empty()
             && queues.all(|q| {
                 let same = last == Some(q);
                 last = Some(q);
@@ -203,10 +241,11 @@ impl Coalescers {
         } else {
             &self.enqueue
         };
-        let ids = coalescer.submit(jobs).await?;
+        let mut answers = coalescer.submit(vec![request]).await?;
+        let acked = answers.pop().ok_or_else(wrong_count)??;
         self.metrics
             .observe(Latency::EnqueueCommit, started.elapsed());
-        Ok(ids)
+        Ok(acked)
     }
 
     /// Records one request's outcomes; answers in order, after COMMIT.

@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::Stream;
+use pgferry_core::{EnqueueRequest, IdempotencyKey};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
@@ -13,6 +14,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::convert::new_job;
 use super::{engine_error, pb_error, GrpcState};
+use crate::auth::namespace::tenant_scope;
 use crate::auth::{Principal, Scope};
 use crate::coalesce::SubmitError;
 use crate::metrics::JobCounter;
@@ -95,17 +97,17 @@ async fn run(
                 return;
             }
         };
-        let (seq, mut specs, single) = match msg {
+        let (seq, mut specs, single, key) = match msg {
             Some(Ok(pb::ProducerRequest { msg: Some(m) })) => match m {
                 Msg::Enqueue(e) => match e.job {
-                    Some(job) => (e.seq, vec![job], true),
+                    Some(job) => (e.seq, vec![job], true, e.idempotency_key),
                     None => {
                         let err = pb_error("invalid_argument", "enqueue without a job", "job");
                         let _ = tx.send(Ok(out(Out::Ack(nack(e.seq, err)))));
                         continue;
                     }
                 },
-                Msg::Batch(b) => (b.seq, b.jobs, false),
+                Msg::Batch(b) => (b.seq, b.jobs, false, b.idempotency_key),
                 Msg::Hello(_) => {
                     let _ = tx.send(Err(Status::failed_precondition("hello sent twice")));
                     return;
@@ -137,20 +139,22 @@ async fn run(
         };
         let (state, tx, principal) = (state.clone(), tx.clone(), principal.clone());
         tokio::spawn(async move {
-            let ack = enqueue(&state, &principal, seq, specs, single).await;
+            let ack = enqueue(&state, &principal, seq, specs, single, key).await;
             let _ = tx.send(Ok(out(Out::Ack(ack))));
             drop(permit);
         });
     }
 }
 
-/// Validates every job (naming the first bad field), then commits them all in one go.
+/// Validates every job (naming the first bad field), then commits them all in one go
+/// (the server's one enqueue use case, [`crate::coalesce::Coalescers::enqueue_request`]).
 async fn enqueue(
     state: &GrpcState,
     p: &Principal,
     seq: u64,
     specs: Vec<pb::JobSpec>,
     single: bool,
+    key: String,
 ) -> pb::EnqueueAck {
     if specs.len() > state.config.max_batch {
         let msg = format!(
@@ -174,31 +178,22 @@ async fn enqueue(
             Err(e) => return nack(seq, e),
         }
     }
-    if jobs.iter().any(|j| j.unique_key.is_some()) {
-        // Unique keys need the engine's duplicate answers (and key takeover), which a
-        // coalesced flush does not give: these batches go to the engine directly.
-        return match state.engine.enqueue_many(&jobs).await {
-            Ok(done) => {
-                count_enqueued(state, p, &queues, |i| !done[i].duplicate);
-                pb::EnqueueAck {
-                    seq,
-                    job_ids: done.iter().map(|e| e.id).collect(),
-                    duplicates: done.iter().map(|e| e.duplicate).collect(),
-                    error: None,
-                }
-            }
-            Err(e) => nack(seq, engine_error(&e, "")),
-        };
+    let mut request = EnqueueRequest::new(jobs);
+    if !key.is_empty() {
+        match IdempotencyKey::new(key) {
+            Ok(k) => request = request.idempotency_key(k.scoped(&tenant_scope(p.tenant_id))),
+            Err(e) => return nack(seq, engine_error(&e, "")),
+        }
     }
-    let n = jobs.len();
-    match state.coalescers.enqueue(jobs).await {
-        Ok(ids) => {
-            count_enqueued(state, p, &queues, |_| true);
+    match state.coalescers.enqueue_request(request).await {
+        Ok(done) => {
+            count_enqueued(state, p, &queues, |i| !done.duplicates[i]);
             pb::EnqueueAck {
                 seq,
-                job_ids: ids,
-                duplicates: vec![false; n],
+                job_ids: done.ids,
+                duplicates: done.duplicates,
                 error: None,
+                replayed: done.replayed,
             }
         }
         Err(SubmitError::Engine(e)) => nack(seq, engine_error(&e, "")),
@@ -230,6 +225,7 @@ fn nack(seq: u64, error: pb::Error) -> pb::EnqueueAck {
         job_ids: Vec::new(),
         duplicates: Vec::new(),
         error: Some(error),
+        replayed: false,
     }
 }
 

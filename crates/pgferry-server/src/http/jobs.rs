@@ -5,15 +5,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::Json;
 use pgferry_core::listing::MAX_LIST_PAGE;
-use pgferry_core::{DeadFilter, JobFilter, JobInfo, JobState, NewJob};
+use pgferry_core::{
+    Acked, DeadFilter, EnqueueRequest, IdempotencyKey, JobFilter, JobInfo, JobState, NewJob,
+};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{no_nul, no_nul_json, Authed, JsonBody, Objects};
+use crate::auth::namespace::tenant_scope;
 use crate::auth::{user_queue, Principal, Scope};
 use crate::metrics::JobCounter;
 use crate::AppState;
@@ -153,15 +156,52 @@ pub(super) fn unix_ms(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Enqueues; returns (id, duplicate) per job. Jobs with unique keys go straight to the
-/// engine (the answer says which were duplicates); the rest through group commit.
-async fn enqueue(state: &AppState, jobs: Vec<NewJob>) -> ApiResult<Vec<(i64, bool)>> {
-    if jobs.iter().any(|j| j.unique_key.is_some()) {
-        let done = state.engine.enqueue_many(&jobs).await?;
-        return Ok(done.into_iter().map(|e| (e.id, e.duplicate)).collect());
+/// Enqueues one request through the server's enqueue use case (group commit; unique keys
+/// to the engine directly), with the request's `Idempotency-Key` if it has one.
+async fn enqueue(
+    state: &AppState,
+    p: &Principal,
+    headers: &HeaderMap,
+    jobs: Vec<NewJob>,
+) -> ApiResult<Acked> {
+    let mut request = EnqueueRequest::new(jobs);
+    if let Some(key) = idempotency_key(headers, p)? {
+        request = request.idempotency_key(key);
     }
-    let ids = super::write_enqueue(state, jobs).await?;
-    Ok(ids.into_iter().map(|id| (id, false)).collect())
+    Ok(state.coalescers.enqueue_request(request).await?)
+}
+
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// The `Idempotency-Key` header, validated and scoped to the caller's tenant.
+fn idempotency_key(headers: &HeaderMap, p: &Principal) -> ApiResult<Option<IdempotencyKey>> {
+    let Some(raw) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let bad = |reason: &str| ApiError::bad_request("Idempotency-Key", reason);
+    let text = raw
+        .to_str()
+        .map_err(|_| bad("must be visible ASCII characters"))?;
+    match IdempotencyKey::new(text) {
+        Ok(k) => Ok(Some(k.scoped(&tenant_scope(p.tenant_id)))),
+        Err(pgferry_core::Error::InvalidName { reason, .. }) => Err(bad(reason)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// 201 when this request wrote jobs; 200 (and `Idempotent-Replayed: true`) when it was
+/// answered from its idempotency key or every job was a unique key's duplicate.
+fn enqueue_answer(done: &Acked, body: Value) -> (StatusCode, HeaderMap, Json<Value>) {
+    let mut headers = HeaderMap::new();
+    if done.replayed {
+        headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    let status = if done.replayed || done.duplicates.iter().all(|d| *d) {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    (status, headers, Json(body))
 }
 
 fn json_len(v: &Value) -> usize {
@@ -188,27 +228,19 @@ pub async fn enqueue_one(
     Authed(p): Authed,
     headers: HeaderMap,
     JsonBody(spec): JsonBody<JobSpec>,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, HeaderMap, Json<Value>)> {
     p.require(Scope::Produce)?;
     let queue = spec.queue.clone();
     let job = to_new_job(&state, &p, spec, traceparent(&headers))?;
-    let done = enqueue(&state, vec![job]).await?;
-    let (id, duplicate) = done
-        .first()
-        .copied()
-        .ok_or_else(|| ApiError::internal("enqueue returned no id"))?;
+    let done = enqueue(&state, &p, &headers, vec![job]).await?;
+    let (Some(&id), Some(&duplicate)) = (done.ids.first(), done.duplicates.first()) else {
+        return Err(ApiError::internal("enqueue returned no id"));
+    };
     if !duplicate {
         count_enqueued(&state, &p, &[&queue]);
     }
-    let status = if duplicate {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
-    Ok((
-        status,
-        Json(json!({ "job_id": id, "duplicate": duplicate })),
-    ))
+    let body = json!({ "job_id": id, "duplicate": duplicate, "replayed": done.replayed });
+    Ok(enqueue_answer(&done, body))
 }
 
 pub async fn enqueue_batch(
@@ -216,7 +248,7 @@ pub async fn enqueue_batch(
     Authed(p): Authed,
     headers: HeaderMap,
     JsonBody(batch): JsonBody<Batch>,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, HeaderMap, Json<Value>)> {
     p.require(Scope::Produce)?;
     let max = state.http.config.max_batch;
     if batch.jobs.is_empty() {
@@ -245,20 +277,20 @@ pub async fn enqueue_batch(
                 .map_err(|e| e.within(&format!("jobs[{i}]")))?,
         );
     }
-    let done = enqueue(&state, jobs).await?;
+    let done = enqueue(&state, &p, &headers, jobs).await?;
     let names: Vec<&str> = queues
         .iter()
-        .zip(&done)
-        .filter(|(_, (_, dup))| !dup)
+        .zip(&done.duplicates)
+        .filter(|(_, dup)| !**dup)
         .map(|(q, _)| q.as_str())
         .collect();
     count_enqueued(&state, &p, &names);
-    let ids: Vec<i64> = done.iter().map(|(id, _)| *id).collect();
-    let dups: Vec<bool> = done.iter().map(|(_, d)| *d).collect();
-    Ok((
-        StatusCode::CREATED,
-        Json(json!({ "job_ids": ids, "duplicates": dups })),
-    ))
+    let body = json!({
+        "job_ids": done.ids,
+        "duplicates": done.duplicates,
+        "replayed": done.replayed,
+    });
+    Ok(enqueue_answer(&done, body))
 }
 
 /// Parses a job id path segment.

@@ -19,7 +19,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::Method;
 use axum::routing::MethodRouter;
 use axum::Router;
-use pgferry_core::{Completed, NewJob, Outcome};
+use pgferry_core::{Completed, Outcome};
 
 use crate::AppState;
 use error::ApiResult;
@@ -151,11 +151,6 @@ pub fn router(config: &HttpConfig) -> Router<AppState> {
 
 // The two writes of the API go through the server's group-commit coalescers (shared with
 // the gRPC streams): concurrent requests become one statement per flush.
-
-/// Enqueues a validated batch (engine queue names already namespaced); all or nothing.
-pub(crate) async fn write_enqueue(state: &AppState, jobs: Vec<NewJob>) -> ApiResult<Vec<i64>> {
-    Ok(state.coalescers.enqueue(jobs).await?)
-}
 
 /// Records outcomes; answers in input order.
 pub(crate) async fn write_complete(
