@@ -1,6 +1,7 @@
 // The client: enqueue over one persistent Producer stream (acks matched by seq, so any
 // number of enqueues pipeline on it), lookups and admin over the Admin service's unary
 // RPCs, and the HTTP API as fallback (or as the only transport when given just httpUrl).
+import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import type * as grpc from "@grpc/grpc-js";
 import {
@@ -53,7 +54,23 @@ export interface ClientOptions {
   connectTimeoutMs?: number;
   /** Queue for enqueues that name none (default "default"). */
   defaultQueue?: string;
+  /** How enqueues whose fate is unknown (the stream broke, the server was unavailable) are
+   * retried. Every request carries an idempotency key (the caller's, or a random one), so a
+   * retry that reaches a server which had committed the first attempt answers its ids and
+   * writes nothing. Default: 6 attempts, 50 ms doubling to 2 s; `{ attempts: 1 }`: none. */
+  retry?: RetryPolicy;
 }
+
+export interface RetryPolicy {
+  /** Attempts in all (1: no retry). */
+  attempts?: number;
+  /** Pause before the first retry; doubled each time up to maxBackoffMs. */
+  backoffMs?: number;
+  maxBackoffMs?: number;
+}
+
+/** A fresh random idempotency key (128 bits, hex). */
+const newKey = (): string => randomBytes(16).toString("hex");
 
 export interface WaitOptions {
   /** Give up after this long (JobFailedError with code "timeout"); default: wait forever. */
@@ -140,6 +157,7 @@ export class Client {
   private httpOnly: boolean;
   private seq = 0;
   private closed = false;
+  private readonly retryPolicy: Required<RetryPolicy>;
 
   constructor(opts: ClientOptions) {
     if (!opts.url && !opts.httpUrl) throw new TypeError("pgferry: Client needs url (gRPC) or httpUrl (HTTP)");
@@ -152,6 +170,11 @@ export class Client {
     this.timeoutMs = opts.timeoutMs ?? 30_000;
     this.connectTimeoutMs = opts.connectTimeoutMs ?? 10_000;
     this.httpOnly = !opts.url;
+    this.retryPolicy = {
+      attempts: Math.max(1, opts.retry?.attempts ?? 6),
+      backoffMs: opts.retry?.backoffMs ?? 50,
+      maxBackoffMs: opts.retry?.maxBackoffMs ?? 2_000,
+    };
     if (this.httpOnly) this.http = new HttpApi(opts.httpUrl as string, this.apiKey, this.timeoutMs);
   }
 
@@ -188,28 +211,52 @@ export class Client {
   /** Enqueue one job; resolves once it is committed. `args` is any JSON value. */
   async enqueue(kind: string, args?: unknown, opts: EnqueueOptions = {}): Promise<EnqueuedJob> {
     await loadTracing();
-    const spec = toSpec({ ...opts, kind, args }, opts.queue ?? this.defaultQueue, currentTraceHeaders());
-    if (this.httpOnly) return (this.http as HttpApi).enqueue(spec);
-    const seq = ++this.seq;
-    const ack = await this.send(seq, { enqueue: { seq, job: spec } });
-    if (ack.job_ids.length !== 1) throw new ProtocolError(`enqueue ack has ${ack.job_ids.length} ids for 1 job`);
-    return { id: Number(ack.job_ids[0]), duplicate: Boolean(ack.duplicates[0]) };
+    const { idempotencyKey, ...rest } = opts;
+    const spec = toSpec({ ...rest, kind, args }, opts.queue ?? this.defaultQueue, currentTraceHeaders());
+    const key = idempotencyKey ?? newKey();
+    const http = this.http;
+    if (this.httpOnly && http) return this.withRetries(() => http.enqueue(spec, key));
+    return this.withRetries(async () => {
+      const seq = ++this.seq;
+      const ack = await this.send(seq, { enqueue: { seq, job: spec, idempotency_key: key } });
+      if (ack.job_ids.length !== 1) throw new ProtocolError(`enqueue ack has ${ack.job_ids.length} ids for 1 job`);
+      return { id: Number(ack.job_ids[0]), duplicate: Boolean(ack.duplicates[0]), replayed: Boolean(ack.replayed) };
+    });
   }
 
   /** Enqueue several jobs atomically (one EnqueueBatch): all are committed or none. */
-  async enqueueMany(jobs: Iterable<JobRequest>): Promise<EnqueuedJob[]> {
+  async enqueueMany(jobs: Iterable<JobRequest>, opts: { idempotencyKey?: string } = {}): Promise<EnqueuedJob[]> {
     await loadTracing();
     const trace = currentTraceHeaders();
     const specs: WireJobSpec[] = [];
     for (const j of jobs) specs.push(toSpec(j, j.queue ?? this.defaultQueue, trace));
     if (specs.length === 0) return [];
-    if (this.httpOnly) return (this.http as HttpApi).enqueueBatch(specs);
-    const seq = ++this.seq;
-    const ack = await this.send(seq, { batch: { seq, jobs: specs } });
-    if (ack.job_ids.length !== specs.length) {
-      throw new ProtocolError(`enqueue ack has ${ack.job_ids.length} ids for ${specs.length} jobs`);
+    const key = opts.idempotencyKey ?? newKey();
+    const http = this.http;
+    if (this.httpOnly && http) return this.withRetries(() => http.enqueueBatch(specs, key));
+    return this.withRetries(async () => {
+      const seq = ++this.seq;
+      const ack = await this.send(seq, { batch: { seq, jobs: specs, idempotency_key: key } });
+      if (ack.job_ids.length !== specs.length) {
+        throw new ProtocolError(`enqueue ack has ${ack.job_ids.length} ids for ${specs.length} jobs`);
+      }
+      const replayed = Boolean(ack.replayed);
+      return ack.job_ids.map((id, i) => ({ id: Number(id), duplicate: Boolean(ack.duplicates[i]), replayed }));
+    });
+  }
+
+  /** Retry a request whose fate is unknown (Unavailable) with the same idempotency key. */
+  private async withRetries<T>(attempt: () => Promise<T>): Promise<T> {
+    let backoff = this.retryPolicy.backoffMs;
+    for (let n = 1; ; n++) {
+      try {
+        return await attempt();
+      } catch (e) {
+        if (!(e instanceof Unavailable) || n >= this.retryPolicy.attempts || this.closed) throw e;
+        await sleep(backoff);
+        backoff = Math.min(backoff * 2, this.retryPolicy.maxBackoffMs);
+      }
     }
-    return ack.job_ids.map((id, i) => ({ id: Number(id), duplicate: Boolean(ack.duplicates[i]) }));
   }
 
   private async send(seq: number, req: unknown): Promise<EnqueueAck> {

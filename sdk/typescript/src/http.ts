@@ -43,6 +43,16 @@ export class HttpApi {
   }
 
   async call<T>(method: string, path: string, body?: unknown, query?: Query, headers?: Record<string, string>): Promise<T> {
+    return (await this.callWithHeaders<T>(method, path, body, query, headers)).body;
+  }
+
+  async callWithHeaders<T>(
+    method: string,
+    path: string,
+    body?: unknown,
+    query?: Query,
+    headers?: Record<string, string>,
+  ): Promise<{ body: T; headers: Headers }> {
     let url = this.base + path;
     if (query) {
       const q = new URLSearchParams();
@@ -63,31 +73,40 @@ export class HttpApi {
     } catch (e) {
       throw new Unavailable(`HTTP ${method} ${path} failed: ${(e as Error).message}`, { cause: e });
     }
-    const text = await resp.text();
+    let text: string;
+    try {
+      text = await resp.text();
+    } catch (e) {
+      throw new Unavailable(`HTTP ${method} ${path}: the answer was cut off: ${(e as Error).message}`, { cause: e });
+    }
     if (!resp.ok) throw httpError(resp, text);
-    return (text ? JSON.parse(text) : null) as T;
+    return { body: (text ? JSON.parse(text) : null) as T, headers: resp.headers };
   }
 
-  async enqueue(spec: WireJobSpec, idempotencyKey?: string): Promise<EnqueuedJob> {
-    const r = await this.call<{ job_id: number; duplicate?: boolean }>(
+  /** POST /v1/jobs with the Idempotency-Key header; a replay is answered 200 with
+   * `Idempotent-Replayed: true`. */
+  async enqueue(spec: WireJobSpec, idempotencyKey: string): Promise<EnqueuedJob> {
+    const r = await this.callWithHeaders<{ job_id: number; duplicate?: boolean }>(
       "POST",
       "/v1/jobs",
       toHttpJob(spec),
       undefined,
-      idempotencyKey ? { "idempotency-key": idempotencyKey } : undefined,
+      { "idempotency-key": idempotencyKey },
     );
-    return { id: Number(r.job_id), duplicate: Boolean(r.duplicate) };
+    const replayed = r.headers.get("idempotent-replayed") === "true";
+    return { id: Number(r.body.job_id), duplicate: Boolean(r.body.duplicate), replayed };
   }
 
-  async enqueueBatch(specs: WireJobSpec[], idempotencyKey?: string): Promise<EnqueuedJob[]> {
-    const r = await this.call<{ job_ids: number[]; duplicates?: boolean[] }>(
+  async enqueueBatch(specs: WireJobSpec[], idempotencyKey: string): Promise<EnqueuedJob[]> {
+    const r = await this.callWithHeaders<{ job_ids: number[]; duplicates?: boolean[] }>(
       "POST",
       "/v1/jobs/batch",
       { jobs: specs.map(toHttpJob) },
       undefined,
-      idempotencyKey ? { "idempotency-key": idempotencyKey } : undefined,
+      { "idempotency-key": idempotencyKey },
     );
-    return r.job_ids.map((id, i) => ({ id: Number(id), duplicate: Boolean(r.duplicates?.[i]) }));
+    const replayed = r.headers.get("idempotent-replayed") === "true";
+    return r.body.job_ids.map((id, i) => ({ id: Number(id), duplicate: Boolean(r.body.duplicates?.[i]), replayed }));
   }
 
   async getJob(id: number): Promise<JobInfo> {

@@ -1,5 +1,5 @@
 export { Pgferry, register, type PgferryOptions, type TaskWorkerOptions } from "./pgferry.js";
-export { Client, type ClientOptions, type WaitOptions } from "./client.js";
+export { Client, type ClientOptions, type RetryPolicy, type WaitOptions } from "./client.js";
 export { Worker, type WorkerOptions, type WorkerStats, type Handler, type HandlerOptions, type Logger } from "./worker.js";
 export { JobContext } from "./context.js";
 export { Task, type TaskDefinition, type TaskOf, validate } from "./task.js";

@@ -84,7 +84,8 @@ export class Task<I, P, O, R = Awaited<O>> {
       const root = index === undefined ? "input" : `inputs[${index}]`;
       await validate(def.input, input, `task "${this.name}": invalid input`, root);
     }
-    const req: JobRequest = { kind: this.name, args: input, ...opts };
+    const { idempotencyKey: _key, ...rest } = opts;
+    const req: JobRequest = { kind: this.name, args: input, ...rest };
     req.queue ??= def.queue;
     if (req.maxAttempts === undefined && def.retries !== undefined) req.maxAttempts = def.retries + 1;
     if (req.priority === undefined && def.priority !== undefined) req.priority = def.priority;
@@ -94,13 +95,13 @@ export class Task<I, P, O, R = Awaited<O>> {
   /** Validate and enqueue; resolves once the job is committed. */
   async enqueue(input: I, opts: EnqueueOptions = {}): Promise<EnqueuedJob> {
     const { kind, args, ...rest } = await this.request(input, opts);
-    return this.client.enqueue(kind, args, rest);
+    return this.client.enqueue(kind, args, { ...rest, ...(opts.idempotencyKey ? { idempotencyKey: opts.idempotencyKey } : {}) });
   }
 
   /** Validate every input, then enqueue them atomically (all or none). */
   async enqueueMany(inputs: readonly I[], opts: EnqueueOptions = {}): Promise<EnqueuedJob[]> {
     const reqs = await Promise.all(inputs.map((input, i) => this.request(input, opts, i)));
-    return this.client.enqueueMany(reqs);
+    return this.client.enqueueMany(reqs, opts.idempotencyKey ? { idempotencyKey: opts.idempotencyKey } : {});
   }
 
   /** Enqueue to run no earlier than `at` (a Date or Unix milliseconds). */

@@ -23,10 +23,16 @@ export interface EnqueueOptions {
   maxAttempts?: number;
   /** Headers carried to the worker unchanged (`traceparent` is added inside a span). */
   meta?: Record<string, string>;
+  /** 1 to 255 visible ASCII characters, scoped to the tenant: any number of requests with
+   * the key (from this process or another, within the server's retention, 24 h by default)
+   * write the job once; the later ones answer the first one's id with `replayed: true`.
+   * Without it the client makes a random key per request, so its own retries after an
+   * ambiguous failure are safe. */
+  idempotencyKey?: string;
 }
 
 /** One job of `enqueueMany`. */
-export interface JobRequest extends EnqueueOptions {
+export interface JobRequest extends Omit<EnqueueOptions, "idempotencyKey"> {
   kind: string;
   args?: unknown;
 }
@@ -36,6 +42,9 @@ export interface JobRequest extends EnqueueOptions {
 export interface EnqueuedJob {
   id: number;
   duplicate: boolean;
+  /** Answered from the request's idempotency key: an earlier request with the key wrote
+   * the job and this one wrote nothing. */
+  replayed: boolean;
 }
 
 export type JobState =

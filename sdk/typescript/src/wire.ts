@@ -38,6 +38,7 @@ export interface EnqueueAck {
   job_ids: number[];
   duplicates: boolean[];
   error?: WireError | null;
+  replayed?: boolean;
 }
 
 export interface ProducerResponse {

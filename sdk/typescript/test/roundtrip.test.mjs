@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { z } from "zod";
-import { Client, Pgferry, Worker, JobFailedError } from "../dist/esm/index.js";
+import { Client, InvalidArgument, Pgferry, Worker, JobFailedError } from "../dist/esm/index.js";
 import { Server } from "./helpers/server.mjs";
 import { Recorder, queueName, quiet, running, waitState } from "./helpers/util.mjs";
 
@@ -190,5 +190,36 @@ describe("transports", () => {
     assert.ok(listed);
     assert.equal(listed.counts.enqueued >= 0, true);
     await c.close();
+  });
+
+  it("an idempotency key writes a request once; repeats answer the first ids (gRPC and HTTP)", async (t) => {
+    const queue = queueName(t);
+    const clients = [
+      new Client({ url: server.grpcUrl, apiKey: server.apiKey }),
+      new Client({ httpUrl: server.httpUrl, apiKey: server.apiKey }),
+    ];
+    for (const c of clients) {
+      const key = `once-${queue}-${c.transport}`;
+      const first = await c.enqueue("k", { n: 1 }, { queue, idempotencyKey: key });
+      const again = await c.enqueue("k", { n: 1 }, { queue, idempotencyKey: key });
+      assert.deepEqual([first.replayed, again.replayed, again.id], [false, true, first.id]);
+      const jobs = [
+        { kind: "k", args: { n: 2 }, queue },
+        { kind: "k", args: { n: 3 }, queue },
+      ];
+      const b1 = await c.enqueueMany(jobs, { idempotencyKey: `${key}-batch` });
+      const b2 = await c.enqueueMany(jobs, { idempotencyKey: `${key}-batch` });
+      assert.deepEqual(b2.map((j) => j.id), b1.map((j) => j.id));
+      assert.ok(b2.every((j) => j.replayed) && !b1.some((j) => j.replayed));
+      // The same key for other jobs is refused, naming the key.
+      const e = await c.enqueue("other", { n: 9 }, { queue, idempotencyKey: key }).then(
+        () => assert.fail("a reused key was accepted"),
+        (err) => err,
+      );
+      assert.ok(e instanceof InvalidArgument, String(e));
+    }
+    // Each transport wrote its three jobs once.
+    assert.equal((await clients[0].listJobs({ queue, limit: 100 })).items.length, 6);
+    for (const c of clients) await c.close();
   });
 });
