@@ -6,7 +6,7 @@
 // Without --url a private `pgferry dev` is started ($PGFERRY_BIN, else `pgferry` on PATH)
 // in a temporary directory and stopped afterwards. --compare-rust then runs
 // `pgferry bench cycle --via grpc` (32 producers, 128 slots) in the same run and reports the
-// ratio.
+// ratio. Producers pause while more than --max-depth jobs wait (as the Rust bench does).
 import { execFileSync, spawn } from "node:child_process";
 import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -25,12 +25,15 @@ const { values: a } = parseArgs({
     "compare-rust": { type: "boolean", default: false },
     "rust-duration": { type: "string", default: "10" },
     preload: { type: "boolean", default: false },
+    "max-depth": { type: "string", default: "20000" },
   },
 });
 const jobs = Number(a.jobs);
 const concurrency = Number(a.concurrency);
 const batch = Number(a.batch);
 const pipeline = Number(a.pipeline);
+// As the Rust bench's --max-depth: producers pause while more jobs than this wait.
+const maxDepth = Number(a["max-depth"]);
 
 function binary() {
   if (process.env.PGFERRY_BIN) return process.env.PGFERRY_BIN;
@@ -75,6 +78,7 @@ async function run(url, key) {
     let next = 0;
     const lane = async () => {
       while (next < jobs) {
+        while (!a.preload && next - worker.stats.acked > maxDepth) await new Promise((r) => setTimeout(r, 1));
         const n = Math.min(batch, jobs - next);
         next += n;
         await client.enqueueMany(Array.from({ length: n }, () => ({ kind: "noop", queue })));
@@ -103,6 +107,7 @@ async function run(url, key) {
     concurrency,
     enqueue_batch: batch,
     pipeline,
+    max_depth: a.preload ? null : maxDepth,
     completed_jobs_per_s: Math.round((jobs / elapsed) * 10) / 10,
     mode: a.preload ? "preload" : "cycle",
     ...(a.preload ? {} : { enqueue_jobs_per_s: Math.round((jobs / ((enqueueEnd - t0) / 1000)) * 10) / 10 }),

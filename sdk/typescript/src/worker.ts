@@ -213,7 +213,9 @@ export class Worker {
         const delay = this.backoff.next();
         this.stats.reconnects++;
         this.log.warn(`pgferry worker: stream ended (${err instanceof Error ? err.message : "closed"}); reconnecting in ${Math.round(delay)} ms`);
-        await sleep(delay, this.stopped.signal);
+        // stop() cuts a backoff pause short; while draining the pauses stay short but real,
+        // so a server that is down does not turn this loop into a spin.
+        await (this.draining ? sleep(Math.min(delay, 250)) : sleep(delay, this.stopped.signal));
       }
     } finally {
       if (this.opts.handleSignals) {
