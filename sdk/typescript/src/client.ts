@@ -327,6 +327,9 @@ export class Client {
       };
       const cleanup = () => {
         clearTimeout(timer);
+        // A cancelled call still emits its status as an "error": keep one listener so it
+        // never goes unhandled (an unhandled "error" event would end the process).
+        call.on("error", () => {});
         call.off("data", onData);
         call.off("error", onError);
         call.off("end", onEnd);

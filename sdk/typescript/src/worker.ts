@@ -119,6 +119,8 @@ export class Worker {
   private hb = new Heartbeats();
   private unstarted: AttemptRef[] = [];
   private call: grpc.ClientDuplexStream<unknown, unknown> | null = null;
+  // A session is under way (from opening the stream until it ended), hello or not.
+  private sessionOpen = false;
   private kickScheduled = false;
   private draining = false;
   private drainSent = false;
@@ -196,6 +198,8 @@ export class Worker {
     const channel = openChannel(this.opts.url);
     try {
       for (;;) {
+        // stop() while reconnecting with nothing left to report: done, no new stream.
+        if (this.draining && this.finished()) return;
         let err: unknown;
         try {
           await this.session(channel);
@@ -255,7 +259,7 @@ export class Worker {
       this.results.length === 0 &&
       this.unacked.size === 0 &&
       this.unstarted.length === 0 &&
-      ((this.drainSent && this.drainsUnanswered === 0) || this.call === null)
+      (this.call === null ? !this.sessionOpen : this.drainSent && this.drainsUnanswered === 0)
     );
   }
 
@@ -309,9 +313,11 @@ export class Worker {
       const call = channel.makeBidiStreamRequest(STREAM.path, STREAM.serialize, STREAM.deserialize, authMetadata(this.opts.apiKey));
       let settled = false;
       let hello = false;
+      this.sessionOpen = true;
       const settle = (e?: unknown) => {
         if (settled) return;
         settled = true;
+        this.sessionOpen = false;
         if (this.call === call) this.call = null;
         if (e === undefined) resolve();
         else reject(e);

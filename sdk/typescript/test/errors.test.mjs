@@ -106,6 +106,19 @@ describe("typed errors", () => {
     await rejects(h.getJob(1), Unavailable);
   });
 
+  it("a worker that cannot reach its server keeps retrying, and stop() ends it", async () => {
+    const w = new Worker({ url: "http://127.0.0.1:9", apiKey: "k", queues: ["q"], reconnectCapMs: 200, handleSignals: false, logger: quiet });
+    w.handle("x", () => {});
+    const run = w.run();
+    const deadline = Date.now() + 30_000;
+    while (w.stats.reconnects < 3) {
+      assert.ok(Date.now() < deadline, "no reconnect attempts");
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    w.stop();
+    await run;
+  });
+
   it("local mistakes are refused before anything is sent", async () => {
     const c = new Client({ url: "http://127.0.0.1:9", apiKey: "k" });
     await assert.rejects(c.enqueue("x", {}, { delayMs: 1, runAt: new Date() }), TypeError);
