@@ -7,7 +7,6 @@ import type * as grpc from "@grpc/grpc-js";
 import {
   AuthError,
   JobFailedError,
-  NotFound,
   PgferryError,
   ProtocolError,
   Unavailable,
@@ -505,17 +504,6 @@ export class Client {
     const last = info.attempts[info.attempts.length - 1];
     const why = last?.error ? `: ${last.error}` : "";
     throw new JobFailedError(`job ${info.id} ended ${info.state}${why}`, info, info.state === "cancelled" ? "cancelled" : "job_failed");
-  }
-
-  /** True when the job exists for this key; a NotFound is `false`, other errors throw. */
-  async exists(id: number): Promise<boolean> {
-    try {
-      await this.getJob(id);
-      return true;
-    } catch (e) {
-      if (e instanceof NotFound) return false;
-      throw e;
-    }
   }
 }
 
