@@ -47,6 +47,24 @@ describe("round trip", () => {
     await c.close();
   });
 
+  it("a worker that does not ask for batches works with single messages", async (t) => {
+    const queue = queueName(t);
+    const rec = new Recorder();
+    const w = worker(queue, { maxBatch: 0 }).handle("one", ({ i }, ctx) => {
+      rec.add("ran", ctx, i);
+      return i;
+    });
+    const c = client();
+    await running(w, async () => {
+      assert.equal(w.helloAck.max_batch, 0);
+      const jobs = await c.enqueueMany(Array.from({ length: 30 }, (_, i) => ({ kind: "one", args: { i }, queue })));
+      await rec.waitUntil(() => jobs.every((j) => rec.ids("ran").includes(j.id)), "30 jobs");
+      assert.deepEqual(await c.result(jobs[29]), 29);
+    });
+    assert.deepEqual([w.stats.completed, w.stats.acked], [30, 30]);
+    await c.close();
+  });
+
   it("pipelines concurrent enqueues on one Producer stream", async (t) => {
     const queue = queueName(t);
     const c = client();
