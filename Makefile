@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: dev test setup build lint test-rust test-python test-ts test-fuzz bench
+.PHONY: dev test setup build lint test-rust test-python test-ts test-fuzz bench screenshots
 
 setup:
 	@scripts/setup.sh
@@ -32,8 +32,11 @@ test-python: setup
 	$(CARGO) build -p pgferry-cli
 	@test -x $(PY_VENV)/bin/python || python3 -m venv $(PY_VENV)
 	$(PY_VENV)/bin/pip install -q --disable-pip-version-check hatchling grpcio-tools grpcio protobuf pytest pytest-timeout mypy types-grpcio types-protobuf opentelemetry-api opentelemetry-sdk
+	# The task API's optional pydantic support and the framework examples (FastAPI, Django).
+	$(PY_VENV)/bin/pip install -q --disable-pip-version-check pydantic fastapi httpx django
 	$(PY_VENV)/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e sdk/python
 	cd sdk/python && .venv/bin/mypy
+	cd sdk/python && .venv/bin/mypy --strict examples/typed_app.py examples/fastapi_app.py
 	cd sdk/python && .venv/bin/python -m pytest -q -p no:cacheprovider --timeout 600
 
 # TypeScript SDK (sdk/typescript): `npm ci` from the committed lock file, strict tsc (ESM
@@ -55,3 +58,8 @@ test: lint test-rust test-python test-ts test-fuzz
 # The engine benchmark against the skiplocked and append-only references (release build).
 bench: setup
 	$(CARGO) run --release -q -p pgferry-cli --bin pgferry -- bench compare --json
+
+# Re-takes the dashboard screenshots in docs/screenshots (the browser tests save them under
+# the target dir otherwise; they run in `make test` as part of test-rust).
+screenshots: setup
+	PGFERRY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(CARGO) test -p pgferry-dashboard --test browser

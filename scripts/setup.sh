@@ -31,6 +31,10 @@ command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >/de
 # Node.js and npm: the TypeScript SDK's build and tests (`make test-ts`; Node >= 20).
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+# The dashboard's browser tests (crates/pgferry-dashboard/tests/browser.rs) drive a real
+# headless Chromium through chromedriver.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -56,7 +56,7 @@ pub struct BenchOpts {
     /// before the run, with a probe of promotion lateness during it (Some(0): the probe and
     /// the settling step alone, the baseline to compare with).
     pub scheduled: Option<usize>,
-    /// pgferry only: the benchmark queue's durability (DESIGN §1.7). The references always
+    /// pgferry only: the benchmark queue's durability (architecture.md §1.7). The references always
     /// commit synchronously.
     #[serde(serialize_with = "durability")]
     pub durability: Durability,
@@ -143,7 +143,7 @@ pub async fn run(
 
 /// Runs the cycle and the references one after another on the same cluster and adds the
 /// ratios. The targets compare `cycle` (synchronous, as the references are) with them;
-/// `cycle_async` reports the same cycle on a queue with async durability (DESIGN §1.7: the
+/// `cycle_async` reports the same cycle on a queue with async durability (architecture.md §1.7: the
 /// bench reports both modes), and `log_acked` comes last: it is not one of issue 3's targets
 /// but tells how much of the gap to `log` any acknowledged queue pays.
 pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_json::Value> {

@@ -80,7 +80,7 @@ pub enum Via {
     Http,
 }
 
-/// DESIGN §1.7: `async` commits the queue's writes with synchronous_commit = off.
+/// architecture.md §1.7: `async` commits the queue's writes with synchronous_commit = off.
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
 pub enum DurabilityArg {
     Sync,

@@ -1,5 +1,6 @@
 //! The `pgferry` binary.
 
+mod admin;
 mod bench_cmd;
 mod dev;
 mod migrate_cmd;
@@ -68,6 +69,29 @@ enum Command {
         #[command(subcommand)]
         action: tenant_cmd::TenantAction,
     },
+    /// Queues of the API key's tenant: list, show, pause, resume, set, cancel (HTTP API).
+    Queue {
+        #[command(flatten)]
+        target: admin::api::Target,
+        #[command(subcommand)]
+        cmd: admin::QueueCmd,
+    },
+    /// Jobs: get, list, cancel, retry (HTTP API).
+    Job {
+        #[command(flatten)]
+        target: admin::api::Target,
+        #[command(subcommand)]
+        cmd: admin::JobCmd,
+    },
+    /// The dead-letter queue: list, retry, purge (HTTP API).
+    Dead {
+        #[command(flatten)]
+        target: admin::api::Target,
+        #[command(subcommand)]
+        cmd: admin::DeadCmd,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions { shell: clap_complete::Shell },
     /// Manage API keys (operators; talks to the database directly).
     Key {
         #[arg(long, env = "PGFERRY_DATABASE_URL", global = true)]
@@ -99,12 +123,27 @@ async fn main() -> std::process::ExitCode {
             action,
         } => tenant_cmd::key(&require_url(database_url), action).await,
         Command::Bench { cmd } => bench_cmd::run(cmd).await,
+        Command::Queue { target, cmd } => admin::queue(&target, cmd).await,
+        Command::Job { target, cmd } => admin::job(&target, cmd).await,
+        Command::Dead { target, cmd } => admin::dead(&target, cmd).await,
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "pgferry",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("pgferry: error: {e:#}");
-            std::process::ExitCode::FAILURE
+            match e.downcast_ref::<admin::api::ExitError>() {
+                Some(x) => std::process::ExitCode::from(x.exit as u8),
+                None => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }

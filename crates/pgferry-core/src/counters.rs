@@ -4,7 +4,7 @@
 //! claimed, finished, …) in memory and flushes the deltas once per interval in one
 //! statement into `lane_counters`. Nothing is counted inside enqueue, claim or complete: a
 //! counter row updated per batch would serialize every writer of a lane on one row
-//! (DESIGN §1.2). The cold paths that move jobs in their own statement (promotion, DLQ retry
+//! (architecture.md §1.2). The cold paths that move jobs in their own statement (promotion, DLQ retry
 //! and purge) count in that statement.
 //!
 //! Counters drift where a delta is lost or wrong: a process that dies loses its unflushed

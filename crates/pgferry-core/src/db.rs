@@ -52,7 +52,7 @@ pub fn pool(config: &Config, role: &str, size: usize) -> Pool {
 
 /// The two pools of an engine: one for everything, and one whose sessions commit with
 /// `synchronous_commit = off`, for the hot-path writes of queues that chose
-/// [`Durability::Async`](crate::Durability) (DESIGN §1.7). A session setting rather than a
+/// [`Durability::Async`](crate::Durability) (architecture.md §1.7). A session setting rather than a
 /// `SET LOCAL` per statement: COPY cannot carry one, and a separate SET would cost a round
 /// trip per batch. The async pool opens no connection until such a queue writes.
 #[derive(Clone)]
@@ -111,7 +111,11 @@ pub async fn connect(config: &Config, role: &str) -> Result<tokio_postgres::Clie
     let role = role.to_string();
     tokio::spawn(async move {
         if let Err(e) = conn.await {
-            tracing::debug!(role, error = %e, "connection closed");
+            // The server's reason (e.g. FATAL 57P01 "terminating connection due to
+            // administrator command") reaches only this task: the next statement on the
+            // client just sees "connection closed". Log it whole, with the role.
+            let e = Error::Db(e);
+            tracing::warn!(role, sqlstate = e.sqlstate(), error = %e, "database connection ended");
         }
     });
     Ok(client)

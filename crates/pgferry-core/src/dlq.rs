@@ -1,6 +1,6 @@
 //! The dead-letter queue: list (filtered, keyset-paginated), retry, purge.
 //!
-//! `dead` is a small mutable table (DESIGN §1.3): jobs land there after their last attempt.
+//! `dead` is a small mutable table (architecture.md §1.3): jobs land there after their last attempt.
 //! A retried dead job keeps its id; its earlier attempts stay in the log's history.
 
 use std::time::SystemTime;

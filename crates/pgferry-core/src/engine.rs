@@ -112,6 +112,15 @@ impl Engine {
         })
     }
 
+    /// Closes both pools: checked-out connections close when returned, new checkouts fail.
+    /// Call once nothing uses the engine any more (the runtime's shutdown does).
+    pub fn close(&self) {
+        self.pool.close();
+        if let Some(p) = &self.async_pool {
+            p.close();
+        }
+    }
+
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
@@ -211,6 +220,8 @@ impl Engine {
             return Ok(Vec::new());
         }
         let order = &held.lanes;
+        let lease_until = SystemTime::now()
+            + std::time::Duration::from_millis(u64::try_from(lanes.lease_ms).unwrap_or(0));
         let rows = match lanes.concurrency {
             None => {
                 let stmt = client.prepare_cached(CLAIM).await?;
@@ -244,7 +255,11 @@ impl Engine {
         }
         Ok(rows
             .iter()
-            .map(|r| row_to_claimed(r, lanes.backoff))
+            .map(|r| {
+                let mut job = row_to_claimed(r, lanes.backoff, lease_until);
+                job.priority = lanes.priority_of(job.lane).map_or(0, |p| p as u8);
+                job
+            })
             .collect())
     }
 
@@ -335,7 +350,11 @@ impl Engine {
     }
 }
 
-fn row_to_claimed(r: &tokio_postgres::Row, backoff: crate::job::Backoff) -> ClaimedJob {
+fn row_to_claimed(
+    r: &tokio_postgres::Row,
+    backoff: crate::job::Backoff,
+    lease_until: SystemTime,
+) -> ClaimedJob {
     ClaimedJob {
         receipt_id: r.get(0),
         job_id: r.get(1),
@@ -349,5 +368,7 @@ fn row_to_claimed(r: &tokio_postgres::Row, backoff: crate::job::Backoff) -> Clai
         lane: r.get(9),
         receipt_segment: r.get(10),
         backoff,
+        priority: 0,
+        lease_until,
     }
 }

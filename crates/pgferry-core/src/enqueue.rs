@@ -375,7 +375,7 @@ impl Engine {
 
     /// Writes fresh rows with one COPY inside BEGIN … COMMIT, pipelined: BEGIN goes with the
     /// COPY's start, the key records and COMMIT with its end, so this costs the COPY's own
-    /// two round trips. Returns only after COMMIT's reply (DESIGN §1.6): tokio-postgres
+    /// two round trips. Returns only after COMMIT's reply (architecture.md §1.6): tokio-postgres
     /// finishes a COPY at its CommandComplete, before an implicit transaction's commit at
     /// the following Sync, so without the explicit COMMIT a backend terminated in between
     /// (or a failing commit) would roll back rows already reported written (issue 17).

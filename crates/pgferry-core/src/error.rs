@@ -24,9 +24,11 @@ pub enum Error {
     NotFound { what: &'static str, id: String },
     #[error("{0}")]
     Conflict(String),
-    #[error("database: {0}")]
+    /// Displayed with its whole cause: the server's message, SQLSTATE, detail and hint, or
+    /// the I/O error under a lost connection (tokio-postgres alone prints "db error").
+    #[error("database: {}", describe_db(.0))]
     Db(#[from] tokio_postgres::Error),
-    #[error("connection pool: {0}")]
+    #[error("connection pool: {}", describe_pool(.0))]
     Pool(#[from] deadpool_postgres::PoolError),
 }
 
@@ -52,6 +54,32 @@ impl Error {
         self.code() == "unavailable"
     }
 
+    /// What an API may tell a client: the whole message for the client's own errors; for
+    /// infrastructure failures a plain sentence and the SQLSTATE, never the server's text
+    /// (which names tables and constraints). Logs keep the whole cause (Display).
+    pub fn public_message(&self) -> String {
+        match self {
+            Error::Db(e) if connection_lost(e) => {
+                "the database connection was lost or the database is unavailable; retry later"
+                    .to_string()
+            }
+            Error::Db(e) => match e.code() {
+                Some(state) => format!("database error (SQLSTATE {})", state.code()),
+                None => "database error".to_string(),
+            },
+            Error::Pool(_) => "the database is unavailable; retry later".to_string(),
+            other => other.to_string(),
+        }
+    }
+
+    /// The SQLSTATE of a database error, if the server sent one.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            Error::Db(e) => e.code().map(|c| c.code()),
+            _ => None,
+        }
+    }
+
     /// True for bad input (the caller's fault), false for infrastructure failures.
     pub fn is_invalid_input(&self) -> bool {
         !matches!(self, Error::Db(_) | Error::Pool(_))
@@ -72,4 +100,33 @@ fn connection_lost(e: &tokio_postgres::Error) -> bool {
         return c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03");
     }
     std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+}
+
+/// A database error with everything Postgres said, or the cause under it.
+fn describe_db(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut out = format!("{} {}: {}", db.severity(), db.code().code(), db.message());
+        if let Some(d) = db.detail() {
+            out.push_str(&format!("; detail: {d}"));
+        }
+        if let Some(h) = db.hint() {
+            out.push_str(&format!("; hint: {h}"));
+        }
+        return out;
+    }
+    // "connection closed", "error communicating with the server", ...: then what lies under.
+    let mut out = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        out.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    out
+}
+
+fn describe_pool(e: &deadpool_postgres::PoolError) -> String {
+    match e {
+        deadpool_postgres::PoolError::Backend(db) => describe_db(db),
+        other => other.to_string(),
+    }
 }

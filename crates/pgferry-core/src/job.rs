@@ -227,6 +227,11 @@ pub struct ClaimedJob {
     pub enqueued_at: SystemTime,
     /// The queue's retry policy when the claim was made.
     pub backoff: Backoff,
+    /// 0 (most urgent) to 3: the priority the job was enqueued with.
+    pub priority: u8,
+    /// When the lease ends unless heartbeated: the claim's start plus the queue's lease, a
+    /// lower bound of the database's own (which counts from the statement's start).
+    pub lease_until: SystemTime,
 }
 
 impl ClaimedJob {

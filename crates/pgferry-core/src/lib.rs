@@ -1,6 +1,6 @@
 //! pgferry-core: the engine of pgferry — schema and migrations, the append-only ready log
 //! with tick visibility batches, receipts as cursors, batched completions, and the leader's
-//! duties (ticker, promoter, rescuer, rotator). See DESIGN.md §2–§3.
+//! duties (ticker, promoter, rescuer, rotator). See docs/architecture.md §2–§3.
 
 pub mod cancelling;
 mod completion;
@@ -21,6 +21,7 @@ pub mod listing;
 pub mod lookup;
 pub mod migrate;
 pub mod queues;
+pub mod runtime;
 pub mod unique;
 
 pub use cancelling::{CancelFilter, CancelMatched};

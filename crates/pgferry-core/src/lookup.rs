@@ -182,6 +182,12 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
         None if cancel_requested => JobState::Cancelled,
         None => JobState::Pending,
     };
+    if last_outcome.is_none() && !last.get::<_, bool>(2) {
+        // The last row is an attempt waiting in the log, not started: not an attempt yet
+        // (a never-claimed job has none). Only the last row can be unclaimed, so the
+        // indices of claimed attempts below stay valid.
+        attempts.pop();
+    }
     Some(Detail {
         info: JobInfo {
             id,

@@ -25,11 +25,11 @@ pub struct QueueSettings {
     /// Most attempts of the queue running at once across servers; `Some(0)` removes the
     /// limit. Attempts already running when a limit is first set are not counted.
     pub concurrency: Option<u32>,
-    /// How the queue's hot-path writes commit (DESIGN §1.7).
+    /// How the queue's hot-path writes commit (architecture.md §1.7).
     pub durability: Option<Durability>,
 }
 
-/// How a queue's enqueues, claims and completions commit (DESIGN §1.7).
+/// How a queue's enqueues, claims and completions commit (architecture.md §1.7).
 ///
 /// `Async` commits with `synchronous_commit = off`: the caller is answered once the commit
 /// is in Postgres's WAL buffers, not on disk, so a Postgres crash (not a pgferry crash) can

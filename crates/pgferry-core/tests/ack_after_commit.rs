@@ -1,4 +1,4 @@
-//! Acknowledged means committed (DESIGN §1.6, issue 17): an enqueue returns ids only after
+//! Acknowledged means committed (architecture.md §1.6, issue 17): an enqueue returns ids only after
 //! the COMMIT of the rows is confirmed by the server.
 //!
 //! The window this guards is the one between a statement's CommandComplete and its

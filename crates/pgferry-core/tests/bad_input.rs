@@ -203,3 +203,46 @@ async fn unknown_job_ids_are_not_found_and_change_nothing() {
         pgferry_core::JobState::Running
     );
 }
+
+/// Issue 27: a database error keeps its cause — the server's message and SQLSTATE — in its
+/// Display (logs), while the API-facing message names no internals.
+#[tokio::test]
+async fn a_terminated_backend_error_keeps_its_cause() {
+    let db = pgferry_testkit::test_db().await;
+    let victim = pgferry_core::db::connect(&db.config, "victim")
+        .await
+        .unwrap();
+    let admin = db.connect().await;
+    let sleeping = tokio::spawn(async move { victim.batch_execute("SELECT pg_sleep(30)").await });
+    let mut killed = 0i64;
+    for _ in 0..500 {
+        killed = admin
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                  WHERE application_name = 'pgferry-victim' AND wait_event = 'PgSleep'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if killed > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(killed, 1);
+    let e = pgferry_core::Error::from(sleeping.await.unwrap().unwrap_err());
+    let shown = e.to_string();
+    assert!(
+        shown.contains("57P01")
+            && shown.contains("terminating connection due to administrator command"),
+        "{shown}"
+    );
+    assert_eq!(e.sqlstate(), Some("57P01"));
+    assert_eq!(e.code(), "unavailable");
+    assert!(
+        !e.public_message().contains("administrator"),
+        "{}",
+        e.public_message()
+    );
+}

@@ -1,4 +1,4 @@
-//! Per-queue durability (DESIGN §1.7): the hot-path writes of a queue that chose
+//! Per-queue durability (architecture.md §1.7): the hot-path writes of a queue that chose
 //! `Durability::Async` run on sessions with synchronous_commit = off, everything else on the
 //! synchronous pool — including any batch that mixes in a synchronous queue.
 //!

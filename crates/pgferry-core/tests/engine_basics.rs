@@ -564,3 +564,32 @@ async fn extreme_numbers_in_args_come_back() {
     assert_eq!(dead.jobs.len(), 1);
     assert_eq!(dead.jobs[0].args, args);
 }
+
+/// Issue 18: a job waiting in the log lists no attempt it has not started.
+#[tokio::test]
+async fn a_never_claimed_job_has_no_attempts() {
+    let s = common::setup().await;
+    let id = s
+        .engine
+        .enqueue(&[NewJob::new("q", "k", json!({}))])
+        .await
+        .unwrap()[0];
+    let job = s.engine.get_job(id).await.unwrap();
+    assert_eq!(job.state, pgferry_core::JobState::Pending);
+    assert!(job.attempts.is_empty(), "{:?}", job.attempts);
+    // Failed once and waiting for its retry in the log: one attempt, the failed one.
+    s.tick().await;
+    let claimed = s.engine.claim("q", 1, "w").await.unwrap();
+    s.engine
+        .complete(&[claimed[0].failed("boom", std::time::Duration::ZERO)])
+        .await
+        .unwrap();
+    let job = s.engine.get_job(id).await.unwrap();
+    assert_eq!(job.state, pgferry_core::JobState::Pending);
+    let outcomes: Vec<_> = job
+        .attempts
+        .iter()
+        .map(|a| (a.attempt, a.outcome))
+        .collect();
+    assert_eq!(outcomes, vec![(1, "failed")]);
+}

@@ -2,7 +2,7 @@
 //! with retries (immediate and delayed), the leader ticking, promoting, rescuing and rotating
 //! segments throughout. Every job ends completed or dead-lettered exactly per its attempts;
 //! no attempt has two outcomes; nothing is lost. The same ledger, shorter, on a queue with
-//! asynchronous commit (DESIGN §1.7): the mode changes when commits are flushed, never what
+//! asynchronous commit (architecture.md §1.7): the mode changes when commits are flushed, never what
 //! a claim sees or which outcome wins.
 
 mod common;

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod coalesce;
+pub mod dashboard;
 pub mod grpc;
 mod health;
 pub mod http;
@@ -59,6 +60,9 @@ pub fn router(state: AppState) -> Router {
         .merge(health::routes())
         .route("/metrics", axum::routing::get(metrics::handler))
         .merge(http::router(&state.http.config))
+        // The web dashboard (docs/dashboard.md), answered through the /v1 router above.
+        .nest("/ui", dashboard_router(&state))
+        .route("/", axum::routing::get(pgferry_dashboard::redirect_to_ui))
         .layer(http::error::panic_guard())
         // Outermost: the request span covers the panic guard's log line too. Each response
         // is logged at DEBUG, 5xx answers at ERROR.
@@ -68,6 +72,15 @@ pub fn router(state: AppState) -> Router {
                 .on_request(()),
         )
         .with_state(state)
+}
+
+/// The dashboard's `/ui` routes over this server's `/v1` router.
+fn dashboard_router(state: &AppState) -> Router<AppState> {
+    let api = http::router(&state.http.config).with_state(state.clone());
+    let backend = std::sync::Arc::new(dashboard::DashboardBackend {
+        state: state.clone(),
+    });
+    pgferry_dashboard::router(backend, api, pgferry_dashboard::DashboardConfig::default())
 }
 
 /// Accepted connections with TCP_NODELAY, like the gRPC listener's: no Nagle delay on

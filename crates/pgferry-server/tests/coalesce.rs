@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pgferry_core::{migrate, Completed, Engine, EngineConfig, NewJob, Outcome};
+use pgferry_core::{
+    migrate, Acked, Completed, Engine, EngineConfig, EnqueueRequest, NewJob, Outcome,
+};
 use pgferry_server::coalesce::{
     CoalesceConfig, Coalescer, CompleteWriter, EnqueueWriter, SubmitError, Writer,
 };
@@ -25,6 +27,10 @@ impl<W: Writer> Writer for Counting<W> {
 
     fn validate(&self, items: &[Self::Item]) -> pgferry_core::Result<()> {
         self.inner.validate(items)
+    }
+
+    fn weight(&self, item: &Self::Item) -> usize {
+        self.inner.weight(item)
     }
 
     fn write(
@@ -55,6 +61,15 @@ fn wide() -> CoalesceConfig {
         gather_wait: Duration::ZERO,
         queue_depth: 1024,
     }
+}
+
+/// One caller's request through an enqueue coalescer: its ids, after COMMIT.
+async fn submit<W>(co: &Coalescer<W>, jobs: Vec<NewJob>) -> Result<Vec<i64>, SubmitError>
+where
+    W: Writer<Item = EnqueueRequest, Output = Result<Acked, SubmitError>>,
+{
+    let mut answers = co.submit(vec![EnqueueRequest::new(jobs)]).await?;
+    Ok(answers.pop().expect("one answer")?.ids)
 }
 
 fn jobs_of(caller: usize, n: usize) -> Vec<NewJob> {
@@ -103,7 +118,7 @@ async fn concurrent_enqueues_share_statements_and_get_their_own_ids_in_order() {
         tasks.push(tokio::spawn(async move {
             let n = 1 + c % 7;
             barrier.wait().await;
-            (c, n, co.submit(jobs_of(c, n)).await.expect("enqueue"))
+            (c, n, submit(&co, jobs_of(c, n)).await.expect("enqueue"))
         }));
     }
     let mut all = Vec::new();
@@ -152,7 +167,7 @@ async fn an_invalid_caller_fails_alone() {
                 _ => {}
             }
             barrier.wait().await;
-            (c, co.submit(jobs).await)
+            (c, submit(&co, jobs).await)
         }));
     }
     for t in tasks {

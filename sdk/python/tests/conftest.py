@@ -10,6 +10,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 from server import Server, data_dir  # noqa: E402
 
+from pgferry.testing import pgferry_server  # noqa: E402,F401  (the fixture apps use)
+
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[Server]:

@@ -10,6 +10,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import pgferry
 from pgferry import _tracing, _types
+from server import Server
 
 _exporter = InMemorySpanExporter()
 _provider = TracerProvider()
@@ -42,3 +43,38 @@ def test_job_span_is_a_child_of_the_enqueuer() -> None:
     assert span.name == "pgferry.job send_email"
     assert span.parent is not None and span.parent.span_id == parent.get_span_context().span_id
     assert span.attributes is not None and span.attributes["pgferry.job_id"] == 42
+
+
+def test_a_task_runs_in_a_span_child_of_its_enqueuer_around_its_middleware(server: Server, queue: str) -> None:
+    import asyncio
+    from collections.abc import Awaitable, Callable
+    from typing import Any
+
+    from helpers import WAIT, running
+
+    app = pgferry.App(server.grpc_url, server.api_key, http_url=server.http_url)
+    seen: list[int] = []
+
+    @app.middleware
+    async def record(ctx: pgferry.JobContext, call_next: Callable[[], Awaitable[Any]]) -> Any:
+        seen.append(trace.get_current_span().get_span_context().trace_id)
+        return await call_next()
+
+    @app.task(queue=queue)
+    async def traced() -> str:
+        return "ok"
+
+    tracer = trace.get_tracer("test")
+
+    async def main() -> int:
+        async with app, running(app.worker(concurrency=2)):
+            with tracer.start_as_current_span("request") as parent:
+                job = await traced.enqueue()
+            assert await job.result(timeout=WAIT) == "ok"
+        return parent.get_span_context().span_id
+
+    _exporter.clear()
+    parent_id = asyncio.run(main())
+    spans = [s for s in _exporter.get_finished_spans() if s.name == "pgferry.job traced"]
+    assert len(spans) == 1 and spans[0].parent is not None and spans[0].parent.span_id == parent_id
+    assert seen == [spans[0].context.trace_id]

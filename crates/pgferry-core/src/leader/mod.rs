@@ -1,4 +1,4 @@
-//! The leader: one server at a time runs the background duties (DESIGN §4).
+//! The leader: one server at a time runs the background duties (architecture.md §4).
 //!
 //! Leadership is a session advisory lock on a dedicated connection. Each duty is its own
 //! small loop (ticker, promoter, rescuer, rotator); they run only while the lock is held and

@@ -1,4 +1,4 @@
-//! Rotator: opens the next segment on a timer and frees the oldest sealed one (DESIGN §3.4).
+//! Rotator: opens the next segment on a timer and frees the oldest sealed one (architecture.md §3.4).
 //!
 //! Freeing never takes a lock that the hot path would queue behind. A plain `TRUNCATE` of a
 //! partition needs ACCESS EXCLUSIVE on it, and every claim and completion holds ACCESS SHARE

@@ -1,4 +1,4 @@
-//! Ticker: records visibility ticks and wakes claimers (DESIGN §3.1).
+//! Ticker: records visibility ticks and wakes claimers (architecture.md §3.1).
 //!
 //! The ticker commits asynchronously: a tick lost in a crash is harmless, because any receipt
 //! that used it was committed later in the WAL and so flushed it too.

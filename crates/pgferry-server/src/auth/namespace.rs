@@ -26,14 +26,15 @@ pub fn tenant_scope(tenant_id: i64) -> String {
 
 /// The engine's name of `queue` for `tenant_id`, after validating the user's name.
 pub fn engine_queue(tenant_id: i64, queue: &str) -> Result<String, Error> {
-    pgferry_core::job::validate_queue_name(queue)?;
-    if queue.len() > MAX_QUEUE_NAME {
+    // The length first: the engine's own check would state its limit (64), not the API's.
+    if queue.is_empty() || queue.len() > MAX_QUEUE_NAME {
         return Err(Error::InvalidName {
             field: "queue",
             value: queue.chars().take(80).collect(),
             reason: "must be 1 to 48 characters",
         });
     }
+    pgferry_core::job::validate_queue_name(queue)?;
     Ok(format!("{}{queue}", tenant_prefix(tenant_id)))
 }
 
@@ -83,4 +84,38 @@ mod tests {
             assert!(engine_queue(1, bad).is_err(), "{bad:?}");
         }
     }
+}
+
+/// An engine error as a tenant's client may see it: engine queue names (`t<id>.<queue>`) in
+/// it become the user's names (`None`: nothing to change). Every queue an API call names is the caller's own, so the
+/// prefix carries nothing the caller does not know.
+pub fn user_facing(e: &Error) -> Option<Error> {
+    match e {
+        Error::NotFound { what, id } if *what == "queue" && strip_tenant(id) != id => {
+            Some(Error::NotFound {
+                what,
+                id: strip_tenant(id).to_string(),
+            })
+        }
+        Error::InvalidName {
+            field,
+            value,
+            reason,
+        } if *field == "queue" && strip_tenant(value) != value => Some(Error::InvalidName {
+            field,
+            value: strip_tenant(value).to_string(),
+            reason,
+        }),
+        _ => None,
+    }
+}
+
+/// `t<digits>.<name>` → `<name>`; anything else unchanged.
+fn strip_tenant(name: &str) -> &str {
+    name.strip_prefix('t')
+        .and_then(|rest| rest.split_once('.'))
+        .filter(|(id, rest)| {
+            !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) && !rest.is_empty()
+        })
+        .map_or(name, |(_, rest)| rest)
 }

@@ -1,4 +1,4 @@
-//! Group commit (DESIGN §1.6): concurrent writes from every stream and HTTP request are
+//! Group commit (architecture.md §1.6): concurrent writes from every stream and HTTP request are
 //! merged into one engine statement per flush.
 //!
 //! One [`Coalescer`] per kind of write. A caller validates its own batch (so a bad job fails

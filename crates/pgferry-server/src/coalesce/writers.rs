@@ -85,17 +85,12 @@ impl Writer for EnqueueWriter {
         request.jobs.len().max(1)
     }
 
-    fn write(
-        &self,
-        requests: &[EnqueueRequest],
-    ) -> impl Future<Output = pgferry_core::Result<Vec<Self::Output>>> + Send {
-        async move {
-            let answers = self.engine.enqueue_requests(requests).await?;
-            Ok(answers
-                .into_iter()
-                .map(|a| a.map_err(SubmitError::from))
-                .collect())
-        }
+    async fn write(&self, requests: &[EnqueueRequest]) -> pgferry_core::Result<Vec<Self::Output>> {
+        let answers = self.engine.enqueue_requests(requests).await?;
+        Ok(answers
+            .into_iter()
+            .map(|a| a.map_err(SubmitError::from))
+            .collect())
     }
 }
 
@@ -158,7 +153,7 @@ impl Writer for CompleteWriter {
 }
 
 /// The server's coalescers, shared by gRPC streams and HTTP handlers: enqueue and
-/// completion, each twice. Requests whose queues all chose async durability (DESIGN §1.7)
+/// completion, each twice. Requests whose queues all chose async durability (architecture.md §1.7)
 /// go to the `_async` pair, so that their flushes commit asynchronously; merged with a
 /// synchronous queue's writes, they would commit synchronously (the engine never weakens a
 /// batch). A request mixing both goes to the synchronous pair.
@@ -260,6 +255,8 @@ impl Coalescers {
             &self.complete
         };
         let done = coalescer.submit(outcomes).await?;
+        // Result long-polls (GET /v1/jobs/{id}/result) waiting on these jobs re-read them.
+        crate::http::results::wake(done.iter().map(|c| c.job_id));
         self.metrics
             .observe(Latency::CompleteCommit, started.elapsed());
         Ok(done)

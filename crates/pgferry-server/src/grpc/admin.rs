@@ -156,24 +156,17 @@ impl pb::admin_server::Admin for AdminService {
             })?;
             jobs.push(job);
         }
-        // Like HTTP: through group commit, unless unique keys need the engine's duplicate
-        // answers.
-        let done: Vec<(i64, bool)> = if jobs.iter().any(|j| j.unique_key.is_some()) {
-            let done = self.state.engine.enqueue_many(&jobs).await;
-            let done = done.map_err(|e| status(&e, ""))?;
-            done.iter().map(|e| (e.id, e.duplicate)).collect()
-        } else {
-            let ids = self
-                .state
-                .coalescers
-                .enqueue(jobs)
-                .await
-                .map_err(|e| match e.engine() {
-                    Some(e) => status(e, ""),
-                    None => Status::unavailable(format!("{}: {e}", e.code())),
-                })?;
-            ids.into_iter().map(|id| (id, false)).collect()
-        };
+        // The server's one enqueue use case, as HTTP and the Producer stream.
+        let acked = self
+            .state
+            .coalescers
+            .enqueue_request(pgferry_core::EnqueueRequest::new(jobs))
+            .await
+            .map_err(|e| match e.engine() {
+                Some(e) => status(e, ""),
+                None => Status::unavailable(format!("{}: {e}", e.code())),
+            })?;
+        let done: Vec<(i64, bool)> = acked.ids.into_iter().zip(acked.duplicates).collect();
         super::producer::count_enqueued(&self.state, &p, &queues, |i| !done[i].1);
         Ok(Response::new(pb::EnqueueResponse {
             job_ids: done.iter().map(|e| e.0).collect(),

@@ -215,6 +215,9 @@ pub(crate) fn pb_error(
 /// An engine error as a typed ack error; `prefix` locates the input (`jobs[3]`, `job`).
 pub(crate) fn engine_error(e: &pgferry_core::Error, prefix: &str) -> pb::Error {
     use pgferry_core::Error as E;
+    if let Some(user) = crate::auth::namespace::user_facing(e) {
+        return engine_error(&user, prefix);
+    }
     let join = |f: &str| {
         if prefix.is_empty() {
             f.to_string()
@@ -229,9 +232,9 @@ pub(crate) fn engine_error(e: &pgferry_core::Error, prefix: &str) -> pb::Error {
         _ => String::new(),
     };
     if !e.is_invalid_input() {
-        tracing::error!(error = %e, "gRPC request failed");
+        tracing::error!(error = %e, sqlstate = e.sqlstate(), "gRPC request failed");
     }
-    pb_error(e.code(), e.to_string(), field)
+    pb_error(e.code(), e.public_message(), field)
 }
 
 /// Runs a stream's task; if it panics, the stream ends with INTERNAL (logged) rather than

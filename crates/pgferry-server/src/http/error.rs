@@ -132,6 +132,9 @@ impl From<pgferry_core::Error> for ApiError {
 impl ApiError {
     pub fn from_engine(e: &pgferry_core::Error) -> ApiError {
         use pgferry_core::Error as E;
+        if let Some(user) = crate::auth::namespace::user_facing(e) {
+            return ApiError::from_engine(&user);
+        }
         let field = match e {
             E::InvalidName { field, .. } | E::InvalidArgument { field, .. } => {
                 Some(field.to_string())
@@ -149,9 +152,9 @@ impl ApiError {
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         if status.is_server_error() {
-            tracing::error!(error = %e, "request failed");
+            tracing::error!(error = %e, sqlstate = e.sqlstate(), "request failed");
         }
-        let mut err = ApiError::new(status, e.code(), e.to_string());
+        let mut err = ApiError::new(status, e.code(), e.public_message());
         err.field = field;
         err
     }

@@ -11,6 +11,7 @@ pub mod extract;
 mod jobs;
 pub mod openapi;
 mod queues;
+pub(crate) mod results;
 mod workers;
 
 use std::time::Duration;
@@ -105,6 +106,7 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         (Method::GET, "/v1/jobs", get(jobs::list)),
         (Method::POST, "/v1/jobs/batch", post(jobs::enqueue_batch)),
         (Method::GET, "/v1/jobs/{id}", get(jobs::get)),
+        (Method::GET, "/v1/jobs/{id}/result", get(results::get)),
         (Method::POST, "/v1/jobs/{id}/cancel", post(jobs::cancel)),
         (Method::POST, "/v1/jobs/{id}/retry", post(jobs::retry)),
         (Method::GET, "/v1/queues", get(queues::list)),
@@ -146,6 +148,13 @@ pub fn router(config: &HttpConfig) -> Router<AppState> {
         r = r.route(path, handler);
     }
     r.fallback(|| async { error::ApiError::not_found("route") })
+        .method_not_allowed_fallback(|| async {
+            error::ApiError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not take that method",
+            )
+        })
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
 }
 

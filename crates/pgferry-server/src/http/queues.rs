@@ -148,7 +148,7 @@ pub struct Settings {
     /// Most jobs of the queue running at once across servers; 0 removes the limit.
     #[serde(default)]
     concurrency: Option<u32>,
-    /// "sync" or "async" (DESIGN §1.7); parsed in `update` so that any bad value, not only
+    /// "sync" or "async" (architecture.md §1.7); parsed in `update` so that any bad value, not only
     /// a bad JSON type, is a 400 naming `durability`.
     #[serde(default)]
     durability: Option<String>,

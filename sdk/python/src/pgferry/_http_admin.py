@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,13 +31,20 @@ _STATUS_CODES = {
 }
 
 
+def _kind_of(error: str) -> str:
+    """The exception kind the server writes in front of an attempt's error ("Kind: ..."):
+    the HTTP API has no error_kind field."""
+    m = re.match(r"([A-Za-z_][A-Za-z0-9_.]*): ", error)
+    return m.group(1) if m else ""
+
+
 def _job(d: dict[str, Any]) -> JobInfo:
     attempts = [
         AttemptInfo(
             attempt=int(a.get("attempt") or 0),
             outcome=str(a.get("outcome") or ""),
             error=str(a.get("error") or ""),
-            error_kind=str(a.get("error_kind") or ""),
+            error_kind=str(a.get("error_kind") or _kind_of(str(a.get("error") or ""))),
             claimed_at=_ms_to_dt(int(a.get("claimed_at_unix_ms") or 0)),
             finished_at=_ms_to_dt(int(a.get("finished_at_unix_ms") or 0)),
             duration_ms=int(a.get("duration_ms") or 0),

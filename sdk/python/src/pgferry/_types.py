@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pgferry import _tracing
 from pgferry.v1 import admin_pb2, common_pb2
@@ -43,6 +43,29 @@ class JobRequest:
     unique_key: str | None = None
     max_attempts: int | None = None
     meta: Mapping[str, str] | None = None
+
+
+class SpecSource(Protocol):
+    """What a JobSpec is built from: a JobRequest, or a task call (pgferry.TaskCall)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def args(self) -> Any: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def run_at(self) -> datetime | None: ...
+    @property
+    def delay(self) -> float | timedelta | None: ...
+    @property
+    def unique_key(self) -> str | None: ...
+    @property
+    def max_attempts(self) -> int | None: ...
+    @property
+    def meta(self) -> Mapping[str, str] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +130,7 @@ def to_spec(req: JobRequest, *, trace: bool = True) -> common_pb2.JobSpec:
 
 def fill_spec(
     new: Callable[..., common_pb2.JobSpec],
-    req: JobRequest,
+    req: SpecSource,
     queue: str,
     carrier: Mapping[str, str] | None,
 ) -> common_pb2.JobSpec:
@@ -176,7 +199,7 @@ def job_from_pb(j: admin_pb2.JobInfo) -> JobInfo:
 
 
 Durability = Literal["sync", "async"]
-"""How a queue's enqueues, claims and completions commit (server DESIGN §1.7).
+"""How a queue's enqueues, claims and completions commit (server architecture.md §1.7).
 
 "sync" (the default): acknowledged only once the commit is on disk. "async": acknowledged
 once the commit is in Postgres's WAL buffers, which is faster, but a Postgres crash (not a

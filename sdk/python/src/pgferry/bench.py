@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -48,19 +49,47 @@ def _start_dev(binary: str, data_dir: str) -> tuple[subprocess.Popen[str], str, 
     raise SystemExit(f"pgferry dev exited ({proc.returncode}) without printing its grpc address and key")
 
 
-async def run(url: str, key: str, jobs: int, concurrency: int, batch: int, pipeline: int, preload: bool) -> dict[str, Any]:
+async def run(
+    url: str, key: str, jobs: int, concurrency: int, batch: int, pipeline: int, preload: bool, api: str = "client"
+) -> dict[str, Any]:
+    """One full cycle. api "client": Client.enqueue_many + Worker with a raw handler;
+    "tasks": the task API (App.task, enqueue_many of checked calls, the App's worker with
+    automatic heartbeats) on the same no-op."""
     queue = f"bench_{uuid.uuid4().hex[:8]}"
-    app = pgferry.Worker(url, key, queues=[queue], concurrency=concurrency, handle_signals=False)
+    enqueue_batch: Callable[[int], Awaitable[object]]
+    if api == "tasks":
+        tapp = pgferry.App(url, key, client_options={"timeout": 120})
 
-    @app.job("noop")
-    async def noop(ctx: pgferry.JobContext) -> None:
-        return None
+        @tapp.task(name="noop", queue=queue)
+        async def noop_task() -> None:
+            return None
+
+        app = tapp.worker(concurrency=concurrency, handle_signals=False)
+
+        async def enqueue_tasks(n: int) -> object:
+            return await noop_task.enqueue_many([noop_task.call() for _ in range(n)])
+
+        enqueue_batch = enqueue_tasks
+    else:
+        tapp = None
+        app = pgferry.Worker(url, key, queues=[queue], concurrency=concurrency, handle_signals=False)
+
+        @app.job("noop")
+        async def noop(ctx: pgferry.JobContext) -> None:
+            return None
 
     done = asyncio.Event()
     acked0 = 0
+    cpu0 = time.process_time()
 
     async with pgferry.Client(url, key, timeout=120) as client:
         await client.enqueue("warmup", None, queue=f"{queue}_warmup")
+        if tapp is None:
+
+            async def enqueue_raw(n: int) -> object:
+                return await client.enqueue_many([pgferry.JobRequest("noop", None, queue=queue) for _ in range(n)])
+
+            enqueue_batch = enqueue_raw
         sem = asyncio.Semaphore(pipeline)
 
         async def enqueue_all() -> float:
@@ -68,7 +97,7 @@ async def run(url: str, key: str, jobs: int, concurrency: int, batch: int, pipel
 
             async def one(n: int) -> None:
                 async with sem:
-                    await client.enqueue_many([pgferry.JobRequest("noop", None, queue=queue) for _ in range(n)])
+                    await enqueue_batch(n)
 
             await asyncio.gather(*(one(min(batch, jobs - i)) for i in range(0, jobs, batch)))
             return time.perf_counter() - t0
@@ -92,8 +121,11 @@ async def run(url: str, key: str, jobs: int, concurrency: int, batch: int, pipel
         watcher.cancel()
         app.stop()
         await worker
+        if tapp is not None:
+            await tapp.close()
     return {
         "bench": "python_cycle",
+        "api": api,
         "mode": "preload" if preload else "cycle",
         "jobs": jobs,
         "concurrency": concurrency,
@@ -101,6 +133,9 @@ async def run(url: str, key: str, jobs: int, concurrency: int, batch: int, pipel
         "completed_jobs_per_s": round(jobs / elapsed, 1),
         "enqueue_jobs_per_s": round(jobs / enqueue_s, 1),
         "elapsed_s": round(elapsed, 3),
+        # CPU of this Python process (producer and worker) per job: less sensitive to a
+        # busy machine than jobs/s.
+        "cpu_us_per_job": round((time.process_time() - cpu0) / jobs * 1e6, 1),
         "stale": app.stats["stale"],
         "python": platform.python_version(),
         "grpcio": grpc.__version__,
@@ -116,6 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=500, help="jobs per EnqueueBatch")
     p.add_argument("--pipeline", type=int, default=4, help="EnqueueBatches in flight")
     p.add_argument("--preload", action="store_true", help="enqueue everything before the worker starts")
+    p.add_argument(
+        "--tasks",
+        action="store_true",
+        help="compare with the same cycle through the task API (App.task): runs client, tasks, tasks, "
+        "client and reports the means and their ratio",
+    )
     p.add_argument(
         "--compare-rust",
         action="store_true",
@@ -139,7 +180,30 @@ def main(argv: list[str] | None = None) -> int:
         if not key:
             print("pgferry.bench: --api-key (or PGFERRY_API_KEY) is required with --url", file=sys.stderr)
             return 2
-        report = asyncio.run(run(url, key, a.jobs, a.concurrency, a.batch, a.pipeline, a.preload))
+        def once(api: str) -> dict[str, Any]:
+            return asyncio.run(run(url, key, a.jobs, a.concurrency, a.batch, a.pipeline, a.preload, api=api))
+
+        if not a.tasks:
+            report = once("client")
+        else:
+            # Client, tasks, tasks, client on the same server: neither API always runs on
+            # the fresher (or the more loaded) server. Figures are the means of two runs.
+            runs = [once(api) for api in ("client", "tasks", "tasks", "client")]
+            c, t = [runs[0], runs[3]], [runs[1], runs[2]]
+
+            def mean(rs: list[dict[str, Any]], k: str) -> float:
+                return round(sum(float(r[k]) for r in rs) / len(rs), 1)
+
+            report = dict(runs[0])
+            report["api"] = "client+tasks"
+            report["runs"] = "client,tasks,tasks,client"
+            for k in ("completed_jobs_per_s", "enqueue_jobs_per_s", "cpu_us_per_job"):
+                report[k] = mean(c, k)
+                report[f"tasks_{k}"] = mean(t, k)
+            report["ratio_tasks_to_client"] = round(
+                report["tasks_completed_jobs_per_s"] / report["completed_jobs_per_s"], 3
+            )
+            report["elapsed_s"] = round(sum(float(r["elapsed_s"]) for r in runs), 3)
         report["server"] = "pgferry dev (started by the bench)" if proc else url
     finally:
         if proc is not None:

@@ -1,4 +1,5 @@
-"""`pgferry-worker module:app` — import a Worker and run it until SIGTERM/SIGINT.
+"""`pgferry-worker module:app` — import a Worker (or a pgferry.App, whose tasks it then
+runs, from every queue they use) and run it until SIGTERM/SIGINT.
 
 The URL and key default to the Worker's own arguments; PGFERRY_URL / PGFERRY_API_KEY or
 --url / --api-key override them (handy when the module builds its Worker from settings)."""
@@ -12,12 +13,13 @@ import os
 import sys
 from collections.abc import Sequence
 
+from pgferry.app import App
 from pgferry.worker import Worker
 
 
-def load_app(spec: str) -> Worker:
-    """Resolve "package.module:attr" (attr defaults to `app`) to a Worker instance; a
-    callable attr is called with no arguments (an app factory)."""
+def load_app(spec: str) -> Worker | App:
+    """Resolve "package.module:attr" (attr defaults to `app`) to a Worker or App instance;
+    a callable attr is called with no arguments (an app factory)."""
     module_name, _, attr = spec.partition(":")
     if not module_name:
         raise ValueError(f"expected module:app, got {spec!r}")
@@ -27,16 +29,16 @@ def load_app(spec: str) -> Worker:
     obj: object = module
     for part in (attr or "app").split("."):
         obj = getattr(obj, part)
-    if not isinstance(obj, Worker) and callable(obj):
+    if not isinstance(obj, (Worker, App)) and callable(obj):
         obj = obj()
-    if not isinstance(obj, Worker):
-        raise TypeError(f"{spec} is {type(obj).__name__}, not a pgferry.Worker")
+    if not isinstance(obj, (Worker, App)):
+        raise TypeError(f"{spec} is {type(obj).__name__}, not a pgferry.Worker or pgferry.App")
     return obj
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="pgferry-worker", description=__doc__)
-    p.add_argument("app", help="module:attribute of a pgferry.Worker (attribute defaults to app)")
+    p.add_argument("app", help="module:attribute of a pgferry.Worker or pgferry.App (attribute defaults to app)")
     p.add_argument("--url", default=os.environ.get("PGFERRY_URL"))
     p.add_argument("--api-key", default=os.environ.get("PGFERRY_API_KEY"))
     p.add_argument("--concurrency", type=int, default=None)
@@ -45,7 +47,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        app = load_app(a.app)
+        loaded = load_app(a.app)
+        if isinstance(loaded, App):
+            if a.url:
+                loaded.url = a.url
+            if a.api_key:
+                loaded.api_key = a.api_key
+            app = loaded.worker(concurrency=a.concurrency or 10)
+        else:
+            app = loaded
     except (ImportError, AttributeError, ValueError, TypeError) as e:
         print(f"pgferry-worker: cannot load {a.app}: {e}", file=sys.stderr)
         return 2

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import os
 import socket
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,6 +18,7 @@ import grpc.aio
 
 from pgferry import _conn, _tracing
 from pgferry._http_admin import HttpAdmin
+from pgferry._results import raise_unless_completed, wait_finished
 from pgferry._types import (
     DEFAULT_QUEUE,
     Durability,
@@ -23,6 +26,7 @@ from pgferry._types import (
     JobInfo,
     JobRequest,
     QueueInfo,
+    SpecSource,
     job_from_pb,
     queue_from_pb,
     fill_spec,
@@ -154,7 +158,14 @@ class Client:
     One Producer stream is opened on first use and kept; concurrent `enqueue` calls share it
     (acks are matched by seq). If the server goes away, calls in flight raise `Unavailable`
     (their outcome is unknown) and the next call reconnects, retrying for up to
-    `connect_timeout` seconds."""
+    `connect_timeout` seconds.
+
+    Retry-safe enqueues: every enqueue request carries an idempotency key (generated per
+    call, or `idempotency_key=`). When the answer is lost (the connection drops, the server
+    restarts, no ack within `timeout`), the client sends the request again with the same key
+    for up to `enqueue_retry_for` seconds, with backoff; the server answers a repeat with
+    the ids the first request wrote and writes nothing, so no job is enqueued twice.
+    `enqueue_retry_for=0` turns the retries off (Unavailable is raised at once)."""
 
     def __init__(
         self,
@@ -166,6 +177,7 @@ class Client:
         default_queue: str = DEFAULT_QUEUE,
         timeout: float | None = 30.0,
         http_url: str | None = None,
+        enqueue_retry_for: float = 60.0,
     ) -> None:
         self.url = url
         # The server's HTTP address: admin calls fall back to its /v1 API when the server
@@ -182,6 +194,12 @@ class Client:
         self._connecting: asyncio.Lock | None = None
         self._seq = itertools.count(1)
         self._closed = False
+        self.enqueue_retry_for = enqueue_retry_for
+        # Idempotency keys: this client's random prefix and a per-request counter (unique
+        # without a random draw per request).
+        self._key_prefix = uuid.uuid4().hex
+        self._keys = itertools.count(1)
+        self.stats: collections.Counter[str] = collections.Counter()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -257,7 +275,12 @@ class Client:
             resp = await call.read()
         except grpc.RpcError as e:
             call.cancel()
-            raise from_rpc_error(e) from None
+            err = from_rpc_error(e)
+            if type(err) is PgferryError:
+                # No answer of the server's (gRPC core's "Internal error from Core" on a
+                # connection that was just cut): the hello carries nothing, try it again.
+                raise Unavailable(f"producer hello failed: {err.message}", code=err.code) from None
+            raise err from None
         if resp is grpc.aio.EOF or resp.WhichOneof("msg") != "hello_ack":
             call.cancel()
             raise ProtocolError("producer stream: expected hello_ack")
@@ -277,9 +300,12 @@ class Client:
         unique_key: str | None = None,
         max_attempts: int | None = None,
         meta: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
     ) -> EnqueuedJob:
         """Enqueue one job; returns once it is committed. `args` is any JSON value (a dict
-        becomes the handler's keyword arguments). `delay` is seconds or a timedelta."""
+        becomes the handler's keyword arguments). `delay` is seconds or a timedelta.
+        `idempotency_key` (1-255 visible ASCII characters; default: generated) makes a
+        repeat of this request within the server's retention answer this job's id."""
         spec = to_spec(
             JobRequest(
                 kind=kind,
@@ -294,13 +320,26 @@ class Client:
             )
         )
         seq = next(self._seq)
-        req = producer_pb2.ProducerRequest(enqueue=producer_pb2.Enqueue(seq=seq, job=spec))
+        req = producer_pb2.ProducerRequest(
+            enqueue=producer_pb2.Enqueue(seq=seq, job=spec, idempotency_key=idempotency_key or self._key())
+        )
         ack = await self._send(seq, req)
         return self._single(ack)
 
-    async def enqueue_many(self, jobs: Iterable[JobLike]) -> list[EnqueuedJob]:
-        """Enqueue several jobs atomically (one EnqueueBatch): all are committed or none."""
-        reqs = [_as_request(j) for j in jobs]
+    def _key(self) -> str:
+        return f"{self._key_prefix}-{next(self._keys)}"
+
+    async def enqueue_many(
+        self, jobs: Iterable[JobLike], *, idempotency_key: str | None = None
+    ) -> list[EnqueuedJob]:
+        """Enqueue several jobs atomically (one EnqueueBatch): all are committed or none.
+        One idempotency key covers the batch (default: generated)."""
+        return await self._enqueue_batch([_as_request(j) for j in jobs], idempotency_key)
+
+    async def _enqueue_batch(
+        self, reqs: Sequence[SpecSource], idempotency_key: str | None = None
+    ) -> list[EnqueuedJob]:
+        """enqueue_many of ready requests (JobRequests, or task calls)."""
         if not reqs:
             return []
         # The specs are built inside the request (no copy of each into the batch), and
@@ -314,15 +353,50 @@ class Client:
             fill_spec(add, r, default_queue if r.queue == DEFAULT_QUEUE else r.queue, carrier)
         seq = next(self._seq)
         batch.seq = seq
+        batch.idempotency_key = idempotency_key or self._key()
         ack = await self._send(seq, req)
         if len(ack.job_ids) != len(reqs):
             raise ProtocolError(f"enqueue ack has {len(ack.job_ids)} ids for {len(reqs)} jobs")
-        dups = list(ack.duplicates) or [False] * len(reqs)
+        # A replay answers the ids our own earlier send wrote: not duplicates from the
+        # caller's point of view (whether one was a unique-key duplicate is not known then).
+        dups = [False] * len(reqs) if ack.replayed else (list(ack.duplicates) or [False] * len(reqs))
         return [EnqueuedJob(i, d) for i, d in zip(ack.job_ids, dups)]
 
     async def _send(self, seq: int, req: producer_pb2.ProducerRequest) -> producer_pb2.EnqueueAck:
-        stream = await self._producer()
-        ack = await stream.send(seq, req, self.timeout)
+        loop = asyncio.get_running_loop()
+        deadline: float | None = None
+        backoff: _conn.Backoff | None = None
+        sent = False
+        while True:
+            try:
+                stream = await self._producer()
+                sent = True
+                ack = await stream.send(seq, req, self.timeout)
+                break
+            except Unavailable:
+                # Outcome unknown. The request carries an idempotency key, so sending it
+                # again cannot enqueue twice: the server replays the first answer. (No
+                # connection at all on the first try: nothing was sent, and connecting was
+                # already retried for connect_timeout.)
+                if self.enqueue_retry_for <= 0 or self._closed or not sent:
+                    raise
+                if deadline is None:
+                    deadline = loop.time() + self.enqueue_retry_for
+                    backoff = _conn.Backoff(base=0.05, cap=2.0)
+                assert backoff is not None
+                delay = backoff.next_delay()
+                if loop.time() + delay > deadline:
+                    raise
+                self.stats["enqueue_retries"] += 1
+                log.info("pgferry: enqueue outcome unknown; retrying with its idempotency key in %.2fs", delay)
+                await asyncio.sleep(delay)
+                # A new seq: the retry may go out on a new stream, or on the same one while
+                # the lost ack's seq could still arrive.
+                seq = next(self._seq)
+                if req.HasField("batch"):
+                    req.batch.seq = seq
+                else:
+                    req.enqueue.seq = seq
         if ack.HasField("error") and (ack.error.code or ack.error.message):
             raise from_error(ack.error.code, ack.error.message, ack.error.field)
         return ack
@@ -331,7 +405,7 @@ class Client:
     def _single(ack: producer_pb2.EnqueueAck) -> EnqueuedJob:
         if len(ack.job_ids) != 1:
             raise ProtocolError(f"enqueue ack has {len(ack.job_ids)} ids for 1 job")
-        dup = bool(ack.duplicates[0]) if ack.duplicates else False
+        dup = bool(ack.duplicates[0]) if ack.duplicates and not ack.replayed else False
         return EnqueuedJob(ack.job_ids[0], dup)
 
     # -- admin (unary) -----------------------------------------------------------------
@@ -370,6 +444,21 @@ class Client:
             assert self._http is not None
             return await self._http.get_job(int(job_id))
         return job_from_pb(r)
+
+    async def wait(self, job_id: int | EnqueuedJob, timeout: float | None = None) -> JobInfo:
+        """The job once it is completed, dead or cancelled, without polling (the server's
+        HTTP long-poll answers when it finishes; needs `http_url`). ResultTimeout after
+        `timeout` seconds (None: no limit)."""
+        if not self.http_url:
+            raise PgferryError("waiting for a job needs the server's HTTP address: pass http_url=", code="not_configured")
+        return await wait_finished(self.http_url, self._api_key, int(job_id), timeout)
+
+    async def result(self, job_id: int | EnqueuedJob, timeout: float | None = None) -> Any:
+        """The job's result (JSON) once it completed; JobDead or JobCancelledError (both
+        JobFailed) when it ended otherwise, ResultTimeout after `timeout` seconds."""
+        job = await self.wait(job_id, timeout)
+        raise_unless_completed(job)
+        return job.result
 
     async def cancel(self, job_id: int | EnqueuedJob) -> JobInfo:
         """Cancel a job. A pending job never runs; a running one's worker is told

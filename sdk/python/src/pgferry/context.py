@@ -4,6 +4,7 @@ that the job was cancelled."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -13,6 +14,22 @@ from pgferry.v1 import common_pb2
 
 class JobCancelled(Exception):
     """Raised by `ctx.raise_if_cancelled()`; the worker reports the attempt as cancelled."""
+
+
+_NO_RESOURCES: dict[str, Any] = {}
+
+# The job a task function is running for (set by the task runner in the job's own
+# contextvars context; see pgferry.current_job).
+_current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("pgferry_current_job")
+
+
+def current_job() -> JobContext:
+    """The JobContext of the task running in this context (id, attempt, meta, heartbeat,
+    cancellation, `resources`). Raises LookupError outside a task."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise LookupError("pgferry.current_job(): not inside a running pgferry task") from None
 
 
 class JobContext:
@@ -40,6 +57,7 @@ class JobContext:
         "_cancelled",
         "_heartbeat",
         "_loop",
+        "resources",
     )
 
     def __init__(
@@ -79,6 +97,8 @@ class JobContext:
         self._cancelled = False
         self._heartbeat = heartbeat
         self._loop = loop
+        # The App's shared resources (set by the task runner; see App.on_startup).
+        self.resources: dict[str, Any] = _NO_RESOURCES
 
     def __repr__(self) -> str:
         return f"<JobContext {self.kind} id={self.id} attempt={self.attempt} queue={self.queue}>"

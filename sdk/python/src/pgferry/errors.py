@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Any, Final
 
 import grpc
 
@@ -90,6 +90,51 @@ class ProtocolError(PgferryError):
     """The server answered something this SDK does not understand."""
 
     default_code = "protocol_error"
+
+
+class JobFailed(PgferryError):
+    """Awaiting a job's result: the job ended without one. `job` is the job as the server
+    reports it (attempts with their errors); `error` and `error_kind` are the last
+    attempt's. Catch this for "did not complete"; the subclasses say how."""
+
+    default_code = "job_failed"
+
+    def __init__(self, message: str, *, job: Any, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.job = job
+        last = job.attempts[-1] if getattr(job, "attempts", None) else None
+        self.error: str = last.error if last is not None else ""
+        kind = last.error_kind if last is not None else ""
+        if not kind and self.error:
+            # The HTTP API has no error_kind: the server writes the kind in front.
+            m = re.match(r"([A-Za-z_][A-Za-z0-9_.]*): ", self.error)
+            kind = m.group(1) if m else ""
+        self.error_kind: str = kind
+
+
+class JobDead(JobFailed):
+    """The job ran out of attempts, or failed permanently, and is in the dead-letter queue."""
+
+    default_code = "job_dead"
+
+
+class JobCancelledError(JobFailed):
+    """The job was cancelled (by the API, a handler's Cancel, or a worker's JobCancelled)."""
+
+    default_code = "job_cancelled"
+
+
+class ResultTimeout(PgferryError, TimeoutError):
+    """The job did not finish within the `timeout` given to `result()`; it may still."""
+
+    default_code = "result_timeout"
+
+
+class TaskArgumentError(InvalidArgument, TypeError):
+    """Arguments given to a task's enqueue do not fit the task function's signature (or
+    its pydantic models, or are not JSON). Raised in the caller; nothing is enqueued."""
+
+    default_code = "invalid_task_arguments"
 
 
 _BY_CODE: Final[dict[str, type[PgferryError]]] = {

@@ -51,7 +51,9 @@ class SyncClient:
         unique_key: str | None = None,
         max_attempts: int | None = None,
         meta: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
     ) -> EnqueuedJob:
+        """See `Client.enqueue` (retried with its idempotency key when the answer is lost)."""
         return self._run(
             self._client.enqueue(
                 kind,
@@ -63,14 +65,22 @@ class SyncClient:
                 unique_key=unique_key,
                 max_attempts=max_attempts,
                 meta=meta,
+                idempotency_key=idempotency_key,
             )
         )
 
-    def enqueue_many(self, jobs: Iterable[JobLike]) -> list[EnqueuedJob]:
-        return self._run(self._client.enqueue_many(list(jobs)))
+    def enqueue_many(self, jobs: Iterable[JobLike], *, idempotency_key: str | None = None) -> list[EnqueuedJob]:
+        return self._run(self._client.enqueue_many(list(jobs), idempotency_key=idempotency_key))
 
     def get_job(self, job_id: int | EnqueuedJob) -> JobInfo:
         return self._run(self._client.get_job(job_id))
+
+    def wait(self, job_id: int | EnqueuedJob, timeout: float | None = None) -> JobInfo:
+        return self._run(self._client.wait(job_id, timeout))
+
+    def result(self, job_id: int | EnqueuedJob, timeout: float | None = None) -> Any:
+        """See `Client.result`: the completed job's result, or JobDead/JobCancelledError."""
+        return self._run(self._client.result(job_id, timeout))
 
     def cancel(self, job_id: int | EnqueuedJob) -> JobInfo:
         return self._run(self._client.cancel(job_id))

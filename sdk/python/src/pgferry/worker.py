@@ -31,7 +31,7 @@ import grpc.aio
 
 from pgferry import _conn, _tracing
 from pgferry._handlers import Handler, call_args
-from pgferry._heartbeats import Heartbeats
+from pgferry._heartbeats import Heartbeats, auto_heartbeats
 from pgferry._steps import OK_NONE, Key, Result, drive, first_step, outcome_of, result_pb
 from pgferry._types import dumps, loads
 from pgferry.context import JobCancelled, JobContext
@@ -82,6 +82,7 @@ class Worker:
         handle_signals: bool = True,
         hard_cancel: bool = False,
         reconnect_cap: float = 10.0,
+        auto_heartbeat: bool = False,
     ) -> None:
         if not queues:
             raise ValueError("Worker needs at least one queue")
@@ -97,6 +98,12 @@ class Worker:
         # hard_cancel: a server Cancel also cancels the handler's asyncio task.
         self.hard_cancel = hard_cancel
         self._backoff = _conn.Backoff(base=0.1, cap=reconnect_cap)
+        # auto_heartbeat: extend the lease of every job still running at a third of its
+        # lease, so a long handler is not rescued (and run twice) for want of heartbeat().
+        self.auto_heartbeat = auto_heartbeat
+        # The pgferry.App whose tasks this worker runs (its startup/shutdown hooks run
+        # around run_async), if any.
+        self._app: Any = None
         self._handlers: dict[str, Handler] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.stats: collections.Counter[str] = collections.Counter()
@@ -141,10 +148,15 @@ class Worker:
 
         return deco
 
-    def register(self, kind: str, fn: Callable[..., Any]) -> None:
+    def register(self, kind: str, fn: Callable[..., Any], *, is_async: bool | None = None) -> None:
+        """`fn(ctx, **args)`; is_async overrides the check for a coroutine function (a
+        plain function returning an awaitable is awaited when it is True)."""
         if kind in self._handlers:
             raise ValueError(f"handler for {kind!r} already registered")
-        self._handlers[kind] = Handler(fn)
+        h = Handler(fn)
+        if is_async is not None:
+            h.is_async = is_async
+        self._handlers[kind] = h
 
     @property
     def kinds(self) -> list[str]:
@@ -171,9 +183,17 @@ class Worker:
                 except (NotImplementedError, RuntimeError, ValueError):
                     pass  # not the main thread, or no signals on this platform
         channel = _conn.open_channel(self.url)
+        ticker = asyncio.create_task(auto_heartbeats(self)) if self.auto_heartbeat else None
         try:
+            if self._app is not None:
+                await self._app.startup()
             await self._serve(channel)
         finally:
+            if ticker is not None:
+                ticker.cancel()
+                await asyncio.gather(ticker, return_exceptions=True)
+            if self._app is not None:
+                await self._app.shutdown()
             for sig in installed:
                 loop.remove_signal_handler(sig)
             await channel.close(grace=None)

@@ -1,0 +1,23 @@
+// The pages, in menu order. A page module exports `render(root, params)` and may return
+// `{ onLive(snapshot), dispose() }`. Workflows, schedules and ASH slot in here as entries
+// whose modules call their `/v1` routes (the proxy forwards every `/v1` path).
+// `scope`: the page is listed only for keys holding it.
+
+import * as overview from "./pages/overview.js";
+import * as queues from "./pages/queues.js";
+import * as jobs from "./pages/jobs.js";
+import * as job from "./pages/job.js";
+import * as dead from "./pages/dead.js";
+import * as enqueue from "./pages/enqueue.js";
+import * as keys from "./pages/keys.js";
+
+export const pages = [
+  { id: "overview", title: "Overview", module: overview },
+  { id: "queues", title: "Queues", module: queues },
+  { id: "jobs", title: "Jobs", module: jobs },
+  { id: "dead", title: "Dead letters", module: dead },
+  { id: "enqueue", title: "Enqueue", module: enqueue, scope: "produce" },
+  { id: "keys", title: "Keys & audit", module: keys, scope: "admin" },
+  // Not in the menu: reached from lists.
+  { id: "job", title: "Job", module: job, hidden: true },
+];

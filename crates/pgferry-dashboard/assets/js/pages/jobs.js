@@ -1,0 +1,173 @@
+// Jobs: filter by queue, state, kind, enqueue time and error text; keyset pages (a cursor
+// per page, never an offset); retry or cancel a selection. Error-text search runs over
+// dead-lettered jobs' last errors (the DLQ listing); the other filters use the job listing.
+
+import { h, clear, time, toast, field, select, stateBadge } from "../dom.js";
+import { get, post, qs, can, ApiError } from "../api.js";
+import * as live from "../live.js";
+
+const STATES = ["", "pending", "scheduled", "running", "completed", "dead", "cancelled"];
+
+export async function render(root, { params }) {
+  const queues = (await get("v1/queues")).queues.map((q) => q.name);
+  const f = {
+    queue: params.queue || queues[0] || "",
+    state: params.error ? "dead" : params.state || "",
+    kind: params.kind || "",
+    since: params.since || "",
+    error: params.error || "",
+  };
+  const inputs = {
+    queue: select(queues, f.queue),
+    state: select(STATES.map((s) => [s, s || "any"]), f.state),
+    kind: h("input", { type: "text", value: f.kind, placeholder: "any", size: 14 }),
+    since: h("input", { type: "datetime-local", value: f.since }),
+    error: h("input", { type: "search", value: f.error, placeholder: "substring", size: 22 }),
+  };
+  const form = h("form", { class: "filters card", role: "search", "aria-label": "Filter jobs" },
+    field("f-queue", "Queue", inputs.queue),
+    field("f-state", "State", inputs.state),
+    field("f-kind", "Kind", inputs.kind),
+    field("f-since", "Enqueued since (UTC)", inputs.since),
+    field("f-error", "Error contains", inputs.error),
+    h("div", {}, h("button", { type: "submit" }, "Apply")));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const p = {};
+    for (const k of Object.keys(inputs)) if (inputs[k].value) p[k] = inputs[k].value.trim();
+    location.hash = `#/jobs${qs(p)}`;
+  });
+  const note = h("p", { class: "muted" });
+  const status = h("p", { class: "error", role: "alert" });
+  const table = h("div", { class: "scroll" });
+  const pager = h("div", { class: "actions" });
+  const bulk = h("div", { class: "actions" });
+  root.append(h("h1", {}, "Jobs"), form, h("section", { class: "card" }, note, bulk, status, table, pager));
+  if (!f.queue) { note.textContent = "No queues yet: enqueue a job first."; return null; }
+
+  const cursors = [null]; // cursor of each page seen; last = current page
+  let jobs = [], next = null, shown = "";
+  const selected = new Set();
+  const byError = Boolean(f.error);
+  note.textContent = byError
+    ? "Error text is searched in dead-lettered jobs' last errors, newest first."
+    : "Newest first. Pages are keyset pages: a live view, so jobs moving between states may appear on two pages.";
+
+  const load = async () => {
+    const cursor = cursors[cursors.length - 1];
+    let page;
+    try {
+      if (byError) {
+        page = await get(`v1/dead${qs({ queue: f.queue, kind: f.kind, error_contains: f.error, cursor, limit: 50 })}`);
+      } else {
+        const since = f.since ? Date.parse(`${f.since}Z`) : null;
+        page = await get(`v1/jobs${qs({ queue: f.queue, state: f.state, kind: f.kind, since_unix_ms: since, cursor, limit: 50 })}`);
+      }
+      status.textContent = "";
+    } catch (e) {
+      status.textContent = e instanceof ApiError ? e.describe() : String(e);
+      return;
+    }
+    // Redraw only on change: a table rebuilt under the pointer loses clicks and focus.
+    const seen = JSON.stringify([page.jobs, page.next_cursor]);
+    if (seen === shown) return;
+    shown = seen;
+    jobs = page.jobs; next = page.has_more ? page.next_cursor : null;
+    draw();
+  };
+
+  const act = async (verb) => {
+    const ids = [...selected];
+    let ok = 0; const errors = [];
+    for (const id of ids) {
+      try { await post(`v1/jobs/${id}/${verb}`); ok++; selected.delete(id); } catch (e) { errors.push(`${id}: ${e instanceof ApiError ? e.message : e}`); }
+    }
+    toast(`${verb === "retry" ? "Retried" : "Cancelled"} ${ok} of ${ids.length}${errors.length ? ` — ${errors[0]}` : ""}`, errors.length > 0);
+    await load();
+  };
+
+  // Everything matching the filter (admin), as the server's filtered operations: dead jobs
+  // by queue, kind and error text; waiting and running jobs by queue, kind and state. Both
+  // move up to 1000 jobs per call and are repeated until done. Not offered with an
+  // enqueue-time filter, which those operations do not take.
+  let armed = false;
+  const allMatching = async () => {
+    let total = 0;
+    try {
+      if (f.state === "dead") {
+        const body = { queue: f.queue };
+        if (f.kind) body.kind = f.kind;
+        if (f.error) body.error_contains = f.error;
+        for (let i = 0; i < 10000; i++) {
+          const r = await post("v1/dead/retry", body);
+          total += r.count;
+          if (r.count < 1000) break;
+        }
+        toast(`Retried ${total} dead jobs`);
+      } else {
+        const body = { states: f.state ? [f.state] : ["pending", "scheduled", "running"], limit: 1000 };
+        if (f.kind) body.kind = f.kind;
+        for (let i = 0; i < 10000; i++) {
+          const r = await post(`v1/queues/${encodeURIComponent(f.queue)}/cancel`, body);
+          total += r.cancelled.pending + r.cancelled.scheduled + r.cancelled.running;
+          if (!r.has_more) break;
+        }
+        toast(`Cancelled ${total} jobs`);
+      }
+    } catch (e) { toast(e instanceof ApiError ? e.describe() : String(e), true); }
+    await load();
+  };
+  const matchingVerb = f.state === "dead" ? "retry" : ["", "pending", "scheduled", "running"].includes(f.state) && !f.since ? "cancel" : null;
+
+  const draw = () => {
+    const produce = can("produce");
+    clear(bulk);
+    if (produce) {
+      bulk.append(
+        h("span", { class: "muted", id: "selection-count" }, `${selected.size} selected`),
+        h("button", { type: "button", id: "bulk-retry", disabled: selected.size === 0, onclick: () => act("retry") }, "Retry selected"),
+        h("button", { type: "button", id: "bulk-cancel", class: "ghost", disabled: selected.size === 0, onclick: () => act("cancel") }, "Cancel selected"));
+    }
+    if (can("admin") && matchingVerb && jobs.length) {
+      const label = matchingVerb === "retry" ? "Retry all matching" : armed ? "Confirm: cancel all matching" : "Cancel all matching";
+      bulk.append(h("button", { type: "button", id: "all-matching", class: matchingVerb === "retry" ? "ghost" : "danger", onclick: () => {
+        if (matchingVerb === "cancel" && !armed) { armed = true; draw(); return; }
+        armed = false; allMatching();
+      } }, label));
+    }
+    const all = h("input", { type: "checkbox", "aria-label": "Select all jobs on this page", checked: jobs.length > 0 && jobs.every((j) => selected.has(j.id)) });
+    all.addEventListener("change", () => { for (const j of jobs) all.checked ? selected.add(j.id) : selected.delete(j.id); draw(); });
+    clear(table).append(h("table", { id: "jobs-table" },
+      h("thead", {}, h("tr", {}, produce ? h("th", { scope: "col" }, all) : null,
+        ...["Id", "Kind", "State", "Attempts", "Enqueued", "Last error"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, ...jobs.map((j) => {
+        const last = j.attempts.length ? j.attempts[j.attempts.length - 1] : null;
+        const box = h("input", { type: "checkbox", "aria-label": `Select job ${j.id}`, checked: selected.has(j.id) });
+        box.addEventListener("change", () => { box.checked ? selected.add(j.id) : selected.delete(j.id); draw(); });
+        return h("tr", { "data-job": j.id, "data-state": j.state },
+          produce ? h("td", {}, box) : null,
+          h("td", {}, h("a", { href: `#/job/${j.id}` }, String(j.id))),
+          h("td", {}, j.kind),
+          h("td", {}, stateBadge(j.state)),
+          h("td", { class: "num" }, `${j.attempts.length ? j.attempts[j.attempts.length - 1].attempt : 0}/${j.max_attempts}`),
+          h("td", {}, time(j.enqueued_at_unix_ms)),
+          h("td", { class: "errtext" }, last && last.error ? last.error : ""));
+      })),
+    ));
+    if (!jobs.length) table.append(h("p", { class: "muted" }, "No jobs match."));
+    clear(pager).append(
+      h("button", { type: "button", class: "ghost", disabled: cursors.length === 1, onclick: () => { cursors.pop(); load(); } }, "Newer"),
+      h("span", { class: "muted" }, `Page ${cursors.length}`),
+      h("button", { type: "button", class: "ghost", disabled: !next, onclick: () => { cursors.push(next); load(); } }, "Older"));
+  };
+
+  await load();
+  let printed = "";
+  return {
+    onLive(snap) {
+      const fp = live.fingerprint(snap, f.queue);
+      if (printed && fp !== printed) load();
+      printed = fp;
+    },
+  };
+}

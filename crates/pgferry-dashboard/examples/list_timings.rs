@@ -1,0 +1,302 @@
+//! Server time of the dashboard's list pages over a large job history (docs/performance.md).
+//!
+//! Seeds one tenant queue with `--jobs` finished jobs through the engine (enqueue, claim,
+//! complete in batches of 1000; one in `--dead-every` dead-lettered with one of 50 error
+//! texts), leaves `--pending` jobs waiting, then times each list request the pages make,
+//! in process through the server's router (`/ui/api/...`, session cookie and all: exactly
+//! the path a browser's request takes, minus the network), `--samples` times each.
+//! Prints one JSON object per request with p50/p95/max in milliseconds.
+//!
+//!     cargo run --release -p pgferry-dashboard --example list_timings -- --jobs 1000000
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::http::{header, Request};
+use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig, NewJob};
+use pgferry_server::auth::{admin, Scopes};
+use pgferry_server::{AppState, ServerConfig};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number"))
+        })
+        .unwrap_or(default)
+}
+
+struct Ui {
+    router: axum::Router,
+    cookie: String,
+    csrf: String,
+}
+
+impl Ui {
+    async fn send(&self, method: &str, uri: &str, body: Option<Value>) -> (u16, Value, Duration) {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::HOST, "127.0.0.1")
+            .header(header::COOKIE, &self.cookie)
+            .header("x-csrf-token", &self.csrf);
+        if body.is_some() {
+            req = req.header(header::CONTENT_TYPE, "application/json");
+        }
+        let req = req
+            .body(body.map_or(Body::empty(), |b| Body::from(b.to_string())))
+            .unwrap();
+        let started = Instant::now();
+        let res = self.router.clone().oneshot(req).await.unwrap();
+        let status = res.status().as_u16();
+        let bytes = axum::body::to_bytes(res.into_body(), 64 << 20)
+            .await
+            .unwrap();
+        let took = started.elapsed();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            took,
+        )
+    }
+}
+
+async fn seed(engine: &Engine, queue: &str, jobs: u64, dead_every: u64, worker: usize) {
+    let mut done = 0u64;
+    let mut last_report = Instant::now();
+    while done < jobs {
+        let n = 1000.min(jobs - done) as usize;
+        let batch: Vec<NewJob> = (0..n)
+            .map(|i| {
+                let k = (done as usize + i) % 10;
+                let mut j = NewJob::new(
+                    queue,
+                    format!("kind{k}"),
+                    json!({ "n": done as usize + i, "w": worker }),
+                );
+                j.max_attempts = Some(1);
+                j
+            })
+            .collect();
+        engine.enqueue(&batch).await.expect("enqueue");
+        let mut left = n;
+        while left > 0 {
+            let claimed = engine.claim(queue, left, "seeder").await.expect("claim");
+            if claimed.is_empty() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                continue;
+            }
+            let outcomes: Vec<_> = claimed
+                .iter()
+                .map(|c| {
+                    if (c.job_id as u64).is_multiple_of(dead_every) {
+                        c.fail(format!(
+                            "upstream error {}: request {} refused",
+                            (c.job_id as u64 / dead_every) % 50,
+                            c.job_id
+                        ))
+                    } else {
+                        c.completed(None)
+                    }
+                })
+                .collect();
+            engine.complete(&outcomes).await.expect("complete");
+            left -= claimed.len();
+        }
+        done += n as u64;
+        if worker == 0 && last_report.elapsed() > Duration::from_secs(10) {
+            eprintln!("seeder 0: {done} jobs");
+            last_report = Instant::now();
+        }
+    }
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+#[tokio::main]
+async fn main() {
+    let jobs = arg("--jobs", 100_000);
+    let pending = arg("--pending", 10_000);
+    let dead_every = arg("--dead-every", 100);
+    let samples = arg("--samples", 50) as usize;
+    let seeders = arg("--seeders", 4) as usize;
+
+    let db = pgferry_testkit::test_db().await;
+    let mut client = db.connect().await;
+    migrate::up(&mut client).await.expect("migrate");
+    let engine = Engine::new(db::pool(&db.config, "api", 16), EngineConfig::default());
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(
+        Leader::new(engine.clone(), db.config.clone(), LeaderConfig::default()).run(stop_rx),
+    );
+    let state = AppState::new(Arc::clone(&engine), ServerConfig::default())
+        .await
+        .expect("state");
+    admin::create_tenant(&mut client, "perf").await.unwrap();
+    let (_, key) = admin::create_key(&mut client, "perf", Scopes::all(), None)
+        .await
+        .unwrap();
+    let router = pgferry_server::router(state);
+
+    // Sign in like the browser does.
+    let res = router
+        .clone()
+        .oneshot(
+            Request::post("/ui/api/session")
+                .header(header::HOST, "127.0.0.1")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(json!({ "api_key": key.expose() }).to_string()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let cookie = res.headers()[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let body: Value = serde_json::from_slice(
+        &axum::body::to_bytes(res.into_body(), 1 << 20)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let ui = Ui {
+        router,
+        cookie,
+        csrf: body["csrf_token"].as_str().unwrap().to_string(),
+    };
+
+    // History is kept (7 days): nothing is truncated while we measure.
+    let (st, b, _) = ui
+        .send(
+            "PATCH",
+            "/ui/api/v1/queues/history",
+            Some(json!({ "retention_ms": 604_800_000u64, "max_attempts": 1 })),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let queue = "t1.history";
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..seeders {
+        let engine = engine.clone();
+        let share = jobs / seeders as u64 + u64::from((w as u64) < jobs % seeders as u64);
+        tasks.push(tokio::spawn(async move {
+            seed(&engine, queue, share, dead_every, w).await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let seed_secs = started.elapsed().as_secs_f64();
+    let waiting: Vec<NewJob> = (0..pending)
+        .map(|i| NewJob::new(queue, "waiting", json!({ "n": i })))
+        .collect();
+    for chunk in waiting.chunks(1000) {
+        engine.enqueue(chunk).await.unwrap();
+    }
+    client.batch_execute("VACUUM ANALYZE").await.unwrap();
+    eprintln!("seeded {jobs} finished jobs in {seed_secs:.0} s (+{pending} pending)");
+
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        - 60_000;
+    // Page 2 and 10 of the unfiltered listing: follow the cursors once.
+    let mut deep = Vec::new();
+    let mut cursor: Option<String> = None;
+    for page in 1..=10 {
+        let uri = match &cursor {
+            Some(c) => format!("/ui/api/v1/jobs?queue=history&limit=50&cursor={c}"),
+            None => "/ui/api/v1/jobs?queue=history&limit=50".to_string(),
+        };
+        if page == 2 || page == 10 {
+            deep.push((format!("jobs page {page}"), uri.clone()));
+        }
+        let (st, b, _) = ui.send("GET", &uri, None).await;
+        assert_eq!(st, 200, "{b}");
+        cursor = b["next_cursor"].as_str().map(str::to_string);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let mut requests: Vec<(String, String)> = vec![
+        ("queues".into(), "/ui/api/v1/queues".into()),
+        (
+            "jobs newest".into(),
+            "/ui/api/v1/jobs?queue=history&limit=50".into(),
+        ),
+        (
+            "jobs state=completed".into(),
+            "/ui/api/v1/jobs?queue=history&state=completed&limit=50".into(),
+        ),
+        (
+            "jobs state=dead".into(),
+            "/ui/api/v1/jobs?queue=history&state=dead&limit=50".into(),
+        ),
+        (
+            "jobs state=pending".into(),
+            "/ui/api/v1/jobs?queue=history&state=pending&limit=50".into(),
+        ),
+        (
+            "jobs kind=kind3".into(),
+            "/ui/api/v1/jobs?queue=history&kind=kind3&limit=50".into(),
+        ),
+        (
+            "jobs since=1 min ago".into(),
+            format!("/ui/api/v1/jobs?queue=history&since_unix_ms={since}&limit=50"),
+        ),
+        (
+            "dead newest 1000 (dead page)".into(),
+            "/ui/api/v1/dead?limit=1000".into(),
+        ),
+        (
+            "dead error_contains common (jobs page)".into(),
+            "/ui/api/v1/dead?queue=history&error_contains=upstream%20error%207:&limit=50".into(),
+        ),
+        (
+            "dead error_contains matching nothing (scans every dead job)".into(),
+            "/ui/api/v1/dead?queue=history&error_contains=no%20such%20text&limit=50".into(),
+        ),
+        ("keys".into(), "/ui/api/keys".into()),
+        ("audit".into(), "/ui/api/audit?limit=50".into()),
+    ];
+    requests.extend(deep);
+    for (name, uri) in requests {
+        let mut ms = Vec::with_capacity(samples);
+        let mut rows = 0;
+        for _ in 0..samples {
+            let (st, b, took) = ui.send("GET", &uri, None).await;
+            assert_eq!(st, 200, "{name}: {b}");
+            rows = b["jobs"]
+                .as_array()
+                .or(b["queues"].as_array())
+                .or(b["keys"].as_array())
+                .or(b["entries"].as_array())
+                .map_or(0, Vec::len);
+            ms.push(took.as_secs_f64() * 1000.0);
+        }
+        ms.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        println!(
+            "{}",
+            json!({
+                "request": name, "jobs": jobs, "rows": rows, "samples": samples,
+                "p50_ms": (pct(&ms, 0.5) * 100.0).round() / 100.0,
+                "p95_ms": (pct(&ms, 0.95) * 100.0).round() / 100.0,
+                "max_ms": (pct(&ms, 1.0) * 100.0).round() / 100.0,
+            })
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! What the dashboard needs from the server beyond the `/v1` API: who a key is, and its
+//! tenant's keys and audit log. The server implements this with its own auth code
+//! (`pgferry-server/src/dashboard`), so keys are parsed, hashed and checked in one place.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The signed-in key: what the UI shows and which actions it offers. The server decides
+/// again on every action; this only hides what would be refused.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Identity {
+    pub tenant: String,
+    pub tenant_id: i64,
+    pub key_id: i64,
+    /// The key's public prefix (never its secret).
+    pub key_prefix: String,
+    /// Scope names: produce, consume, read, admin.
+    pub scopes: Vec<String>,
+}
+
+impl Identity {
+    /// Admin implies every scope, as in the API.
+    pub fn allows(&self, scope: &str) -> bool {
+        self.scopes.iter().any(|s| s == scope || s == "admin")
+    }
+}
+
+/// An answer in the API's error shape: `{"error": {"code", "message", "field"?}}`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct BackendError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub field: Option<String>,
+}
+
+impl BackendError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        BackendError {
+            status,
+            code,
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    pub fn field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    pub fn bad_request(field: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_argument", message).field(field)
+    }
+
+    pub fn not_found(what: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{what} not found"),
+        )
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
+}
+
+impl IntoResponse for BackendError {
+    fn into_response(self) -> Response {
+        let mut err = json!({ "code": self.code, "message": self.message });
+        if let Some(f) = self.field {
+            err["field"] = Value::String(f);
+        }
+        (self.status, Json(json!({ "error": err }))).into_response()
+    }
+}
+
+/// The server side of the dashboard. Every method gets the caller's [`Identity`] as the
+/// server resolved it for this request, and must refuse what its scopes do not allow and
+/// never touch another tenant.
+pub trait Backend: Send + Sync + 'static {
+    /// Resolves a presented API key (cached by the server like any API request; a revoked
+    /// key fails within the server's auth cache TTL, which ends its sessions).
+    fn identify<'a>(&'a self, api_key: &'a str) -> BoxFut<'a, Result<Identity, BackendError>>;
+
+    /// The caller's tenant's keys (admin): `{"keys": [...]}`, never secrets.
+    fn list_keys<'a>(&'a self, who: &'a Identity) -> BoxFut<'a, Result<Value, BackendError>>;
+
+    /// A new key of the caller's tenant (admin): `{"key": "<shown once>", "prefix", ...}`.
+    fn create_key<'a>(
+        &'a self,
+        who: &'a Identity,
+        scopes: Vec<String>,
+        label: Option<String>,
+    ) -> BoxFut<'a, Result<Value, BackendError>>;
+
+    /// Revokes a key of the caller's tenant (admin); another tenant's prefix is not found.
+    fn revoke_key<'a>(
+        &'a self,
+        who: &'a Identity,
+        prefix: &'a str,
+    ) -> BoxFut<'a, Result<Value, BackendError>>;
+
+    /// The caller's tenant's audit log, newest first, below `before` (admin):
+    /// `{"entries": [...], "next_before": id?}`.
+    fn audit_log<'a>(
+        &'a self,
+        who: &'a Identity,
+        before: Option<i64>,
+        limit: u32,
+    ) -> BoxFut<'a, Result<Value, BackendError>>;
+}

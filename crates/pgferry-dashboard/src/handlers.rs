@@ -1,0 +1,175 @@
+//! The dashboard's own endpoints: sign-in/out, who am I, and the tenant's keys and audit
+//! log (through [`crate::Backend`]). Everything else is the `/v1` API via the proxy.
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::backend::BackendError;
+use crate::session::{cross_site, secure_origin_required, set_cookie, SignedIn};
+use crate::Shared;
+
+fn session_json(signed: &SignedIn) -> Value {
+    json!({ "identity": signed.identity, "csrf_token": signed.csrf })
+}
+
+pub async fn session_get(signed: SignedIn) -> Json<Value> {
+    Json(session_json(&signed))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignIn {
+    api_key: String,
+}
+
+/// Opens a session for a key with at least the `read` scope. JSON only: a cross-site form
+/// cannot send it without a CORS preflight, which this server never grants.
+pub async fn sign_in(State(d): State<Shared>, headers: HeaderMap, body: String) -> Response {
+    match open(&d, &headers, &body).await {
+        Ok(res) => res,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn open(d: &Shared, headers: &HeaderMap, body: &str) -> Result<Response, BackendError> {
+    let json_body = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !json_body || cross_site(headers) {
+        return Err(BackendError::forbidden(
+            "sign in from the dashboard's own page (JSON, same origin)",
+        ));
+    }
+    let req: SignIn = serde_json::from_str(body)
+        .map_err(|e| BackendError::bad_request("api_key", e.to_string()))?;
+    let key = req.api_key.trim().to_string();
+    if key.is_empty() {
+        return Err(BackendError::bad_request("api_key", "enter an API key"));
+    }
+    let identity = d.backend.identify(&key).await.map_err(|e| {
+        if e.status == StatusCode::UNAUTHORIZED {
+            BackendError::unauthenticated("unknown, revoked or malformed API key").field("api_key")
+        } else {
+            e
+        }
+    })?;
+    if !identity.allows("read") {
+        return Err(
+            BackendError::forbidden("this key lacks the `read` scope the dashboard needs")
+                .field("api_key"),
+        );
+    }
+    let (id, csrf) = d.sessions.open(key);
+    let secure = secure_origin_required(headers);
+    let cookie = set_cookie(Some(&id), secure, d.config.max_age);
+    let body = json!({ "identity": identity, "csrf_token": csrf, "secure_cookie": secure });
+    Ok(([(header::SET_COOKIE, cookie)], Json(body)).into_response())
+}
+
+pub async fn sign_out(State(d): State<Shared>, headers: HeaderMap, signed: SignedIn) -> Response {
+    d.sessions.close(&signed.session_id);
+    let cookie = set_cookie(None, secure_origin_required(&headers), d.config.max_age);
+    ([(header::SET_COOKIE, cookie)], StatusCode::NO_CONTENT).into_response()
+}
+
+fn admin_only(signed: &SignedIn) -> Result<(), BackendError> {
+    if signed.identity.allows("admin") {
+        Ok(())
+    } else {
+        Err(BackendError::forbidden(
+            "this API key lacks the `admin` scope",
+        ))
+    }
+}
+
+fn answer(r: Result<Value, BackendError>) -> Response {
+    match r {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+pub async fn keys_list(State(d): State<Shared>, signed: SignedIn) -> Response {
+    if let Err(e) = admin_only(&signed) {
+        return e.into_response();
+    }
+    answer(d.backend.list_keys(&signed.identity).await)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewKey {
+    scopes: Vec<String>,
+    #[serde(default)]
+    label: Option<String>,
+}
+
+pub async fn key_create(State(d): State<Shared>, signed: SignedIn, body: String) -> Response {
+    if let Err(e) = admin_only(&signed) {
+        return e.into_response();
+    }
+    let req: NewKey = match serde_json::from_str(&body) {
+        Ok(r) => r,
+        Err(e) => return BackendError::bad_request("body", e.to_string()).into_response(),
+    };
+    if req.label.as_ref().is_some_and(|l| l.len() > 200) {
+        return BackendError::bad_request("label", "at most 200 characters").into_response();
+    }
+    let label = req.label.filter(|l| !l.trim().is_empty());
+    answer(
+        d.backend
+            .create_key(&signed.identity, req.scopes, label)
+            .await,
+    )
+}
+
+pub async fn key_revoke(
+    State(d): State<Shared>,
+    signed: SignedIn,
+    Path(prefix): Path<String>,
+) -> Response {
+    if let Err(e) = admin_only(&signed) {
+        return e.into_response();
+    }
+    answer(d.backend.revoke_key(&signed.identity, &prefix).await)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    #[serde(default)]
+    before: Option<i64>,
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+pub async fn audit_list(
+    State(d): State<Shared>,
+    signed: SignedIn,
+    q: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    if let Err(e) = admin_only(&signed) {
+        return e.into_response();
+    }
+    let Ok(Query(q)) = q else {
+        return BackendError::bad_request("query", "before and limit are integers").into_response();
+    };
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=200).contains(&limit) {
+        return BackendError::bad_request("limit", "must be 1 to 200").into_response();
+    }
+    answer(d.backend.audit_log(&signed.identity, q.before, limit).await)
+}
+
+/// `/ui/` (with the slash, which the nested `/` route does not match) is the index too.
+pub async fn not_found(uri: axum::http::Uri) -> Response {
+    if uri.path() == "/" || uri.path().is_empty() {
+        return crate::assets::index().await;
+    }
+    BackendError::not_found("page").into_response()
+}

@@ -1,0 +1,204 @@
+//! The server's side of the web dashboard (`pgferry-dashboard`): who a key is, and its
+//! tenant's keys and audit log, answered with the same auth code as the API. Everything
+//! else the dashboard shows comes from the `/v1` router itself.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::http::StatusCode;
+use pgferry_dashboard::{Backend, BackendError, BoxFut, Identity};
+use serde_json::{json, Value};
+
+use crate::auth::{admin, AuthError, Principal, Scopes};
+use crate::AppState;
+
+const AUDIT_LIST: &str = include_str!("sql/audit_list.sql");
+
+/// [`Backend`] over the server's state.
+pub struct DashboardBackend {
+    pub state: AppState,
+}
+
+fn auth_error(e: AuthError) -> BackendError {
+    match e {
+        AuthError::Missing | AuthError::Malformed | AuthError::Invalid => {
+            BackendError::unauthenticated(e.to_string())
+        }
+        AuthError::Forbidden { .. } => BackendError::forbidden(e.to_string()),
+        AuthError::Unavailable(m) => BackendError::unavailable(m),
+    }
+}
+
+fn admin_error(e: admin::AdminError) -> BackendError {
+    match e {
+        admin::AdminError::NoScopes => BackendError::bad_request("scopes", e.to_string()),
+        admin::AdminError::NoSuchKey(_) => BackendError::not_found("key"),
+        admin::AdminError::Db(e) => BackendError::unavailable(e.to_string()),
+        e => BackendError::new(StatusCode::BAD_REQUEST, "invalid_argument", e.to_string()),
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> BackendError {
+    BackendError::unavailable(e.to_string())
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl DashboardBackend {
+    /// The caller as the API sees it, required to hold `admin` (checked here again, not
+    /// only by the dashboard's handlers).
+    async fn admin_principal(&self, who: &Identity) -> Result<Principal, BackendError> {
+        if !who.allows("admin") {
+            return Err(BackendError::forbidden(
+                "this API key lacks the `admin` scope",
+            ));
+        }
+        Ok(Principal {
+            tenant_id: who.tenant_id,
+            tenant: who.tenant.clone(),
+            key_id: who.key_id,
+            scopes: Scopes::from_names(who.scopes.iter().map(String::as_str)).unwrap_or_default(),
+        })
+    }
+
+    async fn tenant_keys(&self, tenant_id: i64) -> Result<Vec<admin::KeyInfo>, BackendError> {
+        let client = self.state.engine.pool().get().await.map_err(unavailable)?;
+        admin::list_keys(&client, tenant_id)
+            .await
+            .map_err(admin_error)
+    }
+}
+
+impl Backend for DashboardBackend {
+    fn identify<'a>(&'a self, api_key: &'a str) -> BoxFut<'a, Result<Identity, BackendError>> {
+        Box::pin(async move {
+            let p = self
+                .state
+                .auth
+                .authenticate(api_key)
+                .await
+                .map_err(auth_error)?;
+            let key_prefix = crate::auth::ApiKey::parse(api_key)
+                .map(|k| k.prefix)
+                .unwrap_or_default();
+            Ok(Identity {
+                tenant: p.tenant,
+                tenant_id: p.tenant_id,
+                key_id: p.key_id,
+                key_prefix,
+                scopes: p.scopes.names().into_iter().map(String::from).collect(),
+            })
+        })
+    }
+
+    fn list_keys<'a>(&'a self, who: &'a Identity) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            let p = self.admin_principal(who).await?;
+            let keys = self.tenant_keys(p.tenant_id).await?;
+            Ok(json!({ "tenant": p.tenant, "keys": keys }))
+        })
+    }
+
+    fn create_key<'a>(
+        &'a self,
+        who: &'a Identity,
+        scopes: Vec<String>,
+        label: Option<String>,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            let p = self.admin_principal(who).await?;
+            let scopes = Scopes::from_names(scopes.iter().map(String::as_str)).map_err(|bad| {
+                BackendError::bad_request(
+                    "scopes",
+                    format!("unknown scope {bad:?}: produce, consume, read or admin"),
+                )
+            })?;
+            let mut client = self.state.engine.pool().get().await.map_err(unavailable)?;
+            let (key_id, key) = admin::create_key(&mut client, &p.tenant, scopes, label.as_deref())
+                .await
+                .map_err(admin_error)?;
+            let detail = json!({ "key_id": key_id, "via": "dashboard" });
+            admin::audit_api(&**client, &p, "key.create", &key.prefix, detail)
+                .await
+                .map_err(unavailable)?;
+            Ok(json!({
+                "key_id": key_id,
+                "prefix": key.prefix,
+                "scopes": scopes.names(),
+                "label": label,
+                "key": key.expose(),
+            }))
+        })
+    }
+
+    fn revoke_key<'a>(
+        &'a self,
+        who: &'a Identity,
+        prefix: &'a str,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            let p = self.admin_principal(who).await?;
+            // Only this tenant's active keys: another tenant's prefix is "not found".
+            let own = self
+                .tenant_keys(p.tenant_id)
+                .await?
+                .into_iter()
+                .any(|k| k.prefix == prefix && !k.revoked);
+            if !own {
+                return Err(BackendError::not_found("key"));
+            }
+            let mut client = self.state.engine.pool().get().await.map_err(unavailable)?;
+            let key_id = admin::revoke_key(&mut client, prefix)
+                .await
+                .map_err(admin_error)?;
+            admin::audit_api(
+                &**client,
+                &p,
+                "key.revoke",
+                prefix,
+                json!({ "key_id": key_id, "via": "dashboard" }),
+            )
+            .await
+            .map_err(unavailable)?;
+            // This server stops accepting it now; others within their cache TTL.
+            self.state.auth.clear_cache();
+            Ok(json!({ "key_id": key_id, "prefix": prefix, "revoked": true }))
+        })
+    }
+
+    fn audit_log<'a>(
+        &'a self,
+        who: &'a Identity,
+        before: Option<i64>,
+        limit: u32,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            let p = self.admin_principal(who).await?;
+            let client = self.state.engine.pool().get().await.map_err(unavailable)?;
+            let rows = client
+                .query(AUDIT_LIST, &[&p.tenant_id, &before, &i64::from(limit)])
+                .await
+                .map_err(unavailable)?;
+            let entries: Vec<Value> = rows
+                .iter()
+                .map(|r| {
+                    json!({
+                        "audit_id": r.get::<_, i64>("audit_id"),
+                        "at_unix_ms": unix_ms(r.get("at")),
+                        "key_id": r.get::<_, Option<i64>>("key_id"),
+                        "actor": r.get::<_, String>("actor"),
+                        "action": r.get::<_, String>("action"),
+                        "target": r.get::<_, Option<String>>("target"),
+                        "detail": r.get::<_, Option<Value>>("detail"),
+                    })
+                })
+                .collect();
+            let next = (entries.len() == limit as usize)
+                .then(|| entries.last().and_then(|e| e["audit_id"].as_i64()))
+                .flatten();
+            Ok(json!({ "entries": entries, "next_before": next }))
+        })
+    }
+}

@@ -1,0 +1,77 @@
+//! Defects a new user met (issue 18), each asserted through the real HTTP API.
+
+mod http_common;
+
+use http_common::{error_of, TestServer};
+use serde_json::json;
+
+#[tokio::test]
+async fn wrong_methods_answer_the_json_error_body() {
+    let s = TestServer::start(Default::default()).await;
+    let key = s.key("acme", &["admin"]).await;
+    let (status, body, _) = s.call("DELETE", "/v1/jobs/1", Some(&key), None).await;
+    assert_eq!(status, 405, "{body}");
+    let (code, _) = error_of(&body);
+    assert_eq!(code, "method_not_allowed");
+}
+
+#[tokio::test]
+async fn errors_name_the_users_queue_never_the_engine_name() {
+    let s = TestServer::start(Default::default()).await;
+    let key = s.key("acme", &["admin"]).await;
+    for (method, path) in [
+        ("POST", "/v1/queues/nosuch/pause"),
+        ("POST", "/v1/queues/nosuch/resume"),
+        ("GET", "/v1/queues/nosuch"),
+    ] {
+        let (status, body, _) = s.call(method, path, Some(&key), Some(json!({}))).await;
+        assert_eq!(status, 404, "{method} {path}: {body}");
+        let message = body["error"]["message"].as_str().unwrap().to_string();
+        assert!(
+            !message.contains("t1.") && !message.contains(".nosuch"),
+            "{method} {path}: {message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn queue_name_limits_are_stated_as_enforced() {
+    let s = TestServer::start(Default::default()).await;
+    let key = s.key("acme", &["admin"]).await;
+    for name in ["", &"q".repeat(49)] {
+        let (status, body, _) = s
+            .call(
+                "POST",
+                "/v1/jobs",
+                Some(&key),
+                Some(json!({"queue": name, "kind": "k", "args": {}})),
+            )
+            .await;
+        assert_eq!(status, 400, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("1 to 48"), "{name:?}: {message}");
+    }
+}
+
+#[tokio::test]
+async fn the_http_claim_answers_lease_queue_and_priority() {
+    let s = TestServer::start(Default::default()).await;
+    let key = s.key("acme", &["admin"]).await;
+    let (status, body, _) = s
+        .call(
+            "POST",
+            "/v1/jobs",
+            Some(&key),
+            Some(json!({"queue": "mail", "kind": "k", "args": {}, "priority": 2})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let jobs = s.claim_n(&key, "mail", 1).await;
+    let job = &jobs[0];
+    assert_eq!(job["queue"], "mail", "{job}");
+    assert_eq!(job["priority"], 2, "{job}");
+    assert!(
+        job["lease_until_unix_ms"].as_u64().is_some_and(|t| t > 0),
+        "{job}"
+    );
+}
