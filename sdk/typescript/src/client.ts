@@ -7,6 +7,7 @@ import type * as grpc from "@grpc/grpc-js";
 import {
   AuthError,
   JobFailedError,
+  NotFound,
   PgferryError,
   ProtocolError,
   Unavailable,
@@ -156,6 +157,8 @@ export class Client {
   private httpOnly: boolean;
   private seq = 0;
   private closed = false;
+  // Whether the server has the result long-poll route: unknown until the first wait.
+  private longPoll: boolean | undefined;
   private readonly retryPolicy: Required<RetryPolicy>;
 
   constructor(opts: ClientOptions) {
@@ -480,10 +483,33 @@ export class Client {
   // -- results -----------------------------------------------------------------------
 
   /** Wait until the job is completed, dead-lettered or cancelled; resolves to its final
-   * JobInfo. Polls GetJob with backoff (20 ms doubling to 1 s). */
+   * JobInfo. With an HTTP address it long-polls `GET /v1/jobs/{id}/result?wait_ms=` (the
+   * server answers when the job finishes); otherwise, or against a server without that
+   * route, it polls GetJob with backoff (20 ms doubling to 1 s). */
   async waitForJob(id: number | EnqueuedJob, opts: WaitOptions = {}): Promise<JobInfo> {
     const jid = typeof id === "number" ? id : id.id;
     const deadline = opts.timeoutMs === undefined ? Infinity : Date.now() + opts.timeoutMs;
+    const http = this.http ?? (this.httpUrl ? new HttpApi(this.httpUrl, this.apiKey, undefined) : null);
+    if (http && this.longPoll !== false) {
+      try {
+        for (;;) {
+          opts.signal?.throwIfAborted();
+          const left = deadline - Date.now();
+          const { job, finished } = await http.waitResult(jid, Math.min(Math.max(left, 0), 30_000));
+          this.longPoll = true;
+          if (finished) return job;
+          if (deadline - Date.now() <= 0) {
+            throw new JobFailedError(`job ${jid} still ${job.state} after ${opts.timeoutMs} ms`, job, "timeout");
+          }
+        }
+      } catch (e) {
+        // 404: an unknown job, or a server without the route. GetJob tells them apart (it
+        // throws NotFound for an unknown job); a server without the route polls from now on.
+        if (!(e instanceof NotFound) || this.longPoll === true) throw e;
+        await this.getJob(jid);
+        this.longPoll = false;
+      }
+    }
     let delay = 20;
     for (;;) {
       const info = await this.getJob(jid);

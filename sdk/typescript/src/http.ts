@@ -109,6 +109,15 @@ export class HttpApi {
     return r.body.job_ids.map((id, i) => ({ id: Number(id), duplicate: Boolean(r.body.duplicates?.[i]), replayed }));
   }
 
+  /** GET /v1/jobs/{id}/result?wait_ms=: the job once finished, or as it is when the wait
+   * (at most the server's long-poll limit) ends. */
+  async waitResult(id: number, waitMs: number): Promise<{ job: JobInfo; finished: boolean }> {
+    const r = await this.call<Record<string, unknown>>("GET", `/v1/jobs/${id}/result`, undefined, {
+      wait_ms: Math.max(0, Math.min(Math.floor(waitMs), 60_000)),
+    });
+    return { job: jobFromHttp(r), finished: Boolean(r.finished) };
+  }
+
   async getJob(id: number): Promise<JobInfo> {
     return jobFromHttp(await this.call("GET", `/v1/jobs/${id}`));
   }

@@ -93,6 +93,7 @@ describe("typed errors", () => {
     ]) {
       await rejects(c.getJob(987_654_321_000), NotFound);
       await rejects(c.cancel(987_654_321_000), NotFound);
+      await rejects(c.result(987_654_321_000), NotFound);
       await c.close();
     }
   });

@@ -65,6 +65,31 @@ describe("round trip", () => {
     await c.close();
   });
 
+  it("result() waits for a job that finishes later (long-poll and GetJob polling)", async (t) => {
+    const queue = queueName(t);
+    const w = worker(queue).handle("slow", async ({ ms }) => {
+      await new Promise((r) => setTimeout(r, ms));
+      return "late";
+    });
+    const viaHttp = client();
+    const viaGrpc = new Client({ url: server.grpcUrl, apiKey: server.apiKey });
+    await running(w, async () => {
+      const a = await viaHttp.enqueue("slow", { ms: 1500 }, { queue });
+      const b = await viaGrpc.enqueue("slow", { ms: 1500 }, { queue });
+      assert.deepEqual(await Promise.all([viaHttp.result(a), viaGrpc.result(b)]), ["late", "late"]);
+      const c2 = await viaHttp.enqueue("slow", { ms: 5000 }, { queue });
+      const e = await viaHttp.result(c2, { timeoutMs: 500 }).then(
+        () => assert.fail("resolved before the job finished"),
+        (err) => err,
+      );
+      assert.ok(e instanceof JobFailedError && e.code === "timeout", String(e));
+    });
+    assert.equal(viaHttp.longPoll, true);
+    assert.equal(viaGrpc.longPoll, undefined);
+    await viaHttp.close();
+    await viaGrpc.close();
+  });
+
   it("pipelines concurrent enqueues on one Producer stream", async (t) => {
     const queue = queueName(t);
     const c = client();
@@ -92,6 +117,8 @@ describe("round trip", () => {
       assert.deepEqual(done.result, { n2: 49 });
       assert.deepEqual(done.attempts.map((a) => a.outcome), ["completed"]);
       assert.deepEqual(await c.result(job.id), { n2: 49 });
+      // With an HTTP address, results come from the long-poll route, not from polling.
+      assert.equal(c.longPoll, true);
     });
     assert.deepEqual(rec.of("ran", job.id)[0].data, { origin: "test", queue, kind: "square", max: 3 });
     await c.close();
