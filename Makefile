@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: dev test setup build lint test-rust test-python test-fuzz bench screenshots
+.PHONY: dev test setup build lint test-rust test-python test-ts test-fuzz bench screenshots
 
 setup:
 	@scripts/setup.sh
@@ -39,6 +39,13 @@ test-python: setup
 	cd sdk/python && .venv/bin/mypy --strict examples/typed_app.py examples/fastapi_app.py
 	cd sdk/python && .venv/bin/python -m pytest -q -p no:cacheprovider --timeout 600
 
+# TypeScript SDK (sdk/typescript): `npm ci` from the committed lock file, strict tsc (ESM
+# and CJS builds, the type-level test), then `node --test` against the real `pgferry dev`
+# binary built above (PGFERRY_BIN overrides which binary the tests start).
+test-ts: setup
+	$(CARGO) build -p pgferry-cli
+	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm test
+
 # Schema-driven fuzzing of the HTTP API from /v1/openapi.json with schemathesis (own venv
 # .venv-fuzz; bounded examples per operation, well under two minutes): no 5xx, answers
 # conform to the document.
@@ -46,7 +53,7 @@ test-fuzz: setup
 	$(CARGO) build -p pgferry-cli
 	scripts/fuzz-http.sh
 
-test: lint test-rust test-python test-fuzz
+test: lint test-rust test-python test-ts test-fuzz
 
 # The engine benchmark against the skiplocked and append-only references (release build).
 bench: setup

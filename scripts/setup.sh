@@ -28,6 +28,9 @@ command -v python3 >/dev/null 2>&1 || need+=(python3 python3-venv)
 # Debian splits venv/ensurepip out of python3: the Python SDK tests and `make test-fuzz`
 # need them.
 command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1 && need+=(python3-venv)
+# Node.js and npm: the TypeScript SDK's build and tests (`make test-ts`; Node >= 20).
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 # The dashboard's browser tests (crates/pgferry-dashboard/tests/browser.rs) drive a real
 # headless Chromium through chromedriver.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
