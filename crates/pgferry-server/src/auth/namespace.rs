@@ -54,38 +54,6 @@ pub fn split_engine_queue(engine_name: &str) -> Option<(i64, &str)> {
     Some((tenant_id, user_queue(tenant_id, engine_name)?))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn round_trips_and_isolates() {
-        let e = engine_queue(7, "emails.v2").unwrap();
-        assert_eq!(e, "t7.emails.v2");
-        assert_eq!(user_queue(7, &e), Some("emails.v2"));
-        assert_eq!(user_queue(70, &e), None);
-        assert_eq!(user_queue(7, "t70.emails"), None);
-        assert_eq!(user_queue(7, "t07.emails"), None);
-        assert_eq!(user_queue(7, "emails"), None);
-        assert_eq!(user_queue(7, "t7."), None);
-        assert_eq!(split_engine_queue(&e), Some((7, "emails.v2")));
-        for other in ["t07.emails", "t7.", "emails", "tx.emails"] {
-            assert_eq!(split_engine_queue(other), None, "{other}");
-        }
-    }
-
-    #[test]
-    fn engine_names_always_valid() {
-        let longest = "a".repeat(MAX_QUEUE_NAME);
-        let e = engine_queue(99_999_999_999_999, &longest).unwrap();
-        pgferry_core::job::validate_queue_name(&e).unwrap();
-        assert!(engine_queue(1, &format!("{longest}a")).is_err());
-        for bad in ["", "Upper", "-lead", "sp ace", "slash/"] {
-            assert!(engine_queue(1, bad).is_err(), "{bad:?}");
-        }
-    }
-}
-
 /// An engine error as a tenant's client may see it: engine queue names (`t<id>.<queue>`) in
 /// it become the user's names (`None`: nothing to change). Every queue an API call names is the caller's own, so the
 /// prefix carries nothing the caller does not know.
@@ -118,4 +86,36 @@ fn strip_tenant(name: &str) -> &str {
             !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) && !rest.is_empty()
         })
         .map_or(name, |(_, rest)| rest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_isolates() {
+        let e = engine_queue(7, "emails.v2").unwrap();
+        assert_eq!(e, "t7.emails.v2");
+        assert_eq!(user_queue(7, &e), Some("emails.v2"));
+        assert_eq!(user_queue(70, &e), None);
+        assert_eq!(user_queue(7, "t70.emails"), None);
+        assert_eq!(user_queue(7, "t07.emails"), None);
+        assert_eq!(user_queue(7, "emails"), None);
+        assert_eq!(user_queue(7, "t7."), None);
+        assert_eq!(split_engine_queue(&e), Some((7, "emails.v2")));
+        for other in ["t07.emails", "t7.", "emails", "tx.emails"] {
+            assert_eq!(split_engine_queue(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn engine_names_always_valid() {
+        let longest = "a".repeat(MAX_QUEUE_NAME);
+        let e = engine_queue(99_999_999_999_999, &longest).unwrap();
+        pgferry_core::job::validate_queue_name(&e).unwrap();
+        assert!(engine_queue(1, &format!("{longest}a")).is_err());
+        for bad in ["", "Upper", "-lead", "sp ace", "slash/"] {
+            assert!(engine_queue(1, bad).is_err(), "{bad:?}");
+        }
+    }
 }
