@@ -170,6 +170,32 @@ async fn run(durability: Durability, jobs_per_producer: usize) {
         .expect("ledger run did not finish in 10 minutes")
         .into_iter()
         .for_each(|r| r.unwrap());
+    // Rotation runs on its own timer: give it (bounded) time to free a closed segment while
+    // the leader still runs; a segment that cannot be freed (a writer holding its lock, an
+    // unclosed job) still fails below. Diagnostics first if it never happens.
+    let probe = s.db.connect().await;
+    for _ in 0..100 {
+        if (ready_rows(&probe).await as usize) < total {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if (ready_rows(&probe).await as usize) >= total {
+        let locks: Vec<String> = probe
+            .query(
+                "SELECT format('%s %s pid=%s state=%s query=%s', l.relation::regclass, l.mode,
+                        l.pid, a.state, left(a.query, 60))
+                   FROM pg_locks l LEFT JOIN pg_stat_activity a USING (pid)
+                  WHERE l.relation::regclass::text LIKE 'pgferry.ready%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        eprintln!("rotation never freed a segment; locks on ready partitions: {locks:?}");
+    }
     let _ = stop_tx.send(true);
     leader.await.unwrap();
 
@@ -278,4 +304,11 @@ async fn run(durability: Durability, jobs_per_producer: usize) {
         durability == Durability::Async,
         "{async_sessions} async sessions"
     );
+}
+
+async fn ready_rows(c: &tokio_postgres::Client) -> i64 {
+    c.query_one("SELECT count(*) FROM pgferry.ready", &[])
+        .await
+        .unwrap()
+        .get(0)
 }
