@@ -176,7 +176,14 @@ pub async fn timeline(
     p.require(Scope::Admin)?;
     let q = params(q, &["since_ms", "until_ms", "bucket_s"])?;
     let w = q.window()?;
-    let bucket = Duration::from_secs(q.bucket_s.unwrap_or(60));
+    let bucket_s = q.bucket_s.unwrap_or(60);
+    if !(1..=31_536_000).contains(&bucket_s) {
+        return Err(ApiError::bad_request(
+            "bucket_s",
+            "must be 1 to 31536000 seconds (a year)",
+        ));
+    }
+    let bucket = Duration::from_secs(bucket_s);
     let points = read::timeline(&**client(&state).await?, w, bucket)
         .await
         .map_err(api_error)?;

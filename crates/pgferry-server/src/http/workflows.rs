@@ -73,6 +73,9 @@ fn wf(state: &AppState) -> Workflows {
 /// A key as the engine stores it: the tenant's prefix, then the user's key.
 fn tenant_key(p: &Principal, field: &'static str, key: &str) -> ApiResult<String> {
     no_nul(field, key)?;
+    if key.is_empty() || key.chars().count() > 256 {
+        return Err(ApiError::bad_request(field, "must be 1 to 256 characters"));
+    }
     Ok(format!("{}{key}", tenant_prefix(p.tenant_id)))
 }
 
@@ -322,6 +325,12 @@ pub async fn cancel(
         match k.as_str() {
             "reason" => {
                 no_nul("reason", &v)?;
+                if v.chars().count() > 1024 {
+                    return Err(ApiError::bad_request(
+                        "reason",
+                        "must be at most 1024 characters",
+                    ));
+                }
                 reason = Some(v);
             }
             other => {
