@@ -71,6 +71,19 @@ fn wf(state: &AppState) -> Workflows {
 }
 
 /// A key as the engine stores it: the tenant's prefix, then the user's key.
+/// The statuses an instance can be listed by (as in the OpenAPI document).
+const STATUSES: [&str; 9] = [
+    "runnable",
+    "running",
+    "sleeping",
+    "awaiting",
+    "waiting_children",
+    "queued",
+    "done",
+    "failed",
+    "cancelled",
+];
+
 fn tenant_key(p: &Principal, field: &'static str, key: &str) -> ApiResult<String> {
     no_nul(field, key)?;
     if key.is_empty() || key.chars().count() > 256 {
@@ -205,10 +218,24 @@ pub async fn list(
     for (k, v) in pairs {
         match k.as_str() {
             "queue" => queue = Some(v),
-            "kind" => f.kind = Some(v),
-            "status" => f.status = Some(v),
+            "kind" => {
+                pgferry_core::job::validate_kind(&v)?;
+                f.kind = Some(v)
+            }
+            "status" => {
+                if !STATUSES.contains(&v.as_str()) {
+                    return Err(ApiError::bad_request("status", "not a workflow status"));
+                }
+                f.status = Some(v)
+            }
             "correlation_key" => {
                 no_nul("correlation_key", &v)?;
+                if v.is_empty() || v.chars().count() > 256 {
+                    return Err(ApiError::bad_request(
+                        "correlation_key",
+                        "must be 1 to 256 characters",
+                    ));
+                }
                 f.correlation_key = Some(v)
             }
             "before" => {
