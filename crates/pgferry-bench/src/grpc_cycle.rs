@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pgferry_client::{JobSpec, Outcome, Producer, Worker, WorkerOptions};
-use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig};
+use pgferry_core::{db, Engine, EngineConfig, Leader, LeaderConfig};
 use pgferry_server::auth::{admin, Scopes};
 use pgferry_server::grpc::{GrpcConfig, GrpcState};
 use pgferry_server::{AppState, ServerConfig};
@@ -21,7 +21,7 @@ const SERVER_POOL: usize = 16;
 
 pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     let mut c = measure::connect(config, "migrate").await?;
-    migrate::up(&mut c).await?;
+    pgferry_server::migrate::up(&mut c).await?;
     let tenant_id = admin::create_tenant(&mut c, "bench").await?;
     let (_, key) = admin::create_key(&mut c, "bench", Scopes::all(), Some("bench")).await?;
     let key = key.expose();

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig};
+use pgferry_core::{db, Engine, EngineConfig, Leader, LeaderConfig};
 use pgferry_server::auth::{admin, Scopes};
 use pgferry_server::{AppState, ServerConfig};
 use serde_json::{json, Value};
@@ -28,7 +28,7 @@ async fn post(http: &reqwest::Client, url: &str, key: &str, body: &Value) -> any
 
 pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     let mut c = measure::connect(config, "migrate").await?;
-    migrate::up(&mut c).await?;
+    pgferry_server::migrate::up(&mut c).await?;
     let tenant_id = admin::create_tenant(&mut c, "bench").await?;
     let (_, key) = admin::create_key(&mut c, "bench", Scopes::all(), Some("bench")).await?;
     let key = key.expose();

@@ -29,7 +29,7 @@ use crate::measure::{self, Counters, Report};
 use crate::BenchOpts;
 
 // Append-only tables are not vacuumed for their inserts, as pgferry's log partitions are not
-// (migration 0013): the floor gets every advantage pgferry takes.
+// (ADR 0011): the floor gets every advantage pgferry takes.
 const SCHEMA: &str = "
 CREATE SCHEMA ref_log;
 CREATE TABLE ref_log.events (

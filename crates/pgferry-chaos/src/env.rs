@@ -220,7 +220,7 @@ impl Env {
             restarts: 0,
         };
         let mut client = env.connect("chaos-admin").await?;
-        pgferry_core::migrate::up(&mut client)
+        pgferry_server::migrate::up(&mut client)
             .await
             .map_err(|e| ChaosError::setup("migrating", e))?;
         pgferry_server::auth::admin::create_tenant(&mut client, TENANT)

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig};
+use pgferry_core::{db, Engine, EngineConfig, Leader, LeaderConfig};
 use pgferry_server::AppState;
 use tokio::sync::watch;
 use tokio_postgres::Config;
@@ -125,11 +125,10 @@ pub async fn serve(
         let mut client = db::connect(&config, "migrate")
             .await
             .context("connecting to the database")?;
-        let applied = migrate::up(&mut client).await?;
-        if !applied.is_empty() {
-            tracing::info!(?applied, "migrations applied");
+        let applied = pgferry_server::migrate::up(&mut client).await?;
+        if applied != Default::default() {
+            tracing::info!(versions = ?applied.versions, functions = ?applied.functions, "schema updated");
         }
-        pgferry_ash::migrate::up(&mut client).await?;
     }
     let engine = Engine::new(
         db::Pools::new(&config, "api", args.pool_size),

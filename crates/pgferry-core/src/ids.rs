@@ -23,7 +23,7 @@ use tokio_postgres::GenericClient;
 
 use crate::error::Result;
 
-/// Ids per block; must match the INCREMENT of `pgferry.job_id_seq` (migration 0004).
+/// Ids per block; must match the INCREMENT of `pgferry.job_id_seq` (migrations/0001_baseline.sql).
 pub const BLOCK: i64 = 256;
 /// Extra blocks reserved with each refill.
 const REFILL: usize = 64;

@@ -6,6 +6,7 @@ pub mod coalesce;
 pub mod dashboard;
 pub mod grpc;
 mod health;
+pub mod migrate;
 pub mod http;
 pub mod metrics;
 pub mod proto;

@@ -1,4 +1,4 @@
-//! Rotator: opens the next segment on a timer and frees the oldest sealed one (architecture.md §3.4).
+//! Rotator: opens the next segment on a timer and frees the oldest sealed one (architecture.md §3.5).
 //!
 //! Freeing never takes a lock that the hot path would queue behind. A plain `TRUNCATE` of a
 //! partition needs ACCESS EXCLUSIVE on it, and every claim and completion holds ACCESS SHARE
@@ -184,7 +184,7 @@ async fn finish_freeing(client: &Client, segment: i16) -> Result<FreeResult> {
         .collect();
     // One transaction (a multi-statement simple query): the hand-overs this segment counted
     // closed must stop counting exactly when its number is free for reuse, and outcomes
-    // naming the old incarnation become stale (reuse_floor, migration 0007).
+    // naming the old incarnation become stale (segments.reuse_floor).
     client
         .batch_execute(&format!(
             "TRUNCATE {}; UPDATE pgferry.long_leases SET handed_seg = NULL WHERE handed_seg = {segment}; \

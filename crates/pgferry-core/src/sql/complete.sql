@@ -1,5 +1,5 @@
 -- complete: every outcome of a batch in one statement (architecture.md §1.5): pgferry.complete()
--- (migrations/0007_long_lease_hand_over.sql, paths from 0004_fast_path.sql) for the
+-- (sql/functions/complete.sql) for the
 -- statements and plans per outcome. Batches of whole receipts go to complete_whole.sql.
 -- $1 job ids, $2 attempts, $3 job segments, $4 receipt ids, $5 lanes, $6 receipt segments,
 -- $7 outcome codes, $8 errors, $9 retry delays ms, $10 results, $11 durations ms
