@@ -45,7 +45,9 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
         )
         .run(stop_rx.clone()),
     );
-    let app = AppState::new(engine.clone(), ServerConfig::default()).await?;
+    let mut server_config = ServerConfig::default();
+    server_config.coalesce.adaptive = opts.group_commit_adaptive;
+    let app = AppState::new(engine.clone(), server_config).await?;
     let grpc = GrpcState::from_app(&app, GrpcConfig::default()).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
@@ -74,8 +76,9 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     continue;
                 }
+                let sent = std::time::Instant::now();
                 let ids = producer.enqueue_batch(jobs.clone()).await?;
-                counters.add_enqueued(ids.len() as u64);
+                counters.add_acked(ids.len() as u64, sent);
             }
             Ok(())
         }));

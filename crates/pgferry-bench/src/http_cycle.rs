@@ -53,6 +53,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
         .run(stop_rx.clone()),
     );
     let mut server_config = ServerConfig::default();
+    server_config.coalesce.adaptive = opts.group_commit_adaptive;
     // The benchmark is the only client: no rate limit in the way.
     server_config.http.rate_per_sec = 1e9;
     server_config.http.rate_burst = 1e9;
@@ -85,9 +86,10 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     continue;
                 }
+                let sent = std::time::Instant::now();
                 let out = post(&http, &url, &key, &body).await?;
                 let n = out["job_ids"].as_array().map_or(0, Vec::len);
-                counters.add_enqueued(n as u64);
+                counters.add_acked(n as u64, sent);
             }
             Ok(())
         }));

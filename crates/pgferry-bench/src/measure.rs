@@ -18,6 +18,11 @@ pub struct Report {
     pub enqueued_per_s: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// Enqueue acknowledgement latency of a producer's request (sent → committed answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enqueue_ack_p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enqueue_ack_p99_ms: Option<f64>,
     pub dead_tuples: i64,
     pub rows_updated_or_deleted: i64,
     pub wal_bytes_per_job: f64,
@@ -40,6 +45,8 @@ pub struct Counters {
     pub measuring: AtomicBool,
     pub stop: AtomicBool,
     latencies_ms: Mutex<Vec<f32>>,
+    /// Enqueue acknowledgement latencies (request sent → committed answer), ms.
+    acks_ms: Mutex<Vec<f32>>,
 }
 
 impl Counters {
@@ -54,6 +61,15 @@ impl Counters {
         if self.measuring.load(Ordering::Relaxed) {
             self.enqueued_counted.fetch_add(n, Ordering::Relaxed);
         }
+    }
+
+    /// Counts `n` jobs enqueued by a request sent at `sent`, and its acknowledgement latency.
+    pub fn add_acked(&self, n: u64, sent: std::time::Instant) {
+        if self.measuring.load(Ordering::Relaxed) {
+            let ms = sent.elapsed().as_secs_f32() * 1000.0;
+            self.acks_ms.lock().expect("acks").push(ms);
+        }
+        self.add_enqueued(n);
     }
 
     pub fn add_finished(&self, n: u64) {
@@ -74,18 +90,28 @@ impl Counters {
     }
 
     fn percentile(&self, p: f64) -> f64 {
-        let mut v = self.latencies_ms.lock().expect("latencies").clone();
-        if v.is_empty() {
-            return f64::NAN;
-        }
-        v.sort_by(|a, b| a.total_cmp(b));
-        let i = ((v.len() - 1) as f64 * p).round() as usize;
-        f64::from(v[i])
+        percentile(&self.latencies_ms.lock().expect("latencies"), p)
+    }
+
+    fn ack_percentile(&self, p: f64) -> Option<f64> {
+        let v = self.acks_ms.lock().expect("acks");
+        (!v.is_empty()).then(|| percentile(&v, p))
     }
 
     pub fn running(&self) -> bool {
         !self.stop.load(Ordering::Relaxed)
     }
+}
+
+/// The `p` quantile (0..=1) of `v`; NaN when empty.
+pub fn percentile(v: &[f32], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((v.len() - 1) as f64 * p).round() as usize;
+    f64::from(v[i])
 }
 
 /// A connection with pgferry's own session settings (jit off), so every variant runs under
@@ -159,6 +185,8 @@ pub async fn window(
         enqueued_per_s: counters.enqueued_counted.load(Ordering::SeqCst) as f64 / elapsed,
         p50_ms: counters.percentile(0.50),
         p99_ms: counters.percentile(0.99),
+        enqueue_ack_p50_ms: counters.ack_percentile(0.50),
+        enqueue_ack_p99_ms: counters.ack_percentile(0.99),
         dead_tuples: dead,
         rows_updated_or_deleted: upd_del,
         wal_bytes_per_job: if jobs > 0 {

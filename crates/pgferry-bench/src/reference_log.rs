@@ -118,6 +118,7 @@ pub async fn run(config: &Config, opts: &BenchOpts, mode: Mode) -> anyhow::Resul
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     continue;
                 }
+                let sent = std::time::Instant::now();
                 let sink = client.copy_in(COPY_IN).await?;
                 let writer = BinaryCopyInWriter::new(sink, &[Type::INT4, Type::TEXT, Type::JSONB]);
                 pin_mut!(writer);
@@ -131,7 +132,7 @@ pub async fn run(config: &Config, opts: &BenchOpts, mode: Mode) -> anyhow::Resul
                 if counters.enqueued.load(std::sync::atomic::Ordering::Relaxed) == 0 {
                     tracing::debug!(n, "log: first batch committed");
                 }
-                counters.add_enqueued(n);
+                counters.add_acked(n, sent);
             }
             Ok(())
         }));

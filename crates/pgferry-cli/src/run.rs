@@ -49,6 +49,11 @@ pub struct ServerArgs {
     #[arg(long, env = "PGFERRY_GROUP_COMMIT_WAIT_US", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub group_commit_wait_us: u64,
+    /// Group commit: flush at once when nothing else is being written (adaptive, the
+    /// default), or always wait --group-commit-wait-us for company (false).
+    #[arg(long, env = "PGFERRY_GROUP_COMMIT_ADAPTIVE", default_value_t = true,
+          action = clap::ArgAction::Set)]
+    pub group_commit_adaptive: bool,
     /// Group commit: completion flushes running at once. Each is a lane of receipts: the
     /// outcomes of one claimed batch always share a lane, so concurrent flushes never wait
     /// on each other's receipt locks. At most the pool size is useful.
@@ -81,6 +86,7 @@ impl ServerArgs {
         c.http.max_claim_wait = std::time::Duration::from_millis(self.max_claim_wait_ms);
         c.coalesce.max_rows = self.group_commit_rows as usize;
         c.coalesce.max_wait = std::time::Duration::from_micros(self.group_commit_wait_us);
+        c.coalesce.adaptive = self.group_commit_adaptive;
         c.coalesce.lanes = self.group_commit_lanes as usize;
         c.coalesce.gather_wait = std::time::Duration::from_micros(self.group_commit_gather_us);
         c
@@ -262,6 +268,9 @@ mod tests {
         .coalesce;
         assert_eq!((c.max_rows, c.max_wait.as_micros(), c.lanes), (50, 0, 8));
         assert!(c.gather_wait.is_zero());
+        assert!(d.adaptive);
+        let fixed = parse(&["--group-commit-adaptive", "false"]).unwrap();
+        assert!(!fixed.server_config().coalesce.adaptive);
         for bad in [
             ["--group-commit-lanes", "0"],
             ["--group-commit-rows", "0"],

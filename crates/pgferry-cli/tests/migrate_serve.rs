@@ -76,9 +76,15 @@ async fn migrate_status_then_concurrent_up() {
             "{component} missing: {before:?}"
         );
     }
-    let versions = before.iter().filter(|(_, s, _)| s.parse::<i64>().is_ok()).count();
+    let versions = before
+        .iter()
+        .filter(|(_, s, _)| s.parse::<i64>().is_ok())
+        .count();
     let functions = before.len() - versions;
-    assert!(functions >= 10, "the engine's functions are listed: {before:?}");
+    assert!(
+        functions >= 10,
+        "the engine's functions are listed: {before:?}"
+    );
 
     // Two at once: the migration lock makes exactly one of them do the work.
     let mut a = Proc::spawn(migrate("up", &url));

@@ -186,6 +186,7 @@ impl Counters {
                         d.pending += 1;
                     }
                 }
+                OutcomeKind::Released => d.pending += 1,
                 OutcomeKind::Dead => {
                     d.failed += 1;
                     d.dead += 1;

@@ -32,7 +32,7 @@ pub use dlq::{DeadFilter, DeadJob, DeadPage};
 pub use engine::{Engine, EngineConfig, QueueOptions};
 pub use error::{Error, Result};
 pub use idempotency::{Acked, EnqueueRequest, IdempotencyKey};
-pub use job::{Backoff, ClaimedJob, Completed, NewJob, Outcome, OutcomeKind};
+pub use job::{Backoff, ClaimedJob, Completed, NewJob, Outcome, OutcomeKind, Report};
 pub use leader::{Leader, LeaderConfig};
 pub use listing::{JobFilter, JobPage};
 pub use lookup::{AttemptInfo, CancelResult, JobInfo, JobState};

@@ -98,6 +98,7 @@ fn outcome_name(code: i16) -> &'static str {
         oc::CANCELLED => "cancelled",
         oc::RESCUED_RETRY | oc::RESCUED_DEAD => "rescued",
         oc::SNOOZED => "snoozed",
+        oc::RELEASED => "released",
         _ => "unknown",
     }
 }

@@ -144,7 +144,9 @@ async fn a_changed_function_is_reapplied_alone() {
         },
         v1[1],
     ];
-    let status = migrate::status_of(&client, &[component(&v2)]).await.unwrap();
+    let status = migrate::status_of(&client, &[component(&v2)])
+        .await
+        .unwrap();
     assert_eq!(
         status.iter().map(|s| s.state.clone()).collect::<Vec<_>>(),
         [MigrationState::Modified, MigrationState::Applied]
@@ -159,7 +161,9 @@ async fn a_changed_function_is_reapplied_alone() {
         .unwrap()
         .get(0);
     assert_eq!(b, 42);
-    assert!(migrate::are_current(&client, &[component(&v2)]).await.unwrap());
+    assert!(migrate::are_current(&client, &[component(&v2)])
+        .await
+        .unwrap());
 }
 
 #[tokio::test]
@@ -214,10 +218,14 @@ fn each_engine_function_is_defined_once_in_its_own_file() {
             let text = std::fs::read_to_string(&path).unwrap();
             for line in text.lines().filter(|l| !l.trim_start().starts_with("--")) {
                 let upper = line.to_ascii_uppercase();
-                if !(upper.starts_with("CREATE FUNCTION") || upper.starts_with("CREATE OR REPLACE FUNCTION")) {
+                if !(upper.starts_with("CREATE FUNCTION")
+                    || upper.starts_with("CREATE OR REPLACE FUNCTION"))
+                {
                     continue;
                 }
-                let at = line.find(re_start).expect("engine functions live in schema pgferry");
+                let at = line
+                    .find(re_start)
+                    .expect("engine functions live in schema pgferry");
                 let name: String = line[at + re_start.len()..]
                     .chars()
                     .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
@@ -247,5 +255,8 @@ fn each_engine_function_is_defined_once_in_its_own_file() {
     let mut listed: Vec<&str> = migrate::FUNCTIONS.iter().map(|f| f.name).collect();
     files.sort_unstable();
     listed.sort_unstable();
-    assert_eq!(files, listed, "every function file is applied, and only those");
+    assert_eq!(
+        files, listed,
+        "every function file is applied, and only those"
+    );
 }

@@ -6,10 +6,11 @@ pub mod coalesce;
 pub mod dashboard;
 pub mod grpc;
 mod health;
-pub mod migrate;
 pub mod http;
 pub mod metrics;
+pub mod migrate;
 pub mod proto;
+pub mod service;
 pub mod trace;
 
 use std::future::Future;

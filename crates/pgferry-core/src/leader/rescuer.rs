@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_postgres::{Client, Config};
+use tokio_postgres::Client;
 
-use super::{duty_loop, LeaderConfig};
+use super::duty::{Duty, DutyFuture, Next};
+use super::LeaderConfig;
 use crate::error::Result;
 
 const RESCUE_LOCK: &str = include_str!("../sql/rescue_lock.sql");
@@ -109,26 +110,46 @@ pub async fn rescue(client: &mut Client, settle: Duration) -> Result<RescueRepor
     Ok(report)
 }
 
-pub async fn run(pg: Config, config: LeaderConfig, feed: RescueFeed) {
-    let settle = config.claim_settle;
-    duty_loop(pg, "rescuer", config.rescue_interval, move |mut client| {
-        let feed = feed.clone();
-        async move {
-            let r = rescue(&mut client, settle).await.map(|rep| {
-                let more = rep.receipts >= RECEIPTS_PER_PASS;
-                if rep.retried + rep.dead > 0 {
-                    tracing::info!(
-                        retried = rep.retried,
-                        dead = rep.dead,
-                        "rescued expired leases"
-                    );
-                    // No subscriber is fine (an embedding application without metrics).
-                    let _ = feed.send(Arc::new(rep));
-                }
-                more
-            });
-            (client, r)
+/// The rescuer duty; every pass that rescued something is reported on `feed`.
+pub struct Rescuer {
+    pub settle: Duration,
+    pub every: Duration,
+    pub feed: RescueFeed,
+}
+
+impl Rescuer {
+    pub fn new(config: &LeaderConfig, feed: RescueFeed) -> Rescuer {
+        Rescuer {
+            settle: config.claim_settle,
+            every: config.rescue_interval,
+            feed,
         }
-    })
-    .await
+    }
+}
+
+impl Duty for Rescuer {
+    fn name(&self) -> &'static str {
+        "rescuer"
+    }
+
+    fn interval(&self) -> Duration {
+        self.every
+    }
+
+    fn run_once<'a>(&'a mut self, client: &'a mut Client) -> DutyFuture<'a, Next> {
+        Box::pin(async move {
+            let rep = rescue(client, self.settle).await?;
+            let more = rep.receipts >= RECEIPTS_PER_PASS;
+            if rep.retried + rep.dead > 0 {
+                tracing::info!(
+                    retried = rep.retried,
+                    dead = rep.dead,
+                    "rescued expired leases"
+                );
+                // No subscriber is fine (an embedding application without metrics).
+                let _ = self.feed.send(Arc::new(rep));
+            }
+            Ok(if more { Next::Now } else { Next::Idle })
+        })
+    }
 }

@@ -27,9 +27,10 @@
 
 use std::time::Duration;
 
-use tokio_postgres::{Client, Config};
+use tokio_postgres::Client;
 
-use super::{duty_loop, LeaderConfig};
+use super::duty::{Duty, DutyFuture, Next};
+use super::LeaderConfig;
 use crate::error::Result;
 
 const ADVANCE: &str = include_str!("../sql/advance_segment.sql");
@@ -249,14 +250,24 @@ pub async fn rotate(client: &mut Client, config: &LeaderConfig) -> Result<Vec<Fr
     }
 }
 
-pub async fn run(pg: Config, config: LeaderConfig) {
-    let every = config.rotate_interval;
-    duty_loop(pg, "rotator", every, move |mut client| {
-        let config = config.clone();
-        async move {
-            let r = rotate(&mut client, &config).await.map(|_| false);
-            (client, r)
-        }
-    })
-    .await
+/// The rotator duty.
+pub struct Rotator {
+    pub config: LeaderConfig,
+}
+
+impl Duty for Rotator {
+    fn name(&self) -> &'static str {
+        "rotator"
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        self.config.rotate_interval
+    }
+
+    fn run_once<'a>(&'a mut self, client: &'a mut Client) -> DutyFuture<'a, Next> {
+        Box::pin(async move {
+            rotate(client, &self.config).await?;
+            Ok(Next::Idle)
+        })
+    }
 }

@@ -256,7 +256,11 @@ async fn apply_migrations(
 ) -> Result<Vec<i32>, MigrateError> {
     let applied = check_applied(client, c).await?;
     let mut done = Vec::new();
-    for m in c.migrations.iter().filter(|m| !applied.contains(&m.version)) {
+    for m in c
+        .migrations
+        .iter()
+        .filter(|m| !applied.contains(&m.version))
+    {
         let tx = client.transaction().await?;
         tx.batch_execute(m.sql)
             .await
@@ -293,7 +297,11 @@ async fn apply_functions(
     let changed: Vec<&Function> = c
         .functions
         .iter()
-        .filter(|f| recorded.iter().all(|(n, sum)| n != f.name || *sum != f.checksum()))
+        .filter(|f| {
+            recorded
+                .iter()
+                .all(|(n, sum)| n != f.name || *sum != f.checksum())
+        })
         .collect();
     if changed.is_empty() {
         return Ok(Vec::new());

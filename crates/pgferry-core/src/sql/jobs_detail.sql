@@ -22,13 +22,16 @@ WITH ids AS (
 -- ready_rows() per id (a LATERAL, so that no estimate of the array's size turns it into a
 -- scan of the log). An attempt handed over to long_leases (ADR 0008) is read from there,
 -- whether or not its segment still holds its ready row (long_leases primary key).
+-- A job handed back unstarted (outcome 8) has a second row of the same attempt, written
+-- after the first: only the newest row of an attempt is the attempt.
 att AS MATERIALIZED (
     SELECT r.*, false AS handed
       FROM ids i
       CROSS JOIN LATERAL (
-          SELECT r.job_id, r.attempt, r.segment, r.lane, r.xid, r.seq, r.kind, r.args, r.meta,
-                 r.max_attempts, r.enqueued_at
-            FROM pgferry.ready_rows(i.job_id) r) r
+          SELECT DISTINCT ON (r.attempt) r.job_id, r.attempt, r.segment, r.lane, r.xid, r.seq,
+                 r.kind, r.args, r.meta, r.max_attempts, r.enqueued_at
+            FROM pgferry.ready_rows(i.job_id) r
+           ORDER BY r.attempt, r.xid DESC, r.seq DESC) r
      WHERE NOT EXISTS (SELECT 1 FROM pgferry.long_leases ll
                         WHERE ll.job_id = r.job_id AND ll.attempt = r.attempt AND ll.handed_over)
     UNION ALL
@@ -64,6 +67,8 @@ outc AS MATERIALIZED (
      WHERE c.segment = ANY (ARRAY(SELECT DISTINCT a.segment FROM a2 a WHERE a.claimed))
        AND c.job_ids && ARRAY(SELECT a.job_id FROM a2 a WHERE a.claimed)
        AND (u.job_id, u.attempt) IN (SELECT a.job_id, a.attempt FROM a2 a WHERE a.claimed)
+       -- A hand-back is not an outcome of the attempt (its newer row carries the attempt).
+       AND c.outcome <> 8
     UNION ALL
     SELECT ll.job_id, ll.attempt, ll.outcome, ll.error, ll.duration_ms, ll.finished_at,
            ll.receipt_id

@@ -36,7 +36,9 @@ impl TestServer {
     pub async fn start(config: ServerConfig) -> TestServer {
         let db = pgferry_testkit::test_db().await;
         let mut client = db.connect().await;
-        pgferry_server::migrate::up(&mut client).await.expect("migrate");
+        pgferry_server::migrate::up(&mut client)
+            .await
+            .expect("migrate");
         let engine = Engine::new(db::pool(&db.config, "api", 8), EngineConfig::default());
         let (stop_leader, stop_rx) = watch::channel(false);
         let leader = Leader::new(engine.clone(), db.config.clone(), leader_config());

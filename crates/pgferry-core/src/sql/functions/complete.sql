@@ -271,21 +271,34 @@ BEGIN
                 FROM pgferry.ready_rows(w.job_id) r
                WHERE r.segment = w.segment AND r.attempt = w.attempt
                LIMIT 1) r
-         WHERE w.outcome IN (2, 3, 7)
+         WHERE w.outcome IN (2, 3, 7, 8)
+    ),
+    -- How a re-run is numbered: a retry (2) is the next attempt; a snooze (7) is the next
+    -- attempt and does not use one up (max_attempts + 1); a hand-back of an unstarted job
+    -- (8) is the same attempt again — unless its worker heartbeated it, when a long_leases
+    -- row holds (job, attempt) and it is numbered as a snooze (one probe of the primary key,
+    -- only for hand-backs).
+    rerun AS (
+        SELECT f.*,
+               CASE WHEN f.outcome = 8
+                    THEN EXISTS (SELECT 1 FROM pgferry.long_leases ll
+                                  WHERE ll.job_id = f.job_id AND ll.attempt = f.attempt)
+                    ELSE f.outcome = 7 END AS bump
+          FROM failed f WHERE f.outcome IN (2, 7, 8)
     ),
     again AS (
         INSERT INTO pgferry.ready (segment, lane, job_id, attempt, max_attempts, kind, args, meta)
         SELECT (SELECT s.segment FROM pgferry.segments s WHERE s.state = 'current'),
-               f.job_lane, f.job_id, f.attempt + 1,
-               -- A snooze (7) does not use up an attempt.
-               f.max_attempts + (f.outcome = 7)::int, f.kind, f.args, f.meta
-          FROM failed f WHERE f.outcome IN (2, 7) AND coalesce(f.delay_ms, 0) <= 0
+               f.job_lane, f.job_id, f.attempt + (f.outcome = 2 OR f.bump)::int,
+               f.max_attempts + f.bump::int, f.kind, f.args, f.meta
+          FROM rerun f WHERE coalesce(f.delay_ms, 0) <= 0
     ),
     later AS (
         INSERT INTO pgferry.scheduled (job_id, lane, attempt, max_attempts, kind, args, meta, run_at)
-        SELECT f.job_id, f.job_lane, f.attempt + 1, f.max_attempts + (f.outcome = 7)::int,
+        SELECT f.job_id, f.job_lane, f.attempt + (f.outcome = 2 OR f.bump)::int,
+               f.max_attempts + f.bump::int,
                f.kind, f.args, f.meta, now() + f.delay_ms * interval '1 millisecond'
-          FROM failed f WHERE f.outcome IN (2, 7) AND f.delay_ms > 0
+          FROM rerun f WHERE f.delay_ms > 0
     ),
     buried AS (
         INSERT INTO pgferry.dead (job_id, lane, attempt, max_attempts, kind, args, meta, error)

@@ -34,15 +34,15 @@ LANGUAGE sql VOLATILE AS $fn$
     again AS (
         INSERT INTO pgferry.ready (segment, lane, job_id, attempt, max_attempts, kind, args, meta)
         SELECT (SELECT s.segment FROM pgferry.segments s WHERE s.state = 'current'),
-               w.lane, w.job_id, w.attempt + 1, w.max_attempts + (w.outcome = 7)::int,
+               w.lane, w.job_id, w.attempt + 1, w.max_attempts + (w.outcome IN (7, 8))::int,
                w.kind, w.args, w.meta
-          FROM win w WHERE w.outcome IN (2, 7) AND coalesce(w.delay_ms, 0) <= 0
+          FROM win w WHERE w.outcome IN (2, 7, 8) AND coalesce(w.delay_ms, 0) <= 0
     ),
     later AS (
         INSERT INTO pgferry.scheduled (job_id, lane, attempt, max_attempts, kind, args, meta, run_at)
-        SELECT w.job_id, w.lane, w.attempt + 1, w.max_attempts + (w.outcome = 7)::int,
+        SELECT w.job_id, w.lane, w.attempt + 1, w.max_attempts + (w.outcome IN (7, 8))::int,
                w.kind, w.args, w.meta, now() + w.delay_ms * interval '1 millisecond'
-          FROM win w WHERE w.outcome IN (2, 7) AND w.delay_ms > 0
+          FROM win w WHERE w.outcome IN (2, 7, 8) AND w.delay_ms > 0
     ),
     buried AS (
         INSERT INTO pgferry.dead (job_id, lane, attempt, max_attempts, kind, args, meta, error)
