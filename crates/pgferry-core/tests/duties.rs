@@ -62,7 +62,10 @@ async fn a_duty_pass_runs_apart_from_its_loop() {
         .enqueue(&[NewJob::new("d", "k", json!({})).delay(Duration::from_millis(200))])
         .await
         .unwrap()[0];
-    assert_eq!(s.engine.get_job(id).await.unwrap().state, JobState::Scheduled);
+    assert_eq!(
+        s.engine.get_job(id).await.unwrap().state,
+        JobState::Scheduled
+    );
     tokio::time::sleep(Duration::from_millis(400)).await;
     let mut promoter = Promoter::new(&config);
     assert_eq!(promoter.run_once(&mut client).await.unwrap(), Next::Idle);
