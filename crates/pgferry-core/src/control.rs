@@ -92,9 +92,9 @@ impl Engine {
             .map(|(r, row)| Beat {
                 job_id: r.job_id,
                 attempt: r.attempt,
-                held: row.get(1),
-                cancelled: row.get(2),
-                lease_until: row.get(3),
+                held: row.get("held"),
+                cancelled: row.get("cancelled"),
+                lease_until: row.get("lease_until"),
             })
             .collect())
     }

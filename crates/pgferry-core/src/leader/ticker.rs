@@ -16,7 +16,10 @@ const TICK: &str = include_str!("../sql/tick.sql");
 /// Writes a tick if the log may have changed; returns its id.
 pub async fn tick(client: &Client) -> Result<Option<i64>> {
     let stmt = client.prepare(TICK).await?;
-    Ok(client.query_opt(&stmt, &[]).await?.map(|r| r.get(0)))
+    Ok(client
+        .query_opt(&stmt, &[])
+        .await?
+        .map(|r| r.get("tick_id")))
 }
 
 pub async fn run(engine: Arc<Engine>, pg: Config, config: LeaderConfig) {
@@ -48,7 +51,7 @@ async fn tick_loop(engine: &Engine, client: &Client, config: &LeaderConfig) -> R
         match client
             .query_opt(&stmt, &[])
             .await?
-            .map(|r| r.get::<_, i64>(0))
+            .map(|r| r.get::<_, i64>("tick_id"))
         {
             Some(id) => {
                 engine.publish_tick(id);
