@@ -121,11 +121,12 @@ pub async fn connect(config: &Config, role: &str) -> anyhow::Result<Client> {
 }
 
 async fn wal_lsn(c: &Client) -> anyhow::Result<i64> {
-    Ok(
-        c.query_one("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", &[])
-            .await?
-            .get(0),
+    Ok(c.query_one(
+        "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint AS lsn",
+        &[],
     )
+    .await?
+    .get("lsn"))
 }
 
 /// The relations a variant writes: `pattern` is a regex over relation names in `schema`.
@@ -203,13 +204,14 @@ pub async fn window(
 /// shared view when backends report (at most once a second while busy, and at exit); the
 /// workers' connections are closed by now, so poll briefly until the numbers settle.
 async fn dead_tuples(admin: &Client, schema: &str, tables: &str) -> anyhow::Result<(i64, i64)> {
-    let q = "SELECT coalesce(sum(n_dead_tup), 0)::bigint, coalesce(sum(n_tup_upd + n_tup_del), 0)::bigint,
-                    coalesce(sum(n_tup_ins), 0)::bigint
+    let q = "SELECT coalesce(sum(n_dead_tup), 0)::bigint AS dead,
+                    coalesce(sum(n_tup_upd + n_tup_del), 0)::bigint AS upd_del,
+                    coalesce(sum(n_tup_ins), 0)::bigint AS ins
                FROM pg_stat_user_tables WHERE schemaname = $1 AND relname ~ $2";
     let mut last = (-1i64, -1i64, -1i64);
     for _ in 0..20 {
         let r = admin.query_one(q, &[&schema, &tables]).await?;
-        let now: (i64, i64, i64) = (r.get(0), r.get(1), r.get(2));
+        let now: (i64, i64, i64) = (r.get("dead"), r.get("upd_del"), r.get("ins"));
         if now == last {
             break;
         }
@@ -221,10 +223,11 @@ async fn dead_tuples(admin: &Client, schema: &str, tables: &str) -> anyhow::Resu
 
 /// Decodes the jobs a reference queue handed to a worker (kind and JSON args), as pgferry's
 /// claim does for its workers: the same work per job for every variant. The values are only
-/// passed through `black_box`, so the decoding cannot be optimised away.
-pub fn take_jobs(rows: &[tokio_postgres::Row], kind: usize, args: usize) {
+/// passed through `black_box`, so the decoding cannot be optimised away. Each reference
+/// names them `kind` and `args`, as pgferry's claim does.
+pub fn take_jobs(rows: &[tokio_postgres::Row]) {
     for r in rows {
-        let job: (String, serde_json::Value) = (r.get(kind), r.get(args));
+        let job: (String, serde_json::Value) = (r.get("kind"), r.get("args"));
         std::hint::black_box(job);
     }
 }

@@ -161,13 +161,14 @@ pub async fn run(config: &Config, opts: &BenchOpts, mode: Mode) -> anyhow::Resul
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     continue;
                 }
-                counters.record_latencies(rows.iter().map(|r| r.get::<_, SystemTime>(1)));
-                measure::take_jobs(&rows, 2, 3);
-                cursor = rows.last().map(|r| r.get(0)).unwrap_or(cursor);
+                counters
+                    .record_latencies(rows.iter().map(|r| r.get::<_, SystemTime>("enqueued_at")));
+                measure::take_jobs(&rows);
+                cursor = rows.last().map(|r| r.get("id")).unwrap_or(cursor);
                 if let Some(ack) = &ack {
                     // After the handler, as a queue's completion: counted once committed.
-                    let receipt: i64 = rows[0].get(4);
-                    let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                    let receipt: i64 = rows[0].get("receipt_id");
+                    let ids: Vec<i64> = rows.iter().map(|r| r.get("id")).collect();
                     client.execute(ack, &[&receipt, &ids]).await?;
                 }
                 counters.add_finished(rows.len() as u64);

@@ -207,7 +207,10 @@ impl Engine {
         // probe at most every aging/4 per queue, only while a priority is not being served).
         for (p, lanes_p) in lanes.heads_to_probe() {
             let stmt = client.prepare_cached(LANE_HEAD_AGE).await?;
-            let waited: Option<f64> = client.query_one(&stmt, &[&lanes_p]).await?.get(0);
+            let waited: Option<f64> = client
+                .query_one(&stmt, &[&lanes_p])
+                .await?
+                .get("waited_seconds");
             lanes.record_head(p, waited.map(|s| Duration::from_secs_f64(s.max(0.0))));
         }
         // The tick known before the claim: a lane found empty now has nothing new until a
@@ -244,14 +247,14 @@ impl Engine {
         };
         let mut per_lane: HashMap<i32, usize> = HashMap::new();
         for r in &rows {
-            *per_lane.entry(r.get(9)).or_default() += 1;
+            *per_lane.entry(r.get("lane")).or_default() += 1;
         }
         lanes.record_claim(order, &per_lane, max as usize, tick);
         drop(held);
         self.counters.claimed(&per_lane);
         if let Some(r) = rows.first() {
             // The receipt went to the current segment: what COPYs should write to (ids.rs).
-            self.segment.observe(r.get(10));
+            self.segment.observe(r.get("receipt_segment"));
         }
         Ok(rows
             .iter()
@@ -356,17 +359,17 @@ fn row_to_claimed(
     lease_until: SystemTime,
 ) -> ClaimedJob {
     ClaimedJob {
-        receipt_id: r.get(0),
-        job_id: r.get(1),
-        attempt: r.get(2),
-        segment: r.get(3),
-        max_attempts: r.get(4),
-        kind: r.get(5),
-        args: r.get(6),
-        meta: r.get(7),
-        enqueued_at: r.get::<_, SystemTime>(8),
-        lane: r.get(9),
-        receipt_segment: r.get(10),
+        receipt_id: r.get("receipt_id"),
+        job_id: r.get("job_id"),
+        attempt: r.get("attempt"),
+        segment: r.get("job_segment"),
+        max_attempts: r.get("max_attempts"),
+        kind: r.get("kind"),
+        args: r.get("args"),
+        meta: r.get("meta"),
+        enqueued_at: r.get::<_, SystemTime>("enqueued_at"),
+        lane: r.get("lane"),
+        receipt_segment: r.get("receipt_segment"),
         backoff,
         priority: 0,
         lease_until,

@@ -2,6 +2,7 @@
 //! with tick visibility batches, receipts as cursors, batched completions, and the leader's
 //! duties (ticker, promoter, rescuer, rotator). See docs/architecture.md §2–§3.
 
+mod bound_params;
 pub mod cancelling;
 mod completion;
 pub mod control;

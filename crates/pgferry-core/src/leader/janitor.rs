@@ -38,15 +38,18 @@ pub async fn prune_unique(
         None => (None, None),
     };
     let row = client.query_one(&stmt, &[&q, &k, &batch]).await?;
-    let scanned: i64 = row.get(2);
+    let scanned: i64 = row.get("scanned");
     Ok(PruneStep {
         // A short batch reached the end: the next pass starts from the first key.
-        after: match (row.get::<_, Option<String>>(0), row.get(1)) {
+        after: match (
+            row.get::<_, Option<String>>("last_queue"),
+            row.get("last_key"),
+        ) {
             (Some(q), Some(k)) if scanned >= batch => Some((q, k)),
             _ => None,
         },
         scanned,
-        released: row.get(3),
+        released: row.get("released"),
     })
 }
 
@@ -70,11 +73,13 @@ pub async fn prune_cancels(
     let stmt = client.prepare(CANCELS_PRUNE).await?;
     let ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
     let row = client.query_one(&stmt, &[&after, &batch, &ms]).await?;
-    let scanned: i64 = row.get(1);
+    let scanned: i64 = row.get("scanned");
     Ok(CancelsStep {
-        after: row.get::<_, Option<i64>>(0).filter(|_| scanned >= batch),
+        after: row
+            .get::<_, Option<i64>>("last_job_id")
+            .filter(|_| scanned >= batch),
         scanned,
-        dropped: row.get(2),
+        dropped: row.get("dropped"),
     })
 }
 
@@ -87,7 +92,10 @@ pub async fn prune_long_leases(
 ) -> Result<i64> {
     let stmt = client.prepare(LONG_LEASES_PRUNE).await?;
     let ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
-    Ok(client.query_one(&stmt, &[&ms, &batch]).await?.get(0))
+    Ok(client
+        .query_one(&stmt, &[&ms, &batch])
+        .await?
+        .get("dropped"))
 }
 
 /// Deletes up to `batch` idempotency keys older than `retention`; returns how many.
@@ -98,7 +106,10 @@ pub async fn prune_idempotency_keys(
 ) -> Result<i64> {
     let stmt = client.prepare(IDEMPOTENCY_PRUNE).await?;
     let ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
-    Ok(client.query_one(&stmt, &[&ms, &batch]).await?.get(0))
+    Ok(client
+        .query_one(&stmt, &[&ms, &batch])
+        .await?
+        .get("dropped"))
 }
 
 /// The janitor duty: unique keys, finished cancellation requests, finished handed-over

@@ -196,9 +196,9 @@ impl Leader {
     async fn lead_once(&self, shutdown: &mut watch::Receiver<bool>) -> Result<()> {
         let lock = connect(&self.pg, "leader").await?;
         let got: bool = lock
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK])
+            .query_one("SELECT pg_try_advisory_lock($1) AS got", &[&LEADER_LOCK])
             .await?
-            .get(0);
+            .get("got");
         if !got {
             return Ok(());
         }

@@ -21,12 +21,12 @@ pub async fn step(engine: &Engine, client: &Client, after: i32) -> Result<Option
     let mut lane: Option<i32> = client
         .query_opt(NEXT_LANE, &[&after])
         .await?
-        .map(|r| r.get(0));
+        .map(|r| r.get("lane"));
     if lane.is_none() && after > 0 {
         lane = client
             .query_opt(NEXT_LANE, &[&0i32])
             .await?
-            .map(|r| r.get(0));
+            .map(|r| r.get("lane"));
     }
     let Some(lane) = lane else { return Ok(None) };
     let settle = engine.config().counter_flush * 2;

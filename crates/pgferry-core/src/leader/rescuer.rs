@@ -35,11 +35,11 @@ impl RescueReport {
     /// Adds one statement's answer (rescue.sql's columns).
     fn add(&mut self, receipts: usize, row: &tokio_postgres::Row) {
         self.receipts += receipts as i64;
-        self.examined += row.get::<_, i64>(0);
-        self.retried += row.get::<_, i64>(1);
-        self.dead += row.get::<_, i64>(2);
-        let names: Vec<String> = row.get(3);
-        let counts: Vec<i64> = row.get(4);
+        self.examined += row.get::<_, i64>("examined");
+        self.retried += row.get::<_, i64>("retried");
+        self.dead += row.get::<_, i64>("dead");
+        let names: Vec<String> = row.get("queues");
+        let counts: Vec<i64> = row.get("queue_counts");
         for (name, n) in names.into_iter().zip(counts) {
             match self.per_queue.iter_mut().find(|(q, _)| *q == name) {
                 Some((_, m)) => *m += n,
@@ -66,19 +66,19 @@ pub async fn rescue(client: &mut Client, settle: Duration) -> Result<RescueRepor
     // partitions were empty when last analyzed (opened fresh, ADR 0009) and grow faster than
     // autoanalyze follows, so statistics would pick a Seq Scan of the whole current segment.
     tx.batch_execute("SET LOCAL enable_seqscan = off").await?;
-    let mark: i64 = tx.query_one(READ_MARK, &[]).await?.get(0);
+    let mark: i64 = tx.query_one(READ_MARK, &[]).await?.get("rescue_mark");
     let locked = tx
         .query_one(RESCUE_LOCK, &[&mark, &RECEIPTS_PER_PASS])
         .await?;
-    let ids: Vec<i64> = locked.get(0);
+    let ids: Vec<i64> = locked.get("ids");
     let mut report = RescueReport::default();
     if !ids.is_empty() {
-        let (lo, hi): (i64, i64) = (locked.get(1), locked.get(2));
+        let (lo, hi): (i64, i64) = (locked.get("lo"), locked.get("hi"));
         let row = tx.query_one(RESCUE, &[&ids, &lo, &hi]).await?;
         report.add(ids.len(), &row);
     }
     // Without expired receipts the mark may still move over receipts closed normally.
-    let upto: i64 = locked.get::<_, Option<i64>>(2).unwrap_or(i64::MAX);
+    let upto: i64 = locked.get::<_, Option<i64>>("hi").unwrap_or(i64::MAX);
     let settle_ms = i64::try_from(settle.as_millis()).unwrap_or(i64::MAX);
     tx.execute(RESCUE_MARK, &[&upto, &settle_ms]).await?;
     tx.commit().await?;
@@ -89,9 +89,9 @@ pub async fn rescue(client: &mut Client, settle: Duration) -> Result<RescueRepor
     let locked = tx
         .query_one(RESCUE_LONG_LOCK, &[&RECEIPTS_PER_PASS])
         .await?;
-    let ids: Vec<i64> = locked.get(0);
+    let ids: Vec<i64> = locked.get("ids");
     if !ids.is_empty() {
-        let (lo, hi): (i64, i64) = (locked.get(1), locked.get(2));
+        let (lo, hi): (i64, i64) = (locked.get("lo"), locked.get("hi"));
         let row = tx.query_one(RESCUE, &[&ids, &lo, &hi]).await?;
         report.add(ids.len(), &row);
         tx.execute(LONG_LEASES_DROP, &[&ids]).await?;
@@ -103,7 +103,7 @@ pub async fn rescue(client: &mut Client, settle: Duration) -> Result<RescueRepor
     let row = client
         .query_one(RESCUE_HANDED, &[&RECEIPTS_PER_PASS])
         .await?;
-    let examined = row.get::<_, i64>(0);
+    let examined = row.get::<_, i64>("examined");
     if examined > 0 {
         report.add(0, &row);
     }

@@ -17,7 +17,10 @@ const TICK: &str = include_str!("../sql/tick.sql");
 /// Writes a tick if the log may have changed; returns its id.
 pub async fn tick(client: &Client) -> Result<Option<i64>> {
     let stmt = client.prepare(TICK).await?;
-    Ok(client.query_opt(&stmt, &[]).await?.map(|r| r.get(0)))
+    Ok(client
+        .query_opt(&stmt, &[])
+        .await?
+        .map(|r| r.get("tick_id")))
 }
 
 /// The ticker duty: a tick, then `tick_interval` while the log grows; idle, it waits for

@@ -180,7 +180,7 @@ impl TokenKey {
             .execute(SECRET_ENSURE, &[&SECRET_NAME, &candidate])
             .await?;
         let row = client.query_one(SECRET_GET, &[&SECRET_NAME]).await?;
-        Ok(TokenKey::new(row.get(0)))
+        Ok(TokenKey::new(row.get("secret")))
     }
 
     pub fn sign(&self, a: &Attempt) -> String {

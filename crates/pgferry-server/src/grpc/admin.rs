@@ -75,7 +75,7 @@ impl AdminService {
             .query(QUEUES_LIST, &[&tenant_prefix(p.tenant_id)])
             .await
             .map_err(|e| status(&e.into(), ""))?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        Ok(rows.iter().map(|r| r.get("name")).collect())
     }
 
     async fn db(&self) -> Result<deadpool_postgres::Object, Status> {
@@ -268,7 +268,7 @@ impl pb::admin_server::Admin for AdminService {
             .await
             .map_err(|e| status(&e.into(), ""))?;
         drop(client);
-        let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let names: Vec<String> = rows.iter().map(|r| r.get("name")).collect();
         let counts = self
             .state
             .engine
