@@ -10,6 +10,7 @@ pub mod http;
 pub mod metrics;
 pub mod proto;
 pub mod trace;
+pub mod wfsteps;
 
 use std::future::Future;
 use std::sync::Arc;
