@@ -121,6 +121,11 @@ pub struct WorkerCmd {
     pub slots: usize,
     #[arg(long, default_value_t = 20)]
     pub work_ms: u64,
+    /// Run the suite's workflow machines over HTTP instead of jobs.
+    #[arg(long)]
+    pub workflows: bool,
+    #[arg(long, default_value = "")]
+    pub http_url: String,
 }
 
 pub async fn worker(cmd: WorkerCmd) -> anyhow::Result<()> {
@@ -132,6 +137,8 @@ pub async fn worker(cmd: WorkerCmd) -> anyhow::Result<()> {
         worker_id: cmd.worker_id,
         slots: cmd.slots,
         work_ms: cmd.work_ms,
+        workflows: cmd.workflows,
+        http_url: cmd.http_url,
     })
     .await
 }
