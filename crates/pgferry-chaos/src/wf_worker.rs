@@ -49,7 +49,9 @@ fn outcome_of(step: &Value) -> Value {
     let kind = step["kind"].as_str().unwrap_or_default();
     let name = step["step"].as_str().unwrap_or_default();
     match (kind, name) {
-        (ORDER, "start") => json!({"outcome": "next", "step": "pay", "state": {"n": step["input"]}}),
+        (ORDER, "start") => {
+            json!({"outcome": "next", "step": "pay", "state": {"n": step["input"]}})
+        }
         (ORDER, "pay") => {
             json!({"outcome": "await", "signals": ["paid"], "step": "pack", "timeout_ms": 120_000})
         }

@@ -51,7 +51,13 @@ impl WorkerArgs {
         .into_iter()
         .chain(
             self.workflows
-                .then(|| ["--workflows".into(), "--http-url".into(), self.http_url.clone()])
+                .then(|| {
+                    [
+                        "--workflows".into(),
+                        "--http-url".into(),
+                        self.http_url.clone(),
+                    ]
+                })
                 .into_iter()
                 .flatten(),
         )

@@ -114,8 +114,10 @@ async fn run_in(env: &mut Env, fault: Fault) -> Result<WorkflowReport, ChaosErro
     let declared = http
         .post(format!("{base}/v1/workflow-steps/kinds"))
         .bearer_auth(&env.api_key)
-        .json(&json!({"kinds": [{"kind": ORDER, "inbox": true, "children": true},
-                                {"kind": ITEM}]}))
+        .json(
+            &json!({"kinds": [{"kind": ORDER, "inbox": true, "children": true},
+                                {"kind": ITEM}]}),
+        )
         .send()
         .await
         .map_err(|e| ChaosError::setup("declaring the kinds", e))?;
@@ -175,10 +177,19 @@ async fn run_in(env: &mut Env, fault: Fault) -> Result<WorkflowReport, ChaosErro
     };
     for (col, what) in [
         ("outcomes_twice", "claims with two recorded outcomes"),
-        ("steps_after_cancel", "steps recorded after their instance's cancel"),
+        (
+            "steps_after_cancel",
+            "steps recorded after their instance's cancel",
+        ),
         ("cancelled_twice", "instances cancelled twice"),
-        ("done_without_one_signal", "done orders that consumed other than one signal"),
-        ("done_without_three_children", "done orders without three done children"),
+        (
+            "done_without_one_signal",
+            "done orders that consumed other than one signal",
+        ),
+        (
+            "done_without_three_children",
+            "done orders without three done children",
+        ),
     ] {
         let n: i64 = row.get(col);
         if n > 0 {
@@ -191,8 +202,12 @@ async fn run_in(env: &mut Env, fault: Fault) -> Result<WorkflowReport, ChaosErro
             r.active
         ));
     }
-    details.insert("steps_recorded".into(), json!(row.get::<_, i64>("steps_recorded")));
+    details.insert(
+        "steps_recorded".into(),
+        json!(row.get::<_, i64>("steps_recorded")),
+    );
     check_ledgers(env, &mut r);
+    details.append(&mut r.details);
     details.insert(
         "driver_errors".into(),
         json!(*book.errors.lock().unwrap_or_else(|e| e.into_inner())),
@@ -271,7 +286,10 @@ async fn order(http: &reqwest::Client, base: &str, key: &str, n: u64, book: &Boo
         book.error(format!("start: {s}"));
         return;
     };
-    book.started.lock().unwrap_or_else(|e| e.into_inner()).push(id);
+    book.started
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(id);
     let (delay, cancel_after) = {
         let mut rng = rand::thread_rng();
         (
@@ -282,7 +300,15 @@ async fn order(http: &reqwest::Client, base: &str, key: &str, n: u64, book: &Boo
     tokio::time::sleep(Duration::from_millis(delay)).await;
     let signal = json!({"queue": QUEUE, "correlation_key": corr, "name": "paid",
                         "payload": {"n": n}});
-    match post(http, &format!("{base}/v1/workflows/signal"), key, &signal, book).await {
+    match post(
+        http,
+        &format!("{base}/v1/workflows/signal"),
+        key,
+        &signal,
+        book,
+    )
+    .await
+    {
         Some((200, _)) => {
             book.signals.fetch_add(1, Ordering::SeqCst);
         }
@@ -310,9 +336,12 @@ struct Claimed {
 /// applied steps, no child in the join of two applied steps, no parent resumed twice.
 fn check_ledgers(env: &Env, r: &mut WorkflowReport) {
     let mut claimed: HashMap<(String, i64, i64), Claimed> = HashMap::new();
+    // Claims of a step whose earlier claim's lease lapsed (its worker was killed mid-step).
+    let mut again = 0u64;
     let mut answers = Vec::new();
     let Ok(dir) = std::fs::read_dir(env.dir.path()) else {
-        r.violations.push("the run's directory is unreadable".into());
+        r.violations
+            .push("the run's directory is unreadable".into());
         return;
     };
     for f in dir.flatten() {
@@ -326,7 +355,10 @@ fn check_ledgers(env: &Env, r: &mut WorkflowReport) {
                 continue;
             };
             let worker = v["worker"].as_str().unwrap_or_default().to_string();
-            let (id, seq) = (v["id"].as_i64().unwrap_or(0), v["seq"].as_i64().unwrap_or(0));
+            let (id, seq) = (
+                v["id"].as_i64().unwrap_or(0),
+                v["seq"].as_i64().unwrap_or(0),
+            );
             let ids = |k: &str| -> Vec<i64> {
                 v[k].as_array()
                     .map(|a| a.iter().filter_map(Value::as_i64).collect())
@@ -335,6 +367,9 @@ fn check_ledgers(env: &Env, r: &mut WorkflowReport) {
             match v["t"].as_str() {
                 Some("start") => {
                     r.steps_claimed += 1;
+                    if v["attempt"].as_i64().unwrap_or(1) > 1 {
+                        again += 1;
+                    }
                     claimed.insert(
                         (worker, id, seq),
                         Claimed {
@@ -381,17 +416,32 @@ fn check_ledgers(env: &Env, r: &mut WorkflowReport) {
         }
     }
     for (n, what) in [
-        (twice(applied.values()), "claims whose outcome was applied twice"),
-        (twice(signals.values()), "signals consumed by two applied steps"),
-        (twice(children.values()), "children joined by two applied steps"),
-        (twice(resumed.values()), "parents resumed twice by their join"),
+        (
+            twice(applied.values()),
+            "claims whose outcome was applied twice",
+        ),
+        (
+            twice(signals.values()),
+            "signals consumed by two applied steps",
+        ),
+        (
+            twice(children.values()),
+            "children joined by two applied steps",
+        ),
+        (
+            twice(resumed.values()),
+            "parents resumed twice by their join",
+        ),
     ] {
         if n > 0 {
             r.violations.push(format!("ledger: {n} {what}"));
         }
     }
-    r.details.insert("signals_consumed".into(), json!(signals.len()));
-    r.details.insert("children_joined".into(), json!(children.len()));
+    r.details.insert("claimed_again".into(), json!(again));
+    r.details
+        .insert("signals_consumed".into(), json!(signals.len()));
+    r.details
+        .insert("children_joined".into(), json!(children.len()));
 }
 
 fn twice<'a>(counts: impl Iterator<Item = &'a u64>) -> usize {

@@ -35,7 +35,14 @@ async fn run(fault: Fault) -> WorkflowReport {
 async fn workflow_worker_sigkilled_mid_step() {
     let r = run(Fault::WorkerKill).await;
     // Kills land mid-step: claims lapsed and ran again, their late answers stale or lost.
-    assert!(r.details["workers_killed"].as_u64().unwrap_or(0) >= 2, "{r:?}");
+    assert!(
+        r.details["workers_killed"].as_u64().unwrap_or(0) >= 2,
+        "{r:?}"
+    );
+    assert!(
+        r.details["claimed_again"].as_u64().unwrap_or(0) > 0,
+        "{r:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
