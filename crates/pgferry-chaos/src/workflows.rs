@@ -206,7 +206,7 @@ async fn run_in(env: &mut Env, fault: Fault) -> Result<WorkflowReport, ChaosErro
         "steps_recorded".into(),
         json!(row.get::<_, i64>("steps_recorded")),
     );
-    check_ledgers(env, &mut r);
+    check_ledgers(env.dir.path(), &mut r);
     details.append(&mut r.details);
     details.insert(
         "driver_errors".into(),
@@ -334,12 +334,12 @@ struct Claimed {
 
 /// The workers' ledgers: no claim with two applied outcomes, no signal in the inbox of two
 /// applied steps, no child in the join of two applied steps, no parent resumed twice.
-fn check_ledgers(env: &Env, r: &mut WorkflowReport) {
+fn check_ledgers(dir: &std::path::Path, r: &mut WorkflowReport) {
     let mut claimed: HashMap<(String, i64, i64), Claimed> = HashMap::new();
     // Claims of a step whose earlier claim's lease lapsed (its worker was killed mid-step).
     let mut again = 0u64;
     let mut answers = Vec::new();
-    let Ok(dir) = std::fs::read_dir(env.dir.path()) else {
+    let Ok(dir) = std::fs::read_dir(dir) else {
         r.violations
             .push("the run's directory is unreadable".into());
         return;
@@ -446,4 +446,70 @@ fn check_ledgers(env: &Env, r: &mut WorkflowReport) {
 
 fn twice<'a>(counts: impl Iterator<Item = &'a u64>) -> usize {
     counts.filter(|n| **n > 1).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ledger(dir: &std::path::Path, name: &str, lines: &[Value]) {
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+
+    fn start(worker: &str, id: i64, seq: i64, step: &str, inbox: &[i64], kids: &[i64]) -> Value {
+        json!({"t": "start", "worker": worker, "id": id, "seq": seq, "attempt": 1,
+               "kind": ORDER, "step": step, "inbox": inbox, "children": kids})
+    }
+
+    fn answer(worker: &str, id: i64, seq: i64, result: &str) -> Value {
+        json!({"t": "answer", "worker": worker, "id": id, "seq": seq, "result": result})
+    }
+
+    #[test]
+    fn a_balanced_ledger_passes_and_each_double_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        ledger(
+            dir.path(),
+            "worker-0.ledger",
+            &[
+                start("a", 1, 1, "pack", &[10], &[]),
+                answer("a", 1, 1, "applied"),
+                start("a", 1, 2, "ship", &[], &[5, 6, 7]),
+                answer("a", 1, 2, "applied"),
+                // A lapsed claim answered stale.
+                start("a", 2, 1, "pack", &[11], &[]),
+                answer("a", 2, 1, "stale"),
+            ],
+        );
+        let mut r = WorkflowReport::default();
+        check_ledgers(dir.path(), &mut r);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!((r.applied, r.stale, r.steps_claimed), (2, 1, 3));
+
+        // Another worker got the same claims and signal, and had its outcomes applied too.
+        ledger(
+            dir.path(),
+            "worker-1.ledger",
+            &[
+                start("b", 1, 1, "pack", &[10], &[]),
+                answer("b", 1, 1, "applied"),
+                start("b", 3, 2, "ship", &[], &[7]),
+                answer("b", 3, 2, "applied"),
+                start("b", 1, 2, "ship", &[], &[]),
+                answer("b", 1, 2, "applied"),
+            ],
+        );
+        let mut r = WorkflowReport::default();
+        check_ledgers(dir.path(), &mut r);
+        let all = r.violations.join("; ");
+        for what in [
+            "2 claims whose outcome was applied twice",
+            "1 signals consumed by two applied steps",
+            "1 children joined by two applied steps",
+            "1 parents resumed twice",
+        ] {
+            assert!(all.contains(what), "{what} missing from {all}");
+        }
+    }
 }
