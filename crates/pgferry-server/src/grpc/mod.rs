@@ -15,6 +15,7 @@ pub mod dispatch;
 mod producer;
 mod worker;
 mod workflow_admin;
+mod workflow_pb;
 mod workflow_worker;
 
 use std::future::Future;

@@ -22,11 +22,12 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::convert::{parse_json, unix_ms};
+use super::convert::unix_ms;
+use super::workflow_pb::{outcome_body, refused, result_pb};
 use super::{pb_error, GrpcState};
 use crate::auth::{Principal, Scope};
 use crate::proto::v1 as pb;
-use crate::wfsteps::{self, Answer, OutcomeBody, StepToken};
+use crate::wfsteps::{self, StepToken};
 use pb::workflow_worker_request::Msg;
 use pb::workflow_worker_response::Msg as Out;
 
@@ -554,76 +555,4 @@ impl Session {
         }
         pb::StepHeartbeatAck { beats }
     }
-}
-
-fn refused(r: Option<pb::StepRef>, e: pb::Error) -> pb::StepAck {
-    pb::StepAck {
-        r#ref: r,
-        result: pb::StepResult::Unspecified as i32,
-        error: Some(e),
-    }
-}
-
-fn result_pb(a: Answer) -> pb::StepResult {
-    match a {
-        Answer::Applied => pb::StepResult::StepApplied,
-        Answer::Cancelled => pb::StepResult::StepCancelled,
-        Answer::Stale => pb::StepResult::StepStale,
-    }
-}
-
-/// A StepOutcome as the flat outcome the HTTP workers send (JSON texts parsed).
-fn outcome_body(o: pb::StepOutcome, token: String) -> Result<OutcomeBody, wfsteps::BadField> {
-    let json = |field: &str,
-                text: Option<String>|
-     -> Result<Option<serde_json::Value>, wfsteps::BadField> {
-        text.map(|t| {
-            parse_json(&t).map_err(|e| wfsteps::BadField {
-                field: field.to_string(),
-                message: format!("not JSON: {e}"),
-            })
-        })
-        .transpose()
-    };
-    let mut children = Vec::with_capacity(o.children.len());
-    for (i, c) in o.children.into_iter().enumerate() {
-        let input = parse_json(&c.input).map_err(|e| wfsteps::BadField {
-            field: format!("children[{i}].input"),
-            message: format!("not JSON: {e}"),
-        })?;
-        let priority = match c.priority {
-            Some(p) => Some(u8::try_from(p).map_err(|_| wfsteps::BadField {
-                field: format!("children[{i}].priority"),
-                message: "must be 0 to 9".into(),
-            })?),
-            None => None,
-        };
-        children.push(wfsteps::ChildBody {
-            kind: c.kind,
-            input,
-            step: c.step,
-            queue: c.queue,
-            concurrency_key: c.concurrency_key,
-            concurrency_limit: c.concurrency_limit,
-            rate_key: c.rate_key,
-            priority,
-            max_attempts: c.max_attempts,
-        });
-    }
-    Ok(OutcomeBody {
-        token,
-        outcome: o.outcome,
-        step: o.step,
-        state: json("state", o.state)?,
-        delay_ms: o.delay_ms,
-        reason: o.reason,
-        signals: (!o.signals.is_empty()).then_some(o.signals),
-        timeout_ms: o.timeout_ms,
-        until_unix_ms: o.until_unix_ms,
-        for_ms: o.for_ms,
-        children: (!children.is_empty()).then_some(children),
-        join: o.join,
-        on_child_failure: o.on_child_failure,
-        result: json("result", o.result)?,
-    })
 }
