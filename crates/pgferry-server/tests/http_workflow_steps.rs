@@ -409,3 +409,41 @@ async fn bad_step_requests_are_400s_naming_the_field() {
         "applied"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_whose_leases_lapse_past_max_attempts_fails_instead_of_running_again() {
+    let srv = TestServer::start(ServerConfig::default()).await;
+    let a = srv.key("tenant-a", &["produce", "read", "consume"]).await;
+    let (s, st) = call(
+        &srv,
+        "/v1/workflows",
+        &a,
+        json!({"kind": "stuck", "queue": "q", "max_attempts": 2}),
+    )
+    .await;
+    assert_eq!(s, 201, "{st}");
+    let id = st["id"].as_i64().unwrap();
+    // Two claims whose leases lapse (the worker never answers); the third finds the step
+    // past its attempts and fails the instance instead of handing it out.
+    let mut claims = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "never failed after {claims} claims"
+        );
+        let got = claim(&srv, &a, "q", 100).await;
+        claims += got.len();
+        assert!(claims <= 2, "handed out past max_attempts: {got:?}");
+        let i = instance(&srv, &a, id).await;
+        if i["status"] == "failed" {
+            assert!(
+                i["error"].as_str().unwrap().contains("within its lease"),
+                "{i}"
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(claims, 2);
+}
