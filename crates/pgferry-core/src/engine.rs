@@ -83,6 +83,8 @@ pub struct Engine {
     ticks: watch::Sender<i64>,
     /// Job ids whose cancellation was requested (from LISTEN pgferry_cancel).
     cancels: tokio::sync::broadcast::Sender<i64>,
+    /// Workflow instance ids cancelled (from LISTEN pgferry_wf_cancel).
+    wf_cancels: tokio::sync::broadcast::Sender<i64>,
     /// Signalled after each enqueue so an in-process ticker ticks without waiting.
     log_grew: Arc<Notify>,
     /// Per-lane deltas of this process's committed statements (queue counts).
@@ -108,6 +110,7 @@ impl Engine {
             config,
             ticks: watch::Sender::new(0),
             cancels: tokio::sync::broadcast::Sender::new(1024),
+            wf_cancels: tokio::sync::broadcast::Sender::new(1024),
             log_grew: Arc::new(Notify::new()),
         })
     }
@@ -334,6 +337,16 @@ impl Engine {
 
     pub fn publish_cancel(&self, job_id: i64) {
         let _ = self.cancels.send(job_id);
+    }
+
+    /// Cancelled workflow instances, as ids, for servers to tell the worker running a step
+    /// of one. A lagging receiver misses some; step heartbeats report those.
+    pub fn subscribe_wf_cancels(&self) -> tokio::sync::broadcast::Receiver<i64> {
+        self.wf_cancels.subscribe()
+    }
+
+    pub fn publish_wf_cancel(&self, instance_id: i64) {
+        let _ = self.wf_cancels.send(instance_id);
     }
 
     pub fn subscribe_ticks(&self) -> watch::Receiver<i64> {

@@ -12,6 +12,7 @@ pub mod migrate;
 pub mod proto;
 pub mod service;
 pub mod trace;
+pub mod wfsteps;
 
 use std::future::Future;
 use std::sync::Arc;
