@@ -76,6 +76,9 @@ pub struct JobInfo {
     pub cancel_requested: bool,
     /// What the completed attempt returned (only jobs that return a value have one).
     pub result: Option<Value>,
+    /// The unique key the job holds (while it holds it: a finished job's key is released
+    /// after its period, and then no longer shown).
+    pub unique_key: Option<String>,
 }
 
 /// What a cancel request found.
@@ -122,6 +125,7 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
     let cancel_requested: bool = first.get("cancel_requested");
     let lane: Option<i32> = first.get("lane");
     let attempt: Option<i32> = first.get("attempt");
+    let unique_key: Option<String> = first.get("unique_key");
     if attempt.is_none() {
         // Never promoted into the log: scheduled, cancelled while scheduled, or unknown.
         let kind: String = first.get::<_, Option<String>>("side_kind")?;
@@ -144,6 +148,7 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
                 attempts: Vec::new(),
                 cancel_requested,
                 result: None,
+                unique_key,
             },
             lane,
             claimed: Vec::new(),
@@ -168,6 +173,8 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
     let state = match last_outcome {
         Some(oc::COMPLETED) => JobState::Completed,
         Some(oc::CANCELLED) => JobState::Cancelled,
+        // Dead-lettered, and purged from the DLQ since: gone (as a retry of it would say).
+        Some(oc::DEAD | oc::RESCUED_DEAD) if dead_attempt.is_none() => return None,
         Some(oc::DEAD | oc::RESCUED_DEAD) => JobState::Dead,
         // A retry or snooze whose next attempt is not in the log yet.
         Some(_) if run_at.is_some() => JobState::Scheduled,
@@ -206,6 +213,7 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
             attempts,
             cancel_requested,
             result: None,
+            unique_key,
         },
         lane,
         claimed: rows

@@ -127,3 +127,34 @@ async fn a_dead_letter_retry_grants_a_fresh_set_of_attempts() {
         "1 used + 3 fresh"
     );
 }
+
+/// Issue 18: a job purged from the DLQ is gone (404), as a retry of it says; and a job shows
+/// the unique key it holds.
+#[tokio::test]
+async fn a_purged_dead_job_is_gone_and_a_job_shows_its_unique_key() {
+    let s = common::setup().await;
+    let id = s
+        .engine
+        .enqueue(&[NewJob::new("pd", "k", json!({})).unique("order-7")])
+        .await
+        .unwrap()[0];
+    assert_eq!(
+        s.engine.get_job(id).await.unwrap().unique_key.as_deref(),
+        Some("order-7")
+    );
+    let job = claim_one(&s, "pd").await;
+    s.engine.complete(&[job.discarded("bad")]).await.unwrap();
+    assert_eq!(
+        s.engine.get_job(id).await.unwrap().state,
+        pgferry_core::JobState::Dead
+    );
+    let filter = pgferry_core::DeadFilter {
+        ids: Some(vec![id]),
+        ..Default::default()
+    };
+    assert_eq!(s.engine.purge_dead(&filter).await.unwrap(), 1);
+    match s.engine.get_job(id).await {
+        Err(pgferry_core::Error::NotFound { .. }) => {}
+        other => panic!("a purged job must be gone, got {other:?}"),
+    }
+}

@@ -9,7 +9,7 @@
 --   - outcomes: only of claimed attempts, by array overlap in their segments' completions
 --     (one pass over each such partition for the whole set: completions hold one row per
 --     receipt batch and carry no per-job index, which would cost complete() an entry per job);
---   - side rows: primary keys of scheduled, cancels, dead.
+--   - side rows: primary keys of scheduled, cancels, dead; the unique key the job holds.
 -- The result and the claiming receipt of each attempt come from jobs_extras.sql: kept apart,
 -- this statement plans in about the time of the three it replaced (cancel needs only it).
 -- $1 job ids
@@ -81,7 +81,7 @@ side AS MATERIALIZED (
     SELECT k.job_id, s.run_at, s.lane AS s_lane, s.kind AS s_kind, s.args AS s_args,
            s.meta AS s_meta, s.max_attempts AS s_max, x.job_id IS NOT NULL AS cancel_requested,
            x.lane AS x_lane, x.kind AS x_kind, x.args AS x_args, x.meta AS x_meta,
-           x.max_attempts AS x_max, d.attempt AS dead_attempt
+           x.max_attempts AS x_max, d.attempt AS dead_attempt, u.key AS unique_key
       FROM ids k
       LEFT JOIN LATERAL (
           SELECT s.* FROM pgferry.scheduled s WHERE s.job_id = k.job_id) s ON true
@@ -89,6 +89,9 @@ side AS MATERIALIZED (
           SELECT x.* FROM pgferry.cancels x WHERE x.job_id = k.job_id) x ON true
       LEFT JOIN LATERAL (
           SELECT d.attempt FROM pgferry.dead d WHERE d.job_id = k.job_id) d ON true
+      -- The unique key the job holds (index unique_keys_job); none once released.
+      LEFT JOIN LATERAL (
+          SELECT u.key FROM pgferry.unique_keys u WHERE u.job_id = k.job_id LIMIT 1) u ON true
 )
 SELECT k.job_id, a.attempt, a.claimed, a.last, o.outcome, o.error, o.duration_ms,
        o.finished_at, a.kind, CASE WHEN a.last THEN a.args END AS args,
@@ -97,6 +100,7 @@ SELECT k.job_id, a.attempt, a.claimed, a.last, o.outcome, o.error, o.duration_ms
        coalesce(k.s_args, k.x_args) AS side_args, coalesce(k.s_meta, k.x_meta) AS side_meta,
        coalesce(k.s_max, k.x_max) AS side_max_attempts,
        q.name AS queue, l.priority, k.dead_attempt, k.cancel_requested, o.receipt_id,
+       k.unique_key,
        coalesce(a.lane, k.s_lane, k.x_lane) AS lane
   FROM side k
   LEFT JOIN a2 a ON a.job_id = k.job_id

@@ -89,7 +89,7 @@ pub(super) fn job_pb(info: JobInfo, queue: String) -> pb::JobInfo {
             })
             .collect(),
         result: info.result.map(|r| r.to_string()).unwrap_or_default(),
-        unique_key: None,
+        unique_key: info.unique_key,
     }
 }
 

@@ -329,6 +329,7 @@ pub(super) fn job_json(p: &Principal, j: &JobInfo) -> Value {
         "cancel_requested": j.cancel_requested,
         "attempts": attempts,
         "result": j.result,
+        "unique_key": j.unique_key,
     })
 }
 
