@@ -160,6 +160,15 @@ async fn a_grpc_worker_runs_a_machine_with_a_signal_and_children() {
                         w.send(Msg::Heartbeat(pb::StepHeartbeat {
                             refs: vec![r.clone()],
                         }));
+                        // Its answer before the step's outcome: heartbeats and outcomes
+                        // are applied independently, and one that lands after the outcome
+                        // rightly answers "not held".
+                        match w.next().await {
+                            Out::HeartbeatAck(h) => {
+                                assert!(h.beats.iter().all(|b| b.held && !b.cancelled), "{h:?}")
+                            }
+                            other => panic!("expected the heartbeat's answer, got {other:?}"),
+                        }
                     }
                     pb::StepOutcome {
                         step: Some("pay".into()),
