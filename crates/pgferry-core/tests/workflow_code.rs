@@ -13,7 +13,9 @@ use std::time::Duration;
 use pgferry_core::workflow::code::{
     self, replay_kind, Ctx, ReplayVerdict, Retries, StepError, Workflow,
 };
-use pgferry_core::workflow::{Machine, Worker, WorkerConfig, WorkerStats, Workflows};
+use pgferry_core::workflow::{
+    InstanceFilter, Machine, Worker, WorkerConfig, WorkerStats, Workflows,
+};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -577,4 +579,35 @@ async fn the_readme_order_example_runs() {
         Ok::<_, code::Error>(tracking)
     };
     assert_eq!(tracking.await.unwrap(), Some("TRACK-o-1".to_string()));
+}
+
+#[tokio::test]
+async fn first_of_takes_the_first_child_to_end_and_cancels_the_others() {
+    let s = common::setup().await;
+    let wf = Workflows::of(&s.engine);
+    let racer: Workflow<u64, u64> = Workflow::new("racer", |ctx: Ctx, ms: u64| async move {
+        ctx.sleep(Duration::from_millis(ms)).await;
+        ctx.step("arrive", || async move { Ok::<_, String>(ms) })
+            .await
+    });
+    let r2 = racer.clone();
+    let race: Workflow<(), u64> = Workflow::new("race", move |ctx: Ctx, _: ()| {
+        let racer = r2.clone();
+        async move { ctx.first_of(&racer, &[60_000, 10, 60_000]).await }
+    });
+    let w = worker(&wf, "raceq", vec![race.machine(), racer.machine()], WAIT);
+    let h = race.start(&wf, "raceq", &()).await.unwrap();
+    assert_eq!(h.result(WAIT).await.unwrap(), 10);
+    let filter = InstanceFilter {
+        queue: "raceq".into(),
+        kind: Some("racer".into()),
+        ..InstanceFilter::default()
+    };
+    let children = wf.list(&filter).await.unwrap().instances;
+    let mut statuses: Vec<String> = children.into_iter().map(|c| c.status).collect();
+    statuses.sort();
+    assert_eq!(statuses, ["cancelled", "cancelled", "done"]);
+    let journal = h.describe().await.unwrap().state;
+    assert_eq!(journal["journal"][0]["any"], json!(true), "{journal}");
+    w.stop().await;
 }

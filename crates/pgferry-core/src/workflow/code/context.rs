@@ -98,6 +98,7 @@ pub(crate) enum Suspend {
     },
     Spawn {
         children: Vec<Child>,
+        any: bool,
     },
     Diverged(Divergence),
     /// Replay only: the function went past what the journal recorded.
@@ -459,12 +460,17 @@ impl Ctx {
     /// fan-in); their ends in the order given. A failed child does not fail this workflow:
     /// its record says so.
     pub async fn spawn_children(&self, children: Vec<Child>) -> Vec<ChildRecord> {
+        self.join_children(children, false).await
+    }
+
+    async fn join_children(&self, children: Vec<Child>, any: bool) -> Vec<ChildRecord> {
         if children.is_empty() {
             return Vec::new();
         }
         let kinds: Vec<String> = children.iter().map(|c| c.kind.clone()).collect();
-        let same = |e: &Entry| matches!(e, Entry::Children { kinds: k, .. } if *k == kinds);
-        match self.slot(|| format!("children {kinds:?}"), same) {
+        let same = |e: &Entry| matches!(e, Entry::Children { kinds: k, any: a, .. } if *k == kinds && *a == any);
+        let call = if any { "first_of" } else { "children" };
+        match self.slot(|| format!("{call} {kinds:?}"), same) {
             // Children are inserted in the order given, so ids order them.
             Slot::Recorded(Entry::Children {
                 results: Some(mut r),
@@ -481,7 +487,7 @@ impl Ctx {
                     let pos = self.progress().0 - 1;
                     self.diverge(
                         pos,
-                        format!("children {kinds:?}"),
+                        format!("{call} {kinds:?}"),
                         "children whose join was not delivered".into(),
                     );
                 }
@@ -491,9 +497,10 @@ impl Ctx {
             Slot::New => {
                 self.push(Entry::Children {
                     kinds,
+                    any,
                     results: None,
                 });
-                self.suspend(Suspend::Spawn { children });
+                self.suspend(Suspend::Spawn { children, any });
                 Ctx::halt().await
             }
         }
@@ -532,22 +539,42 @@ impl Ctx {
             .collect();
         self.spawn_children(children)
             .await
-            .into_iter()
-            .map(|c| {
-                let fail = |status: String, error: String| ChildError {
-                    id: c.id,
-                    kind: c.kind.clone(),
-                    status,
-                    error,
-                };
-                if c.status != "done" {
-                    let e = c.error.clone().unwrap_or_default();
-                    return Err(fail(c.status.clone(), e));
-                }
-                serde_json::from_value(c.result.clone().unwrap_or(Value::Null))
-                    .map_err(|e| fail("done".into(), format!("result does not decode: {e}")))
-            })
+            .iter()
+            .map(child_result)
             .collect()
+    }
+
+    /// Runs a child workflow per input at once and waits for the first to end (the others
+    /// are cancelled): its result, or its error when the first to end failed.
+    pub async fn first_of<I2, O2>(
+        &self,
+        wf: &Workflow<I2, O2>,
+        inputs: &[I2],
+    ) -> Result<O2, ChildError>
+    where
+        I2: Serialize,
+        O2: DeserializeOwned,
+    {
+        let children = inputs
+            .iter()
+            .map(|i| Child::new(wf.kind(), serde_json::to_value(i).unwrap_or(Value::Null)))
+            .collect();
+        let ends = self.join_children(children, true).await;
+        // The first to end is the one not cancelled by the join.
+        let first = ends
+            .iter()
+            .find(|c| c.status == "done")
+            .or_else(|| ends.iter().find(|c| c.status != "cancelled"))
+            .or(ends.first());
+        match first {
+            Some(c) => child_result(c),
+            None => Err(ChildError {
+                id: 0,
+                kind: wf.kind().into(),
+                status: "missing".into(),
+                error: "no child was started".into(),
+            }),
+        }
     }
 
     /// The current time, recorded: a replay returns the same instant.
@@ -612,6 +639,20 @@ impl Ctx {
         self.push(Entry::Patch { name: name.into() });
         true
     }
+}
+
+fn child_result<O2: DeserializeOwned>(c: &ChildRecord) -> Result<O2, ChildError> {
+    let fail = |status: String, error: String| ChildError {
+        id: c.id,
+        kind: c.kind.clone(),
+        status,
+        error,
+    };
+    if c.status != "done" {
+        return Err(fail(c.status.clone(), c.error.clone().unwrap_or_default()));
+    }
+    serde_json::from_value(c.result.clone().unwrap_or(Value::Null))
+        .map_err(|e| fail("done".into(), format!("result does not decode: {e}")))
 }
 
 fn epoch_ms(t: SystemTime) -> f64 {

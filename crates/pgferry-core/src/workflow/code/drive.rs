@@ -85,10 +85,10 @@ where
             timeout,
             state: state(),
         },
-        Ending::Suspended(Suspend::Spawn { children }) => Outcome::Spawn {
+        Ending::Suspended(Suspend::Spawn { children, any }) => Outcome::Spawn {
             children,
             next: next(),
-            join: Join::All,
+            join: if any { Join::Any } else { Join::All },
             on_child_failure: ChildFailure::Deliver,
             state: state(),
         },

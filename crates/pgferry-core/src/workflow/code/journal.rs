@@ -30,6 +30,9 @@ pub enum Entry {
     /// Children started together and joined; `results` once joined.
     Children {
         kinds: Vec<String>,
+        /// Joined by the first to end (`first_of`), the others cancelled.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        any: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         results: Option<Vec<ChildRecord>>,
     },
@@ -48,7 +51,9 @@ impl Entry {
             Entry::Step { name, .. } => format!("step {name:?}"),
             Entry::Sleep { .. } => "sleep".into(),
             Entry::Signal { names, .. } => format!("wait_for_signal {names:?}"),
-            Entry::Children { kinds, .. } => format!("children {kinds:?}"),
+            Entry::Children { kinds, any, .. } => {
+                format!("{} {kinds:?}", if *any { "first_of" } else { "children" })
+            }
             Entry::Now { .. } => "now".into(),
             Entry::Random { .. } => "random".into(),
             Entry::Patch { name } => format!("patched {name:?}"),
