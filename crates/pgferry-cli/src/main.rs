@@ -166,7 +166,7 @@ async fn main() -> std::process::ExitCode {
         Command::Workflow {
             database_url,
             action,
-        } => match workflow_cmd::run(&require_url(database_url), action).await {
+        } => match workflow_cmd::run(database_url, action, require_url).await {
             Ok(Some(code)) => return std::process::ExitCode::from(code),
             other => other.map(|_| ()),
         },

@@ -29,7 +29,13 @@ pub enum WorkflowAction {
 /// Exit status of a replay that found divergences.
 pub const DIVERGED: u8 = 3;
 
-pub async fn run(url: &str, action: WorkflowAction) -> anyhow::Result<Option<u8>> {
+/// `require_url` exits with clap's usage error when no database URL was given (`--list`
+/// needs none).
+pub async fn run(
+    url: Option<String>,
+    action: WorkflowAction,
+    require_url: fn(Option<String>) -> String,
+) -> anyhow::Result<Option<u8>> {
     let WorkflowAction::Replay { kind, limit, list } = action;
     let known = examples::registry();
     if list {
@@ -46,7 +52,7 @@ pub async fn run(url: &str, action: WorkflowAction) -> anyhow::Result<Option<u8>
             kinds.join(", ")
         );
     };
-    let config = db::parse_config(url)?;
+    let config = db::parse_config(&require_url(url))?;
     let pool = db::pool(&config, "workflow-replay", 1);
     let report = replay_kind(&Workflows::new(pool), workflow.as_ref(), limit)
         .await

@@ -72,6 +72,18 @@ async fn replay_reports_the_records_of_an_older_version_as_divergent() {
         .get(0);
     assert_eq!(awaiting, 2);
 
+    // --list needs no database.
+    let mut list = pgferry();
+    list.args(["workflow", "replay", "--list"]);
+    list.env_remove("PGFERRY_DATABASE_URL");
+    let p = run(list);
+    assert!(p.status().success(), "{}", p.diag());
+    let kinds: Value = serde_json::from_str(&p.stdout()).unwrap();
+    assert_eq!(
+        kinds["kinds"],
+        json!(["code_three", "example_order", "example_shipping"])
+    );
+
     // A kind without divergent records passes; an unknown kind is an error naming it.
     let p = replay(&url, "code_three");
     assert!(p.status().success(), "{}", p.diag());
