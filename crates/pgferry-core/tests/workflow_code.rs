@@ -611,3 +611,29 @@ async fn first_of_takes_the_first_child_to_end_and_cancels_the_others() {
     assert_eq!(journal["journal"][0]["any"], json!(true), "{journal}");
     w.stop().await;
 }
+
+/// An instance started from another language with input of the wrong shape fails with an
+/// error naming the input (no panic, no retry loop).
+#[tokio::test]
+async fn input_of_the_wrong_shape_fails_the_instance_naming_the_input() {
+    let s = common::setup().await;
+    let wf = Workflows::of(&s.engine);
+    let def = code::examples::three_steps();
+    let w = worker(&wf, "bq", vec![def.machine()], WAIT);
+    let started = wf
+        .start(&pgferry_core::workflow::Start::new(
+            "code_three",
+            "bq",
+            json!({"i": "not a number"}),
+        ))
+        .await
+        .unwrap();
+    match def.handle(&wf, started.id).result(WAIT).await {
+        Err(code::Error::Failed { error, .. }) => {
+            assert!(error.starts_with("input does not decode"), "{error}")
+        }
+        other => panic!("expected a failed instance, got {other:?}"),
+    }
+    assert_eq!(outcomes(&wf, started.id).await, ["fail"]);
+    w.stop().await;
+}
