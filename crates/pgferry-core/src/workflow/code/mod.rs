@@ -11,6 +11,7 @@
 //! `ctx.fan_out`/`ctx.child` → `spawn` (join all); the function's return → `done`/`fail`.
 //! A suspended instance holds no worker slot and no connection.
 
+mod children;
 mod context;
 mod drive;
 pub mod examples;
@@ -27,7 +28,8 @@ use futures_util::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-pub use context::{ChildError, Ctx, Divergence, Retries, StepError};
+pub use children::ChildError;
+pub use context::{Ctx, Divergence, Retries, StepError};
 pub use handle::{Error, Handle};
 pub use journal::{ChildRecord, Entry, SignalRecord};
 pub use replay::{replay_kind, InstanceReplay, ReplayReport, ReplayVerdict, Replayable};
