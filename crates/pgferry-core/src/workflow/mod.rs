@@ -9,6 +9,7 @@
 mod client;
 pub mod code;
 mod inspect;
+mod lease;
 mod machine;
 pub mod retention;
 mod validate;
@@ -16,6 +17,7 @@ mod worker;
 
 pub use client::{SignalSent, Start, Started, StepRef, Target, Workflows, MAX_PAYLOAD_BYTES};
 pub use inspect::{InstanceFilter, InstanceInfo, InstancePage, InstanceSummary, StepRecord};
+pub use lease::StepBeat;
 pub use machine::{
     Caps, Child, ChildFailure, ChildResult, ClaimedStep, Handler, Join, Machine, Outcome, Signal,
     Wake,
