@@ -2,6 +2,8 @@
 //! same run on the same cluster (issue 19's targets):
 //! - three_step: a 3-step machine (`next`, `next`, `done`); steps/s, and dead tuples and
 //!   HOT updates per 100k steps on the workflow tables;
+//! - code_first_three_step: the same as a code-first workflow function of three
+//!   `ctx.step`s (issue 20), on its own queue;
 //! - signal: await → signal → resumed, at half of the three-step saturation (p50/p99 from
 //!   the signal's send to its resumed handler);
 //! - fan_out: a parent spawning 100 children joined with `all` (time to the parent's end);
@@ -37,6 +39,8 @@ pub async fn run(base: &Config, opts: &BenchOpts) -> anyhow::Result<Value> {
     let wf = Workflows::new(pool.clone());
     let three = three_step(&config, &wf, opts).await?;
     let steps_per_s = three["steps_per_s"].as_f64().unwrap_or(0.0);
+    let code = code_three_step(&config, &wf, opts).await?;
+    let code_steps_per_s = code["steps_per_s"].as_f64().unwrap_or(0.0);
     // Half of saturation, in round trips: each costs three steps (start, resumed, done).
     let signal_rate = (steps_per_s / 2.0 / 3.0).max(10.0);
     let signal = signal_round_trip(&config, &wf, opts, signal_rate).await?;
@@ -54,16 +58,19 @@ pub async fn run(base: &Config, opts: &BenchOpts) -> anyhow::Result<Value> {
         "options": opts,
         "cycle": cycle,
         "three_step": three,
+        "code_first_three_step": code,
         "signal": signal,
         "fan_out": fan_out,
         "hot_key": hot_key,
         "hot_statements_1m": statements,
         "ratios": {
             "three_step_steps_vs_cycle_jobs_per_s": ratio(steps_per_s, cycle.jobs_per_s),
+            "code_first_vs_state_machine_steps_per_s": ratio(code_steps_per_s, steps_per_s),
             "other_keys_with_vs_without_hot_key": ratio(other("with_hot_key"), other("without_hot_key")),
         },
         "targets": {
             "three_step_steps_vs_cycle_jobs_per_s": ">= 0.5",
+            "code_first_vs_state_machine_steps_per_s": ">= 0.5",
             "other_keys_with_vs_without_hot_key": ">= 0.9",
             "signal_p99_ms": "<= 20 at half of saturation",
         },
@@ -140,15 +147,46 @@ async fn three_step(config: &Config, wf: &Workflows, opts: &BenchOpts) -> anyhow
             "three",
             |_s: ClaimedStep| async move { Outcome::done(json!(1)) },
         );
+    steps_phase(
+        config,
+        wf,
+        opts,
+        ("three", "bench", "wf_three_step"),
+        machine,
+    )
+    .await
+}
+
+/// The code-first twin of `three_step` (issue 20): a workflow function of three
+/// `ctx.step`s (`pgferry_core::workflow::code::examples::three_steps`), on its own queue.
+async fn code_three_step(
+    config: &Config,
+    wf: &Workflows,
+    opts: &BenchOpts,
+) -> anyhow::Result<Value> {
+    let machine = pgferry_core::workflow::code::examples::three_steps().machine();
+    let names = ("code_three", "bench_code", "wf_code_3_step");
+    steps_phase(config, wf, opts, names, machine).await
+}
+
+/// Instances of a 3-step `machine` (kind, queue, progress label) started while workers run
+/// them for the bench's duration.
+async fn steps_phase(
+    config: &Config,
+    wf: &Workflows,
+    opts: &BenchOpts,
+    (kind, queue, label): (&'static str, &'static str, &str),
+    machine: Machine,
+) -> anyhow::Result<Value> {
     let admin = measure::connect(config, "admin").await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let counters = Arc::new(Counters::default());
-    let producer = load::producer(config.clone(), counters.clone(), "three", "bench", opts);
-    let (workers, stats) = spawn_workers(wf, opts, "bench", &[machine], &stop_rx);
+    let producer = load::producer(config.clone(), counters.clone(), kind, queue, opts);
+    let (workers, stats) = spawn_workers(wf, opts, queue, &[machine], &stop_rx);
     // Cumulative statistics reach pg_stat_user_tables within a second; the phase's cost is
     // the difference of two settled readings.
     let (before, upd0) = (table_stats(&admin).await?, instance_updates(&admin).await?);
-    let report = load::window("wf_three_step", config, &counters, &stats, opts, producer).await?;
+    let report = load::window(label, config, &counters, &stats, opts, producer).await?;
     let _ = stop_tx.send(true);
     for w in workers {
         w.await??;

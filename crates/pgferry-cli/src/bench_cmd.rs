@@ -126,8 +126,9 @@ pub enum BenchCmd {
     },
     /// All three in one process on one cluster, with ratios.
     Compare(BenchArgs),
-    /// Durable workflows: a 3-step machine beside `cycle` of the same run, signal round
-    /// trips, a fan-out of 100 children, a hot concurrency key (docs/workflows.md).
+    /// Durable workflows: a 3-step machine and its code-first twin beside `cycle` of the
+    /// same run, signal round trips, a fan-out of 100 children, a hot concurrency key
+    /// (docs/workflows.md).
     Workflow(BenchArgs),
     /// Active session history: sample cost under simulated load, readers over seeded
     /// history, rotation, and the sampler's effect on the cycle (docs/performance.md).

@@ -8,6 +8,7 @@ mod dev;
 mod migrate_cmd;
 mod run;
 mod tenant_cmd;
+mod workflow_cmd;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -108,6 +109,13 @@ enum Command {
         #[command(subcommand)]
         action: tenant_cmd::KeyAction,
     },
+    /// Code-first workflows: `replay --kind K` checks recorded instances against this code.
+    Workflow {
+        #[arg(long, env = "PGFERRY_DATABASE_URL", global = true)]
+        database_url: Option<String>,
+        #[command(subcommand)]
+        action: workflow_cmd::WorkflowAction,
+    },
     /// Fault injection with a per-job ledger (JSON report on stdout, progress on stderr).
     Chaos(chaos_cmd::ChaosArgs),
     /// A worker process of `pgferry chaos` (started and killed by the suite).
@@ -155,6 +163,13 @@ async fn main() -> std::process::ExitCode {
             database_url,
             action,
         } => ash_cmd::run(&require_url(database_url), action).await,
+        Command::Workflow {
+            database_url,
+            action,
+        } => match workflow_cmd::run(database_url, action, require_url).await {
+            Ok(Some(code)) => return std::process::ExitCode::from(code),
+            other => other.map(|_| ()),
+        },
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

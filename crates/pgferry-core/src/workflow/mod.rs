@@ -7,6 +7,7 @@
 //! and records the batch's outcomes (one statement).
 
 mod client;
+pub mod code;
 mod inspect;
 mod lease;
 mod machine;
