@@ -1,0 +1,1 @@
+SELECT version, name, checksum FROM pgferry_sched.schema_migrations ORDER BY version
