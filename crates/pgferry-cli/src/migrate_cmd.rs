@@ -17,9 +17,14 @@ pub async fn run(url: &str, action: Action) -> anyhow::Result<()> {
         Action::Up => {
             let applied = migrate::up(&mut client).await?;
             let ash = pgferry_ash::migrate::up(&mut client).await?;
+            let schedules = pgferry_schedules::migrate::up(&mut client).await?;
             println!(
                 "{}",
-                serde_json::json!({ "applied": applied, "ash_applied": ash })
+                serde_json::json!({
+                    "applied": applied,
+                    "ash_applied": ash,
+                    "schedules_applied": schedules,
+                })
             );
         }
         Action::Status => {

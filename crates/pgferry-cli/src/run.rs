@@ -130,6 +130,7 @@ pub async fn serve(
             tracing::info!(?applied, "migrations applied");
         }
         pgferry_ash::migrate::up(&mut client).await?;
+        pgferry_schedules::migrate::up(&mut client).await?;
     }
     let engine = Engine::new(
         db::Pools::new(&config, "api", args.pool_size),
@@ -140,6 +141,11 @@ pub async fn serve(
     if let Some(ash) = ash {
         leader = leader.with_duty(pgferry_ash::sampler::leader_duty(ash));
     }
+    // Schedules fire from the leader, exactly once per (schedule, fire time) (ADR 0015).
+    leader = leader.with_duty(pgferry_schedules::leader_duty(
+        engine.clone(),
+        pgferry_schedules::FirerConfig::default(),
+    ));
     let rescues = leader.subscribe_rescues();
     let leader_task = tokio::spawn(leader.run(stop_rx));
     // Ticks from whichever server leads reach this server's claimers through LISTEN.

@@ -316,3 +316,16 @@ pub(crate) fn ts(t: SystemTime) -> Timestamp {
 pub(crate) fn st(t: Timestamp) -> SystemTime {
     SystemTime::from(t)
 }
+
+/// An RFC 3339 instant from the API; the error names `field`.
+pub fn parse_time(field: &'static str, text: &str) -> Result<SystemTime> {
+    let t: Timestamp = text
+        .parse()
+        .map_err(|e| ScheduleError::invalid(field, format!("not an RFC 3339 time ({e})")))?;
+    Ok(SystemTime::from(t))
+}
+
+/// An instant as the API shows it (RFC 3339, UTC).
+pub fn format_time(t: SystemTime) -> String {
+    ts(t).to_string()
+}

@@ -22,6 +22,9 @@ use crate::error::{Result, ScheduleError};
 /// largest backwards jump (2 h), so a fold's first occurrence is never missed.
 const FOLD_LOOKBACK: SignedDuration = SignedDuration::from_hours(3);
 
+/// Longest interval: 366 days.
+pub const MAX_INTERVAL_MS: i64 = 366 * 86_400_000;
+
 #[derive(Debug, Clone)]
 pub enum Timing {
     Cron {
@@ -44,10 +47,10 @@ impl Timing {
     }
 
     pub fn interval(every_ms: i64, anchor: Timestamp) -> Result<Timing> {
-        if every_ms < 1000 {
+        if !(1000..=MAX_INTERVAL_MS).contains(&every_ms) {
             return Err(ScheduleError::Invalid {
                 field: "interval_ms",
-                reason: "must be at least 1000 (one second)".into(),
+                reason: format!("must be 1000 (one second) to {MAX_INTERVAL_MS} (366 days)"),
             });
         }
         Ok(Timing::Interval {

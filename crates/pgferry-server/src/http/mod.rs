@@ -13,6 +13,7 @@ mod jobs;
 pub mod openapi;
 mod queues;
 pub(crate) mod results;
+mod schedules;
 mod workers;
 mod workflows;
 
@@ -172,6 +173,39 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         ),
         (Method::GET, "/v1/ash/timeline", get(ash::timeline)),
         (Method::GET, "/v1/ash/at", get(ash::at)),
+        (Method::POST, "/v1/schedules", post(schedules::create)),
+        (Method::GET, "/v1/schedules", get(schedules::list)),
+        (Method::GET, "/v1/schedules/{name}", get(schedules::get)),
+        (
+            Method::DELETE,
+            "/v1/schedules/{name}",
+            axum::routing::delete(schedules::delete),
+        ),
+        (
+            Method::POST,
+            "/v1/schedules/{name}/pause",
+            post(schedules::pause),
+        ),
+        (
+            Method::POST,
+            "/v1/schedules/{name}/resume",
+            post(schedules::resume),
+        ),
+        (
+            Method::GET,
+            "/v1/schedules/{name}/preview",
+            get(schedules::preview),
+        ),
+        (
+            Method::GET,
+            "/v1/schedules/{name}/fires",
+            get(schedules::fires),
+        ),
+        (
+            Method::POST,
+            "/v1/schedules/{name}/backfill",
+            post(schedules::backfill),
+        ),
     ]
 }
 
