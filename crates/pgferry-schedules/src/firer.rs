@@ -99,13 +99,15 @@ pub async fn run(engine: Arc<Engine>, pg: tokio_postgres::Config, config: FirerC
 
 /// One pass: buffered fires whose previous run ended, then schedules due at `now`.
 pub async fn fire_due(engine: &Engine, client: &mut Client, now: SystemTime) -> Result<FireReport> {
-    let mut report = FireReport::default();
+    let mut released = FireReport::default();
     let tx = client.transaction().await?;
     for row in tx.query(BUFFERED, &[&BATCH]).await? {
         let s = Schedule::from_row(&row)?;
-        release_buffered(engine, &tx, &s, now, &mut report).await?;
+        release_buffered(engine, &tx, &s, now, &mut released).await?;
     }
     tx.commit().await?;
+    crate::metrics::record(&released);
+    let mut report = FireReport::default();
 
     let tx = client.transaction().await?;
     let rows = tx.query(DUE, &[&now, &BATCH]).await?;
@@ -115,6 +117,9 @@ pub async fn fire_due(engine: &Engine, client: &mut Client, now: SystemTime) -> 
         fire_schedule(engine, &tx, &s, now, &mut report).await?;
     }
     tx.commit().await?;
+    crate::metrics::record(&report);
+    report.fired += released.fired;
+    report.lag.extend(released.lag);
     Ok(report)
 }
 

@@ -9,6 +9,7 @@
 pub mod cron;
 pub mod error;
 pub mod firer;
+pub mod metrics;
 pub mod migrate;
 pub mod schedule;
 pub mod store;

@@ -225,6 +225,7 @@ impl Schedules {
             }
         }
         tx.commit().await?;
+        crate::metrics::record_backfill(done.len());
         Ok(done)
     }
 }
