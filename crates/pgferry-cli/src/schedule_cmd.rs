@@ -12,48 +12,7 @@ pub enum ScheduleCmd {
     /// One schedule.
     Show { name: String },
     /// Create a schedule (admin scope): --cron or --every-ms, and what each fire enqueues.
-    Create {
-        name: String,
-        /// 5 or 6 fields, or @hourly/@daily/@weekly/@monthly/@yearly.
-        #[arg(long)]
-        cron: Option<String>,
-        /// A fixed interval instead of cron.
-        #[arg(long)]
-        every_ms: Option<i64>,
-        /// IANA time zone of the cron expression.
-        #[arg(long, default_value = "UTC")]
-        timezone: String,
-        #[arg(long)]
-        queue: String,
-        #[arg(long)]
-        kind: String,
-        /// Job arguments (or workflow input) as JSON.
-        #[arg(long, default_value = "{}")]
-        args: String,
-        /// Start a workflow of `kind` instead of enqueuing a job.
-        #[arg(long)]
-        workflow: bool,
-        #[arg(long)]
-        jitter_ms: Option<i64>,
-        /// RFC 3339.
-        #[arg(long)]
-        start_at: Option<String>,
-        /// RFC 3339.
-        #[arg(long)]
-        end_at: Option<String>,
-        /// skip, run_once or run_all.
-        #[arg(long)]
-        missed: Option<String>,
-        #[arg(long)]
-        catchup_window_ms: Option<i64>,
-        #[arg(long)]
-        catchup_max: Option<i64>,
-        /// allow, skip, buffer_one or cancel_previous.
-        #[arg(long)]
-        overlap: Option<String>,
-        #[arg(long)]
-        grace_ms: Option<i64>,
-    },
+    Create(Box<CreateArgs>),
     /// Delete a schedule and its fire history (admin scope).
     Delete { name: String },
     /// Stop firing (admin scope).
@@ -82,6 +41,50 @@ pub enum ScheduleCmd {
     },
 }
 
+#[derive(clap::Args, Debug)]
+pub struct CreateArgs {
+    name: String,
+    /// 5 or 6 fields, or @hourly/@daily/@weekly/@monthly/@yearly.
+    #[arg(long)]
+    cron: Option<String>,
+    /// A fixed interval instead of cron.
+    #[arg(long)]
+    every_ms: Option<i64>,
+    /// IANA time zone of the cron expression.
+    #[arg(long, default_value = "UTC")]
+    timezone: String,
+    #[arg(long)]
+    queue: String,
+    #[arg(long)]
+    kind: String,
+    /// Job arguments (or workflow input) as JSON.
+    #[arg(long, default_value = "{}")]
+    args: String,
+    /// Start a workflow of `kind` instead of enqueuing a job.
+    #[arg(long)]
+    workflow: bool,
+    #[arg(long)]
+    jitter_ms: Option<i64>,
+    /// RFC 3339.
+    #[arg(long)]
+    start_at: Option<String>,
+    /// RFC 3339.
+    #[arg(long)]
+    end_at: Option<String>,
+    /// skip, run_once or run_all.
+    #[arg(long)]
+    missed: Option<String>,
+    #[arg(long)]
+    catchup_window_ms: Option<i64>,
+    #[arg(long)]
+    catchup_max: Option<i64>,
+    /// allow, skip, buffer_one or cancel_previous.
+    #[arg(long)]
+    overlap: Option<String>,
+    #[arg(long)]
+    grace_ms: Option<i64>,
+}
+
 pub async fn run(t: &Target, cmd: ScheduleCmd) -> anyhow::Result<()> {
     let api = Api::new(t)?;
     let path = |name: &str, rest: &str| format!("/v1/schedules/{}{rest}", segment(name));
@@ -106,24 +109,25 @@ pub async fn run(t: &Target, cmd: ScheduleCmd) -> anyhow::Result<()> {
             api.post(&path(&name, "/backfill"), json!({"from": from, "to": to}))
                 .await?
         }
-        ScheduleCmd::Create {
-            name,
-            cron,
-            every_ms,
-            timezone,
-            queue,
-            kind,
-            args,
-            workflow,
-            jitter_ms,
-            start_at,
-            end_at,
-            missed,
-            catchup_window_ms,
-            catchup_max,
-            overlap,
-            grace_ms,
-        } => {
+        ScheduleCmd::Create(args) => {
+            let CreateArgs {
+                name,
+                cron,
+                every_ms,
+                timezone,
+                queue,
+                kind,
+                args,
+                workflow,
+                jitter_ms,
+                start_at,
+                end_at,
+                missed,
+                catchup_window_ms,
+                catchup_max,
+                overlap,
+                grace_ms,
+            } = *args;
             let args: Value = serde_json::from_str(&args)
                 .map_err(|e| anyhow::anyhow!("--args is not JSON: {e}"))?;
             let target = if workflow {

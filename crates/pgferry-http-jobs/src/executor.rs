@@ -219,7 +219,7 @@ impl Executor {
         let body_ok = req
             .expect_body
             .as_ref()
-            .map_or(true, |t| response.body.contains(t.as_str()));
+            .is_none_or(|t| response.body.contains(t.as_str()));
         match (status_ok, body_ok) {
             (true, true) => Attempt::Succeeded(response),
             (false, _) => Attempt::Failed {

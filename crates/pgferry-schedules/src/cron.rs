@@ -114,7 +114,7 @@ impl Cron {
                 }
                 for s in bits(self.seconds) {
                     let t = Time::new(h as i8, m as i8, s as i8, 0).ok()?;
-                    if floor.map_or(true, |f| t > f) {
+                    if floor.is_none_or(|f| t > f) {
                         return Some(t);
                     }
                 }

@@ -306,7 +306,7 @@ pub fn first_fire(
         return Ok(None);
     };
     let next = st(next);
-    Ok(spec.end_at.map_or(true, |e| next <= e).then_some(next))
+    Ok(spec.end_at.is_none_or(|e| next <= e).then_some(next))
 }
 
 pub(crate) fn ts(t: SystemTime) -> Timestamp {

@@ -93,7 +93,7 @@ impl Timing {
         let mut at = t;
         while out.len() < n {
             match self.next_after(at) {
-                Some(next) if until.map_or(true, |u| next <= u) => {
+                Some(next) if until.is_none_or(|u| next <= u) => {
                     out.push(next);
                     at = next;
                 }
