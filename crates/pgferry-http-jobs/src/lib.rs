@@ -6,6 +6,7 @@
 pub mod executor;
 pub mod sign;
 pub mod ssrf;
+pub mod service;
 pub mod worker;
 
 pub use executor::{Attempt, Executor, ExecutorConfig, HttpRequest, Response};
