@@ -95,6 +95,8 @@ impl ServerArgs {
         c.http.rate_per_sec = self.rate_limit;
         c.http.rate_burst = self.rate_burst;
         c.http.max_job_bytes = self.max_job_bytes;
+        // Parsed again (with its error) by `serve`.
+        c.http.http_jobs_allow = self.http_jobs_allow().unwrap_or_default();
         c.http.max_claim_wait = std::time::Duration::from_millis(self.max_claim_wait_ms);
         c.coalesce.max_rows = self.group_commit_rows as usize;
         c.coalesce.max_wait = std::time::Duration::from_micros(self.group_commit_wait_us);

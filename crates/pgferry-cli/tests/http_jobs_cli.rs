@@ -50,7 +50,10 @@ async fn the_server_runs_http_jobs_and_scheduled_http_calls() {
         (r.status().as_u16(), r.json().await.unwrap())
     };
     assert_eq!(status, 201, "{job}");
-    let id = job["id"].as_i64().or(job["job_id"].as_i64()).expect("job id");
+    let id = job["id"]
+        .as_i64()
+        .or(job["job_id"].as_i64())
+        .expect("job id");
     let mut last = Value::Null;
     for _ in 0..150 {
         last = client
@@ -74,19 +77,33 @@ async fn the_server_runs_http_jobs_and_scheduled_http_calls() {
     let r = client
         .post(format!("{url}/v1/schedules"))
         .bearer_auth(&key)
-        .json(&json!({"name": "ping-hook", "interval_ms": 1000, "target": {
+        .json(
+            &json!({"name": "ping-hook", "interval_ms": 1000, "target": {
             "type": "job", "queue": "http", "kind": "http",
-            "args": {"method": "POST", "url": hook, "body": "scheduled"}}}))
+            "args": {"method": "POST", "url": hook, "body": "scheduled"}}}),
+        )
         .send()
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 201);
     for _ in 0..100 {
-        if seen.lock().unwrap().iter().filter(|b| *b == "scheduled").count() >= 2 {
+        if seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|b| *b == "scheduled")
+            .count()
+            >= 2
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let n = seen.lock().unwrap().iter().filter(|b| *b == "scheduled").count();
+    let n = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|b| *b == "scheduled")
+        .count();
     assert!(n >= 2, "{:?}", seen.lock().unwrap());
 }

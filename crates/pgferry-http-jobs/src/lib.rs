@@ -4,9 +4,9 @@
 //! yet (docs/http-jobs.md).
 
 pub mod executor;
+pub mod service;
 pub mod sign;
 pub mod ssrf;
-pub mod service;
 pub mod worker;
 
 pub use executor::{Attempt, Executor, ExecutorConfig, HttpRequest, Response};

@@ -205,6 +205,14 @@ async fn bad_schedules_are_400s_naming_the_field() {
             "target.max_attempts",
         ),
         (with(&["unknown"], json!(1)), "unknown"),
+        (
+            with(
+                &["target"],
+                json!({"type": "job", "queue": "http", "kind": "http",
+                                     "args": {"url": "http://169.254.169.254/"}}),
+            ),
+            "target.args.url",
+        ),
     ];
     for (body, field) in cases {
         let (s, e, _) = srv

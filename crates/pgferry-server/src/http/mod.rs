@@ -9,6 +9,7 @@ mod ash;
 mod dead;
 pub mod error;
 pub mod extract;
+pub mod http_jobs;
 mod jobs;
 pub mod openapi;
 mod queues;
@@ -46,6 +47,8 @@ pub struct HttpConfig {
     pub rate_per_sec: f64,
     /// Requests per API key allowed at once above the sustained rate.
     pub rate_burst: f64,
+    /// Ranges HTTP jobs may reach besides the public internet (checked at creation).
+    pub http_jobs_allow: pgferry_http_jobs::Allow,
 }
 
 impl Default for HttpConfig {
@@ -58,6 +61,7 @@ impl Default for HttpConfig {
             max_claim_wait: Duration::from_secs(30),
             rate_per_sec: 1000.0,
             rate_burst: 2000.0,
+            http_jobs_allow: pgferry_http_jobs::Allow::none(),
         }
     }
 }

@@ -104,7 +104,7 @@ impl Objects for CreateBody {
     const OBJECTS: &'static [&'static str] = &["", "target"];
 }
 
-fn target(p: &Principal, t: TargetBody) -> ApiResult<Target> {
+fn target(state: &AppState, p: &Principal, t: TargetBody) -> ApiResult<Target> {
     no_nul("target.kind", &t.kind)?;
     let queue = p
         .queue(&t.queue)
@@ -122,6 +122,11 @@ fn target(p: &Principal, t: TargetBody) -> ApiResult<Target> {
             }
             let args = t.args.unwrap_or(json!({}));
             no_nul_json("target.args", &args)?;
+            // Fires on the `http` queue are HTTP jobs: checked now as a job would be.
+            if t.queue == super::http_jobs::QUEUE {
+                super::http_jobs::check(&state.http.config.http_jobs_allow, &args)
+                    .map_err(|e| e.within("target"))?;
+            }
             Ok(Target::Job {
                 queue,
                 kind: t.kind,
@@ -152,10 +157,10 @@ fn target(p: &Principal, t: TargetBody) -> ApiResult<Target> {
     }
 }
 
-fn spec(p: &Principal, b: CreateBody) -> ApiResult<NewSchedule> {
+fn spec(state: &AppState, p: &Principal, b: CreateBody) -> ApiResult<NewSchedule> {
     no_nul("name", &b.name)?;
     validate_name(&b.name).map_err(api)?;
-    let target = target(p, b.target)?;
+    let target = target(state, p, b.target)?;
     let mut s = NewSchedule::cron(b.name, "@hourly", target);
     s.cron = b.cron;
     if let Some(c) = &s.cron {
@@ -255,7 +260,7 @@ pub async fn create(
     JsonBody(b): JsonBody<CreateBody>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     p.require(Scope::Admin)?;
-    let spec = spec(&p, b)?;
+    let spec = spec(&state, &p, b)?;
     let s = store(&state)
         .create(p.tenant_id, &spec)
         .await
