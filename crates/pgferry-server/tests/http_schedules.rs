@@ -229,8 +229,10 @@ async fn bad_schedules_are_400s_naming_the_field() {
         .call("POST", "/v1/schedules", Some(&reader), Some(ok()))
         .await;
     assert_eq!(s, 403);
+    let long_after = format!("/v1/schedules?after={}", "a".repeat(129));
     for (path, field) in [
         ("/v1/schedules?limit=0", "limit"),
+        (long_after.as_str(), "after"),
         ("/v1/schedules?colour=red", "colour"),
         ("/v1/schedules/n/preview?n=1001", "n"),
         ("/v1/schedules/n/fires?before=soon", "before"),

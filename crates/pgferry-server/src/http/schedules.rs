@@ -283,6 +283,9 @@ pub async fn list(
         match k.as_str() {
             "after" => {
                 no_nul("after", &v)?;
+                if v.len() > 128 {
+                    return Err(ApiError::bad_request("after", "at most 128 characters"));
+                }
                 after = v;
             }
             "limit" => limit = page("limit", &v)?,
