@@ -26,6 +26,19 @@ const INSERT_FIRE: &str = include_str!("../sql/insert_fire.sql");
 const SET_FIRE_JOB: &str = include_str!("../sql/set_fire_job.sql");
 const TAKE_BUFFERED: &str = include_str!("../sql/take_buffered.sql");
 const ADVANCE: &str = include_str!("../sql/advance.sql");
+const INSERT_FIRES: &str = include_str!("../sql/insert_fires.sql");
+const SET_FIRE_JOBS: &str = include_str!("../sql/set_fire_jobs.sql");
+const ADVANCE_MANY: &str = include_str!("../sql/advance_many.sql");
+
+/// What a pass decided for one schedule; written for all schedules of the pass at once
+/// (a few statements per pass, not per fire).
+struct Plan {
+    schedule: Schedule,
+    fires: Vec<SystemTime>,
+    next: Option<SystemTime>,
+    last_fire: Option<SystemTime>,
+    buffered: Option<SystemTime>,
+}
 
 /// Schedules locked per pass.
 const BATCH: i64 = 500;
@@ -63,7 +76,7 @@ pub struct FireReport {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FireKind {
-    Fire,
+    /// A fire run on request (the leader's own fires are written by a pass at once).
     Backfill,
 }
 
@@ -112,10 +125,12 @@ pub async fn fire_due(engine: &Engine, client: &mut Client, now: SystemTime) -> 
     let tx = client.transaction().await?;
     let rows = tx.query(DUE, &[&now, &BATCH]).await?;
     report.schedules = rows.len();
+    let mut plans = Vec::with_capacity(rows.len());
     for row in rows {
         let s = Schedule::from_row(&row)?;
-        fire_schedule(engine, &tx, &s, now, &mut report).await?;
+        plans.push(fire_schedule(engine, &tx, s, now, &mut report).await?);
     }
+    execute(engine, &tx, plans, now, &mut report).await?;
     tx.commit().await?;
     crate::metrics::record(&report);
     report.fired += released.fired;
@@ -153,10 +168,11 @@ async fn release_buffered(
 async fn fire_schedule(
     engine: &Engine,
     tx: &Transaction<'_>,
-    s: &Schedule,
+    s: Schedule,
     now: SystemTime,
     report: &mut FireReport,
-) -> Result<()> {
+) -> Result<Plan> {
+    let mut fires = Vec::new();
     let timing = s.timing()?;
     // Every nominal time from next_fire_at up to now (the newest MAX_SCAN of them).
     let mut due: VecDeque<SystemTime> = VecDeque::new();
@@ -205,7 +221,7 @@ async fn fire_schedule(
     }
     runs.extend(on_time);
 
-    let mut last_job = s.last_job_id;
+    let last_job = s.last_job_id;
     let mut last_fire = s.last_fire_at;
     let mut buffered = s.buffered_fire_at;
     // A job enqueued earlier in this transaction is pending, whatever a lookup says.
@@ -251,17 +267,88 @@ async fn fire_schedule(
                 }
             }
         }
-        if let Some(id) = fire(engine, tx, s, t, FireKind::Fire).await? {
-            report.fired += 1;
-            report.lag.push(late(&t));
-            last_job = Some(id);
-            last_fire = Some(t);
-            fired_now = true;
+        fires.push(t);
+        last_fire = Some(t);
+        fired_now = true;
+    }
+    Ok(Plan {
+        schedule: s,
+        fires,
+        next,
+        last_fire,
+        buffered,
+    })
+}
+
+/// Writes a pass's plans: its fire rows in one statement (times that already have a fire
+/// come back missing and run nothing), the jobs in one `enqueue_tx` (workflows one by one),
+/// the jobs' ids into the fires, and every schedule advanced, in one statement each.
+async fn execute(
+    engine: &Engine,
+    tx: &Transaction<'_>,
+    plans: Vec<Plan>,
+    now: SystemTime,
+    report: &mut FireReport,
+) -> Result<()> {
+    let (ids, times): (Vec<i64>, Vec<SystemTime>) = plans
+        .iter()
+        .flat_map(|p| p.fires.iter().map(|t| (p.schedule.id, *t)))
+        .unzip();
+    let mut inserted: Vec<(i64, SystemTime)> = Vec::new();
+    if !ids.is_empty() {
+        for row in tx.query(INSERT_FIRES, &[&ids, &times]).await? {
+            inserted.push((row.try_get("schedule_id")?, row.try_get("fire_at")?));
         }
     }
-    tx.execute(ADVANCE, &[&s.id, &next, &last_fire, &last_job, &buffered])
-        .await?;
+    inserted.sort();
+    let by_id: std::collections::HashMap<i64, &Schedule> =
+        plans.iter().map(|p| (p.schedule.id, &p.schedule)).collect();
+    let mut jobs = Vec::new();
+    let mut job_fires = Vec::new();
+    let mut fire_jobs: Vec<(i64, SystemTime, i64)> = Vec::new();
+    for (id, t) in &inserted {
+        let s = by_id[id];
+        match new_job(s, *t) {
+            Some(job) => {
+                jobs.push(job);
+                job_fires.push((*id, *t));
+            }
+            None => fire_jobs.push((*id, *t, start_target(engine, tx, s, *t).await?)),
+        }
+    }
+    if !jobs.is_empty() {
+        let job_ids = engine.enqueue_tx(tx, &jobs).await?;
+        fire_jobs.extend(job_fires.iter().zip(job_ids).map(|((s, t), j)| (*s, *t, j)));
+    }
+    if !fire_jobs.is_empty() {
+        let (s, t, j): (Vec<i64>, Vec<SystemTime>, Vec<i64>) = unzip3(&fire_jobs);
+        tx.execute(SET_FIRE_JOBS, &[&s, &t, &j]).await?;
+    }
+    fire_jobs.sort();
+    // The newest fire's job of each schedule is its last job.
+    let last_job = |id: i64| fire_jobs.iter().rev().find(|f| f.0 == id).map(|f| f.2);
+    for (_, t, _) in &fire_jobs {
+        report.fired += 1;
+        report.lag.push(now.duration_since(*t).unwrap_or_default());
+    }
+    let ids: Vec<i64> = plans.iter().map(|p| p.schedule.id).collect();
+    let next: Vec<Option<SystemTime>> = plans.iter().map(|p| p.next).collect();
+    let last_fire: Vec<Option<SystemTime>> = plans.iter().map(|p| p.last_fire).collect();
+    let jobs: Vec<Option<i64>> = plans.iter().map(|p| last_job(p.schedule.id)).collect();
+    let buffered: Vec<Option<SystemTime>> = plans.iter().map(|p| p.buffered).collect();
+    if !ids.is_empty() {
+        tx.execute(ADVANCE_MANY, &[&ids, &next, &last_fire, &jobs, &buffered])
+            .await?;
+    }
     Ok(())
+}
+
+fn unzip3(v: &[(i64, SystemTime, i64)]) -> (Vec<i64>, Vec<SystemTime>, Vec<i64>) {
+    (
+        v.iter().map(|x| x.0).collect(),
+        v.iter().map(|x| x.1).collect(),
+        v.iter().map(|x| x.2).collect(),
+    )
 }
 
 /// Records a fire that did not run. False when the time already has a fire.
@@ -288,7 +375,6 @@ pub(crate) async fn fire(
     kind: FireKind,
 ) -> Result<Option<i64>> {
     let outcome = match kind {
-        FireKind::Fire => "fired",
         FireKind::Backfill => "backfilled",
     };
     let none: Option<&str> = None;
@@ -319,18 +405,8 @@ async fn start_target(
     };
     let run_at = (!jitter.is_zero()).then(|| SystemTime::now() + jitter);
     match &s.spec.target {
-        Target::Job {
-            queue,
-            kind,
-            args,
-            priority,
-            max_attempts,
-        } => {
-            let mut job = NewJob::new(queue.clone(), kind.clone(), args.clone())
-                .priority(*priority)
-                .meta(json!({"schedule": {"id": s.id, "name": s.spec.name, "fire_at": fire_at}}));
-            job.max_attempts = *max_attempts;
-            job.run_at = run_at;
+        Target::Job { .. } => {
+            let job = new_job(s, at).expect("a job target");
             let ids = engine.enqueue_tx(tx, &[job]).await?;
             Ok(ids[0])
         }
@@ -341,6 +417,30 @@ async fn start_target(
             Ok(Workflows::start_tx(tx, &start).await?.id)
         }
     }
+}
+
+/// The job of a job target's fire at `at` (None for a workflow target).
+fn new_job(s: &Schedule, at: SystemTime) -> Option<NewJob> {
+    let Target::Job {
+        queue,
+        kind,
+        args,
+        priority,
+        max_attempts,
+    } = &s.spec.target
+    else {
+        return None;
+    };
+    let fire_at = ts(at).to_string();
+    let mut job = NewJob::new(queue.clone(), kind.clone(), args.clone())
+        .priority(*priority)
+        .meta(json!({"schedule": {"id": s.id, "name": s.spec.name, "fire_at": fire_at}}));
+    job.max_attempts = *max_attempts;
+    if s.spec.jitter_ms > 0 {
+        let j = rand::random::<u64>() % (s.spec.jitter_ms as u64 + 1);
+        job.run_at = Some(SystemTime::now() + Duration::from_millis(j));
+    }
+    Some(job)
 }
 
 /// Whether the job is still pending, scheduled or running (an unknown one is not).
