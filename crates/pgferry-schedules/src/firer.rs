@@ -41,7 +41,7 @@ struct Plan {
 }
 
 /// Schedules locked per pass.
-const BATCH: i64 = 500;
+const BATCH: i64 = 2000;
 /// Fire times examined per schedule per pass (an interval of a second after a day down);
 /// older ones are neither run nor recorded.
 const MAX_SCAN: usize = 1_000_000;
@@ -132,6 +132,11 @@ pub async fn fire_due(engine: &Engine, client: &mut Client, now: SystemTime) -> 
     }
     execute(engine, &tx, plans, now, &mut report).await?;
     tx.commit().await?;
+    // Lag counts to the COMMIT (when the job exists), not to the start of the pass.
+    let pass = SystemTime::now().duration_since(now).unwrap_or_default();
+    for lag in &mut report.lag {
+        *lag += pass;
+    }
     crate::metrics::record(&report);
     report.fired += released.fired;
     report.lag.extend(released.lag);
@@ -227,9 +232,10 @@ async fn fire_schedule(
     // A job enqueued earlier in this transaction is pending, whatever a lookup says.
     let mut fired_now = false;
     for t in runs {
-        let active = fired_now || is_active(engine, last_job).await;
         let workflow = matches!(s.spec.target, Target::Workflow { .. });
-        if active && !workflow {
+        // Only a policy other than allow needs the previous job's state (a lookup).
+        let checks = s.spec.overlap != Overlap::Allow && !workflow;
+        if checks && (fired_now || is_active(engine, last_job).await) {
             match s.spec.overlap {
                 Overlap::Allow => {}
                 Overlap::Skip => {
