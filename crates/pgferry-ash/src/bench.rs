@@ -293,7 +293,7 @@ pub async fn history(pg: &Config, runs: usize) -> Result<History> {
             .query(EXPLAIN_LOAD, &[&w.since, &w.until])
             .await?
             .iter()
-            .map(|r| r.get::<_, String>(0))
+            .map(|r| r.get::<_, String>("QUERY PLAN"))
             .collect();
         plans.push((name.to_string(), plan));
     }

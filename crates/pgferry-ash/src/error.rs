@@ -5,22 +5,8 @@ pub enum AshError {
     /// A configuration value or reader argument out of range, named as the user knows it.
     #[error("invalid {field}: {reason}")]
     InvalidArgument { field: &'static str, reason: String },
-    #[error("ash migration {version} ({name}) failed: {source}")]
-    Migration {
-        version: i32,
-        name: &'static str,
-        #[source]
-        source: tokio_postgres::Error,
-    },
-    #[error("ash migration {version} ({name}) was applied with another text (checksum {applied}, file {current}); add a new migration instead")]
-    Modified {
-        version: i32,
-        name: String,
-        applied: String,
-        current: String,
-    },
-    #[error("database has ash migration {version} ({name}) which this build does not know; run a newer pgferry")]
-    Unknown { version: i32, name: String },
+    #[error(transparent)]
+    Migrate(#[from] pgferry_core::migrate::MigrateError),
     #[error("the ash schema is not installed (run `pgferry migrate up`)")]
     NotInstalled,
     #[error("database: {0}")]

@@ -48,8 +48,9 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     continue;
                 }
+                let sent = std::time::Instant::now();
                 let ids = engine.enqueue(&jobs).await?;
-                counters.add_enqueued(ids.len() as u64);
+                counters.add_acked(ids.len() as u64, sent);
             }
             Ok(())
         }));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pgferry_client::{JobSpec, Outcome, Producer, Worker, WorkerOptions};
-use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig};
+use pgferry_core::{db, Engine, EngineConfig, Leader, LeaderConfig};
 use pgferry_server::auth::{admin, Scopes};
 use pgferry_server::grpc::{GrpcConfig, GrpcState};
 use pgferry_server::{AppState, ServerConfig};
@@ -21,7 +21,7 @@ const SERVER_POOL: usize = 16;
 
 pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     let mut c = measure::connect(config, "migrate").await?;
-    migrate::up(&mut c).await?;
+    pgferry_server::migrate::up(&mut c).await?;
     let tenant_id = admin::create_tenant(&mut c, "bench").await?;
     let (_, key) = admin::create_key(&mut c, "bench", Scopes::all(), Some("bench")).await?;
     let key = key.expose();
@@ -45,7 +45,9 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
         )
         .run(stop_rx.clone()),
     );
-    let app = AppState::new(engine.clone(), ServerConfig::default()).await?;
+    let mut server_config = ServerConfig::default();
+    server_config.coalesce.adaptive = opts.group_commit_adaptive;
+    let app = AppState::new(engine.clone(), server_config).await?;
     let grpc = GrpcState::from_app(&app, GrpcConfig::default()).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
@@ -74,8 +76,9 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     continue;
                 }
+                let sent = std::time::Instant::now();
                 let ids = producer.enqueue_batch(jobs.clone()).await?;
-                counters.add_enqueued(ids.len() as u64);
+                counters.add_acked(ids.len() as u64, sent);
             }
             Ok(())
         }));

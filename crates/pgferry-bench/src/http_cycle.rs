@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig};
+use pgferry_core::{db, Engine, EngineConfig, Leader, LeaderConfig};
 use pgferry_server::auth::{admin, Scopes};
 use pgferry_server::{AppState, ServerConfig};
 use serde_json::{json, Value};
@@ -28,7 +28,7 @@ async fn post(http: &reqwest::Client, url: &str, key: &str, body: &Value) -> any
 
 pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     let mut c = measure::connect(config, "migrate").await?;
-    migrate::up(&mut c).await?;
+    pgferry_server::migrate::up(&mut c).await?;
     let tenant_id = admin::create_tenant(&mut c, "bench").await?;
     let (_, key) = admin::create_key(&mut c, "bench", Scopes::all(), Some("bench")).await?;
     let key = key.expose();
@@ -53,6 +53,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
         .run(stop_rx.clone()),
     );
     let mut server_config = ServerConfig::default();
+    server_config.coalesce.adaptive = opts.group_commit_adaptive;
     // The benchmark is the only client: no rate limit in the way.
     server_config.http.rate_per_sec = 1e9;
     server_config.http.rate_burst = 1e9;
@@ -85,9 +86,10 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     continue;
                 }
+                let sent = std::time::Instant::now();
                 let out = post(&http, &url, &key, &body).await?;
                 let n = out["job_ids"].as_array().map_or(0, Vec::len);
-                counters.add_enqueued(n as u64);
+                counters.add_acked(n as u64, sent);
             }
             Ok(())
         }));

@@ -7,6 +7,7 @@ mod cycle;
 mod grpc_cycle;
 mod http_cycle;
 mod measure;
+pub mod peer;
 mod reference_log;
 mod reference_skiplocked;
 mod scheduled;
@@ -63,6 +64,8 @@ pub struct BenchOpts {
     /// commit synchronously.
     #[serde(serialize_with = "durability")]
     pub durability: Durability,
+    /// gRPC and HTTP cycles: the server's adaptive group commit (on by default).
+    pub group_commit_adaptive: bool,
 }
 
 fn durability<S: serde::Serializer>(d: &Durability, s: S) -> Result<S::Ok, S::Error> {
@@ -91,6 +94,7 @@ impl Default for BenchOpts {
             segment_duration: pgferry_core::LeaderConfig::default().segment_duration,
             scheduled: None,
             durability: Durability::Sync,
+            group_commit_adaptive: true,
         }
     }
 }

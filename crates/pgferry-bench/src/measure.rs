@@ -18,6 +18,11 @@ pub struct Report {
     pub enqueued_per_s: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// Enqueue acknowledgement latency of a producer's request (sent → committed answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enqueue_ack_p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enqueue_ack_p99_ms: Option<f64>,
     pub dead_tuples: i64,
     pub rows_updated_or_deleted: i64,
     pub wal_bytes_per_job: f64,
@@ -40,6 +45,8 @@ pub struct Counters {
     pub measuring: AtomicBool,
     pub stop: AtomicBool,
     latencies_ms: Mutex<Vec<f32>>,
+    /// Enqueue acknowledgement latencies (request sent → committed answer), ms.
+    acks_ms: Mutex<Vec<f32>>,
 }
 
 impl Counters {
@@ -54,6 +61,15 @@ impl Counters {
         if self.measuring.load(Ordering::Relaxed) {
             self.enqueued_counted.fetch_add(n, Ordering::Relaxed);
         }
+    }
+
+    /// Counts `n` jobs enqueued by a request sent at `sent`, and its acknowledgement latency.
+    pub fn add_acked(&self, n: u64, sent: std::time::Instant) {
+        if self.measuring.load(Ordering::Relaxed) {
+            let ms = sent.elapsed().as_secs_f32() * 1000.0;
+            self.acks_ms.lock().expect("acks").push(ms);
+        }
+        self.add_enqueued(n);
     }
 
     pub fn add_finished(&self, n: u64) {
@@ -74,18 +90,28 @@ impl Counters {
     }
 
     fn percentile(&self, p: f64) -> f64 {
-        let mut v = self.latencies_ms.lock().expect("latencies").clone();
-        if v.is_empty() {
-            return f64::NAN;
-        }
-        v.sort_by(|a, b| a.total_cmp(b));
-        let i = ((v.len() - 1) as f64 * p).round() as usize;
-        f64::from(v[i])
+        percentile(&self.latencies_ms.lock().expect("latencies"), p)
+    }
+
+    fn ack_percentile(&self, p: f64) -> Option<f64> {
+        let v = self.acks_ms.lock().expect("acks");
+        (!v.is_empty()).then(|| percentile(&v, p))
     }
 
     pub fn running(&self) -> bool {
         !self.stop.load(Ordering::Relaxed)
     }
+}
+
+/// The `p` quantile (0..=1) of `v`; NaN when empty.
+pub fn percentile(v: &[f32], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((v.len() - 1) as f64 * p).round() as usize;
+    f64::from(v[i])
 }
 
 /// A connection with pgferry's own session settings (jit off), so every variant runs under
@@ -95,11 +121,12 @@ pub async fn connect(config: &Config, role: &str) -> anyhow::Result<Client> {
 }
 
 async fn wal_lsn(c: &Client) -> anyhow::Result<i64> {
-    Ok(
-        c.query_one("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", &[])
-            .await?
-            .get(0),
+    Ok(c.query_one(
+        "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint AS lsn",
+        &[],
     )
+    .await?
+    .get("lsn"))
 }
 
 /// The relations a variant writes: `pattern` is a regex over relation names in `schema`.
@@ -159,6 +186,8 @@ pub async fn window(
         enqueued_per_s: counters.enqueued_counted.load(Ordering::SeqCst) as f64 / elapsed,
         p50_ms: counters.percentile(0.50),
         p99_ms: counters.percentile(0.99),
+        enqueue_ack_p50_ms: counters.ack_percentile(0.50),
+        enqueue_ack_p99_ms: counters.ack_percentile(0.99),
         dead_tuples: dead,
         rows_updated_or_deleted: upd_del,
         wal_bytes_per_job: if jobs > 0 {
@@ -175,13 +204,14 @@ pub async fn window(
 /// shared view when backends report (at most once a second while busy, and at exit); the
 /// workers' connections are closed by now, so poll briefly until the numbers settle.
 async fn dead_tuples(admin: &Client, schema: &str, tables: &str) -> anyhow::Result<(i64, i64)> {
-    let q = "SELECT coalesce(sum(n_dead_tup), 0)::bigint, coalesce(sum(n_tup_upd + n_tup_del), 0)::bigint,
-                    coalesce(sum(n_tup_ins), 0)::bigint
+    let q = "SELECT coalesce(sum(n_dead_tup), 0)::bigint AS dead,
+                    coalesce(sum(n_tup_upd + n_tup_del), 0)::bigint AS upd_del,
+                    coalesce(sum(n_tup_ins), 0)::bigint AS ins
                FROM pg_stat_user_tables WHERE schemaname = $1 AND relname ~ $2";
     let mut last = (-1i64, -1i64, -1i64);
     for _ in 0..20 {
         let r = admin.query_one(q, &[&schema, &tables]).await?;
-        let now: (i64, i64, i64) = (r.get(0), r.get(1), r.get(2));
+        let now: (i64, i64, i64) = (r.get("dead"), r.get("upd_del"), r.get("ins"));
         if now == last {
             break;
         }
@@ -193,10 +223,11 @@ async fn dead_tuples(admin: &Client, schema: &str, tables: &str) -> anyhow::Resu
 
 /// Decodes the jobs a reference queue handed to a worker (kind and JSON args), as pgferry's
 /// claim does for its workers: the same work per job for every variant. The values are only
-/// passed through `black_box`, so the decoding cannot be optimised away.
-pub fn take_jobs(rows: &[tokio_postgres::Row], kind: usize, args: usize) {
+/// passed through `black_box`, so the decoding cannot be optimised away. Each reference
+/// names them `kind` and `args`, as pgferry's claim does.
+pub fn take_jobs(rows: &[tokio_postgres::Row]) {
     for r in rows {
-        let job: (String, serde_json::Value) = (r.get(kind), r.get(args));
+        let job: (String, serde_json::Value) = (r.get("kind"), r.get("args"));
         std::hint::black_box(job);
     }
 }

@@ -29,7 +29,7 @@ use crate::measure::{self, Counters, Report};
 use crate::BenchOpts;
 
 // Append-only tables are not vacuumed for their inserts, as pgferry's log partitions are not
-// (migration 0013): the floor gets every advantage pgferry takes.
+// (ADR 0011): the floor gets every advantage pgferry takes.
 const SCHEMA: &str = "
 CREATE SCHEMA ref_log;
 CREATE TABLE ref_log.events (
@@ -118,6 +118,7 @@ pub async fn run(config: &Config, opts: &BenchOpts, mode: Mode) -> anyhow::Resul
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     continue;
                 }
+                let sent = std::time::Instant::now();
                 let sink = client.copy_in(COPY_IN).await?;
                 let writer = BinaryCopyInWriter::new(sink, &[Type::INT4, Type::TEXT, Type::JSONB]);
                 pin_mut!(writer);
@@ -131,7 +132,7 @@ pub async fn run(config: &Config, opts: &BenchOpts, mode: Mode) -> anyhow::Resul
                 if counters.enqueued.load(std::sync::atomic::Ordering::Relaxed) == 0 {
                     tracing::debug!(n, "log: first batch committed");
                 }
-                counters.add_enqueued(n);
+                counters.add_acked(n, sent);
             }
             Ok(())
         }));
@@ -160,13 +161,14 @@ pub async fn run(config: &Config, opts: &BenchOpts, mode: Mode) -> anyhow::Resul
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     continue;
                 }
-                counters.record_latencies(rows.iter().map(|r| r.get::<_, SystemTime>(1)));
-                measure::take_jobs(&rows, 2, 3);
-                cursor = rows.last().map(|r| r.get(0)).unwrap_or(cursor);
+                counters
+                    .record_latencies(rows.iter().map(|r| r.get::<_, SystemTime>("enqueued_at")));
+                measure::take_jobs(&rows);
+                cursor = rows.last().map(|r| r.get("id")).unwrap_or(cursor);
                 if let Some(ack) = &ack {
                     // After the handler, as a queue's completion: counted once committed.
-                    let receipt: i64 = rows[0].get(4);
-                    let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                    let receipt: i64 = rows[0].get("receipt_id");
+                    let ids: Vec<i64> = rows.iter().map(|r| r.get("id")).collect();
                     client.execute(ack, &[&receipt, &ids]).await?;
                 }
                 counters.add_finished(rows.len() as u64);

@@ -62,6 +62,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     continue;
                 }
+                let sent = std::time::Instant::now();
                 let sink = client.copy_in(COPY_IN).await?;
                 let writer = BinaryCopyInWriter::new(sink, &[Type::TEXT, Type::JSONB]);
                 pin_mut!(writer);
@@ -69,7 +70,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
                     writer.as_mut().write(&[&"noop", &payload]).await?;
                 }
                 let n = writer.finish().await?;
-                counters.add_enqueued(n);
+                counters.add_acked(n, sent);
             }
             Ok(())
         }));
@@ -92,9 +93,10 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     continue;
                 }
-                counters.record_latencies(rows.iter().map(|r| r.get::<_, SystemTime>(1)));
-                measure::take_jobs(&rows, 2, 3);
-                let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                counters
+                    .record_latencies(rows.iter().map(|r| r.get::<_, SystemTime>("enqueued_at")));
+                measure::take_jobs(&rows);
+                let ids: Vec<i64> = rows.iter().map(|r| r.get("id")).collect();
                 let n = client.execute(&complete, &[&ids]).await?;
                 counters.add_finished(n);
             }

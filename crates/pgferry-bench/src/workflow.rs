@@ -106,25 +106,26 @@ fn applied(stats: &[Arc<pgferry_core::workflow::WorkerStats>]) -> u64 {
 async fn table_stats(admin: &Client) -> anyhow::Result<(i64, i64, i64)> {
     let r = admin
         .query_one(
-            "SELECT coalesce(sum(n_dead_tup), 0)::bigint,
-                    coalesce(sum(n_tup_upd + n_tup_del), 0)::bigint,
+            "SELECT coalesce(sum(n_dead_tup), 0)::bigint AS dead,
+                    coalesce(sum(n_tup_upd + n_tup_del), 0)::bigint AS upd_del,
                     coalesce(sum(n_tup_hot_upd) FILTER (WHERE relname = 'wf_instances'), 0)::bigint
+                      AS hot_upd
                FROM pg_stat_user_tables WHERE schemaname = 'pgferry' AND relname LIKE 'wf\\_%'",
             &[],
         )
         .await?;
-    Ok((r.get(0), r.get(1), r.get(2)))
+    Ok((r.get("dead"), r.get("upd_del"), r.get("hot_upd")))
 }
 
 async fn instance_updates(admin: &Client) -> anyhow::Result<i64> {
     Ok(admin
         .query_one(
-            "SELECT coalesce(n_tup_upd, 0) FROM pg_stat_user_tables
+            "SELECT coalesce(n_tup_upd, 0) AS updates FROM pg_stat_user_tables
               WHERE schemaname = 'pgferry' AND relname = 'wf_instances'",
             &[],
         )
         .await?
-        .get(0))
+        .get("updates"))
 }
 
 async fn three_step(config: &Config, wf: &Workflows, opts: &BenchOpts) -> anyhow::Result<Value> {
@@ -216,7 +217,7 @@ async fn signal_round_trip(
         )
         .await?
         .iter()
-        .map(|r| r.get(0))
+        .map(|r| r.get("id"))
         .collect();
     let sent = Arc::new(AtomicU64::new(0));
     let senders = 4usize;

@@ -56,10 +56,10 @@ pub async fn start_bulk_keyed(
     Ok(())
 }
 
-/// Polls `sql` (a count) until it returns `want` (at most a minute).
+/// Polls `sql` (a count, in a column named `count`) until it returns `want` (at most a minute).
 pub async fn wait_for(c: &Client, sql: &str, want: i64) -> anyhow::Result<()> {
     for _ in 0..6000 {
-        let n: i64 = c.query_one(sql, &[]).await?.get(0);
+        let n: i64 = c.query_one(sql, &[]).await?.get("count");
         if n == want {
             return Ok(());
         }
@@ -109,7 +109,7 @@ pub fn keyed_producer(
         let active = "SELECT count(*) FROM pgferry.wf_instances
                        WHERE queue = $1 AND active AND concurrency_key <> 'hot'";
         while counters.running() {
-            let n: i64 = c.query_one(active, &[&queue]).await?.get(0);
+            let n: i64 = c.query_one(active, &[&queue]).await?.get("count");
             if n > max_active {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;

@@ -106,6 +106,8 @@ pub struct Env {
     pub api_key: String,
     pub servers: Vec<(ServerSpec, Option<Proc>)>,
     pub workers: Vec<(WorkerArgs, Option<Proc>)>,
+    /// Workers started from now on run the workflow machines (workflows.rs).
+    pub workflow_workers: bool,
     restarts: usize,
 }
 
@@ -217,10 +219,11 @@ impl Env {
             api_key: String::new(),
             servers: Vec::new(),
             workers: Vec::new(),
+            workflow_workers: false,
             restarts: 0,
         };
         let mut client = env.connect("chaos-admin").await?;
-        pgferry_core::migrate::up(&mut client)
+        pgferry_server::migrate::up(&mut client)
             .await
             .map_err(|e| ChaosError::setup("migrating", e))?;
         pgferry_server::auth::admin::create_tenant(&mut client, TENANT)
@@ -305,6 +308,8 @@ impl Env {
                 worker_id: format!("w{i}"),
                 slots: self.cfg.worker_slots,
                 work_ms: self.cfg.work_ms,
+                workflows: self.workflow_workers,
+                http_url: self.servers[server].0.http_url(),
             };
             let log = self.dir.path().join(format!("worker-{i}.log"));
             let proc = procs::start_worker(&self.cfg.bin, &args, &log)?;

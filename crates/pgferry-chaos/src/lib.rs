@@ -16,7 +16,9 @@ mod procs;
 mod producers;
 mod report;
 mod scenario;
+mod wf_worker;
 mod worker_proc;
+mod workflows;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,6 +26,7 @@ use std::time::Duration;
 pub use report::{FaultReport, Recovery};
 pub use scenario::run_fault;
 pub use worker_proc::{run_worker, WorkerArgs};
+pub use workflows::{run_workflow_fault, WorkflowReport};
 
 /// What went wrong running the suite itself (not a violated invariant: those are in the
 /// report).

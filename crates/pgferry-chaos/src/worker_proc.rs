@@ -22,6 +22,10 @@ pub struct WorkerArgs {
     pub slots: usize,
     /// Each execution takes a random time up to this (jobs are in flight when a fault hits).
     pub work_ms: u64,
+    /// Runs the suite's workflow machines over HTTP (wf_worker.rs) instead of jobs.
+    pub workflows: bool,
+    /// The server's HTTP address (the workflow worker's).
+    pub http_url: String,
 }
 
 impl WorkerArgs {
@@ -44,11 +48,28 @@ impl WorkerArgs {
             "--work-ms".into(),
             self.work_ms.to_string(),
         ]
+        .into_iter()
+        .chain(
+            self.workflows
+                .then(|| {
+                    [
+                        "--workflows".into(),
+                        "--http-url".into(),
+                        self.http_url.clone(),
+                    ]
+                })
+                .into_iter()
+                .flatten(),
+        )
+        .collect()
     }
 }
 
 /// Works until SIGTERM/SIGINT (then drains briefly) or until killed.
 pub async fn run_worker(args: WorkerArgs) -> anyhow::Result<()> {
+    if args.workflows {
+        return crate::wf_worker::run(args).await;
+    }
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;

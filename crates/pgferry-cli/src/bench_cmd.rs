@@ -66,9 +66,27 @@ pub struct BenchArgs {
     /// pgferry: the benchmark queue's durability (`compare` runs the cycle in both modes).
     #[arg(long, value_enum, default_value_t = DurabilityArg::Sync)]
     pub durability: DurabilityArg,
+    /// Workload shape. `peer`: one producer of batches of 100 waiting for each
+    /// acknowledgement, depth at most 5,000, 64 single-job handlers, 256-byte payloads
+    /// (overrides those flags); `compare --shape peer` runs in process, gRPC, skiplocked,
+    /// log_acked and a bare commit, with the ratios of issue 21.
+    #[arg(long, value_enum, default_value_t = Shape::Default)]
+    pub shape: Shape,
+    /// gRPC/HTTP cycles: the server's adaptive group commit (flush at once when nothing
+    /// else is being written); false: always wait the group-commit window.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub group_commit_adaptive: bool,
     /// Use this database instead of a private cluster.
     #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
     pub database_url: Option<String>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// The flags as given (defaults: 4 producers, 8 workers claiming 200 at a time).
+    Default,
+    /// How side-by-side benchmarks of Postgres queues run (docs/performance.md).
+    Peer,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +136,14 @@ pub enum BenchCmd {
 
 impl BenchArgs {
     pub(crate) fn opts(&self) -> BenchOpts {
+        let opts = self.flag_opts();
+        match self.shape {
+            Shape::Default => opts,
+            Shape::Peer => pgferry_bench::peer::shape(&opts),
+        }
+    }
+
+    fn flag_opts(&self) -> BenchOpts {
         BenchOpts {
             duration: Duration::from_secs(self.duration),
             warmup: Duration::from_secs(self.warmup),
@@ -140,6 +166,7 @@ impl BenchArgs {
                 DurabilityArg::Sync => pgferry_core::Durability::Sync,
                 DurabilityArg::Async => pgferry_core::Durability::Async,
             },
+            group_commit_adaptive: self.group_commit_adaptive,
         }
     }
 }
@@ -196,6 +223,9 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
                 RefKind::LogAcked => (Variant::LogAcked, "bench_log_acked"),
             };
             serde_json::to_value(pgferry_bench::run(v, &base, db, &opts).await?)?
+        }
+        BenchCmd::Compare(_) if args.shape == Shape::Peer => {
+            pgferry_bench::peer::compare(&base, &opts).await?
         }
         BenchCmd::Compare(_) => pgferry_bench::compare(&base, &opts).await?,
         BenchCmd::Workflow(_) => pgferry_bench::workflow::run(&base, &opts).await?,

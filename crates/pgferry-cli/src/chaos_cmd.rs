@@ -42,6 +42,10 @@ pub struct ChaosArgs {
     /// or replace Postgres are skipped). Only the suite's own servers' sessions are touched.
     #[arg(long, env = "PGFERRY_CHAOS_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// Run the faults against workflows instead of jobs (worker-kill, terminate-2 and
+    /// pg-restart; default: those three): --rate is then orders per second (default 30).
+    #[arg(long)]
+    pub workflows: bool,
 }
 
 fn parse_fault(name: &str) -> Result<Fault, String> {
@@ -52,6 +56,9 @@ fn parse_fault(name: &str) -> Result<Fault, String> {
 }
 
 pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
+    if args.workflows {
+        return run_workflows(args).await;
+    }
     let bin = std::env::current_exe().context("locating the pgferry binary")?;
     let mut cfg = ChaosConfig::new(bin);
     cfg.database_url = args.database_url.clone();
@@ -105,6 +112,50 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     }
 }
 
+/// `pgferry chaos --workflows`: the workflow scenario under each fault.
+async fn run_workflows(args: ChaosArgs) -> anyhow::Result<()> {
+    let bin = std::env::current_exe().context("locating the pgferry binary")?;
+    let mut cfg = ChaosConfig::new(bin);
+    cfg.database_url = args.database_url.clone();
+    cfg.duration = Duration::from_secs(args.duration.max(1));
+    cfg.warmup = Duration::from_secs(args.warmup.max(1));
+    cfg.recovery = Duration::from_secs(args.recovery);
+    cfg.rate = if args.rate == 2000 {
+        30
+    } else {
+        args.rate.max(1)
+    };
+    cfg.worker_slots = 4;
+    let faults = if args.faults.is_empty() {
+        vec![Fault::WorkerKill, Fault::Terminate2, Fault::PgRestart]
+    } else {
+        args.faults.clone()
+    };
+    let mut reports = Vec::new();
+    let mut failed = Vec::new();
+    for fault in faults {
+        eprintln!("pgferry chaos --workflows: {}", fault.name());
+        let stop = crate::run::shutdown_signal()?;
+        let report = tokio::select! {
+            r = pgferry_chaos::run_workflow_fault(&cfg, fault) => {
+                r.with_context(|| format!("running fault {} against workflows", fault.name()))?
+            }
+            () = stop => anyhow::bail!("interrupted during fault {}", fault.name()),
+        };
+        if !report.passed {
+            failed.push(fault.name());
+        }
+        reports.push(report);
+    }
+    let out = serde_json::json!({ "passed": failed.is_empty(), "workflows": reports });
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!("workflow invariants violated under: {}", failed.join(", "))
+    }
+}
+
 #[derive(clap::Args)]
 pub struct WorkerCmd {
     #[arg(long)]
@@ -121,6 +172,11 @@ pub struct WorkerCmd {
     pub slots: usize,
     #[arg(long, default_value_t = 20)]
     pub work_ms: u64,
+    /// Run the suite's workflow machines over HTTP instead of jobs.
+    #[arg(long)]
+    pub workflows: bool,
+    #[arg(long, default_value = "")]
+    pub http_url: String,
 }
 
 pub async fn worker(cmd: WorkerCmd) -> anyhow::Result<()> {
@@ -132,6 +188,8 @@ pub async fn worker(cmd: WorkerCmd) -> anyhow::Result<()> {
         worker_id: cmd.worker_id,
         slots: cmd.slots,
         work_ms: cmd.work_ms,
+        workflows: cmd.workflows,
+        http_url: cmd.http_url,
     })
     .await
 }

@@ -55,7 +55,7 @@ async fn print_dev_key(config: &Config, data_dir: &std::path::Path) -> anyhow::R
     let mut client = pgferry_core::db::connect(config, "migrate")
         .await
         .context("connecting to embedded postgres")?;
-    pgferry_core::migrate::up(&mut client).await?;
+    pgferry_server::migrate::up(&mut client).await?;
     let key = crate::tenant_cmd::ensure_dev_key(&mut client, data_dir).await?;
     println!("pgferry: dev api key={key}");
     Ok(())

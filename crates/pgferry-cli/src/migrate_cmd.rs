@@ -1,12 +1,13 @@
 //! `pgferry migrate up|status`.
 
-use pgferry_core::{db, migrate};
+use pgferry_core::db;
+use pgferry_server::migrate;
 
 #[derive(clap::Subcommand)]
 pub enum Action {
-    /// Apply pending migrations (safe to run concurrently).
+    /// Apply pending migrations and changed functions (safe to run concurrently).
     Up,
-    /// Show each migration as applied, pending or modified (JSON).
+    /// Show each migration and function as applied, pending or modified (JSON).
     Status,
 }
 
@@ -16,15 +17,9 @@ pub async fn run(url: &str, action: Action) -> anyhow::Result<()> {
     match action {
         Action::Up => {
             let applied = migrate::up(&mut client).await?;
-            let ash = pgferry_ash::migrate::up(&mut client).await?;
-            let schedules = pgferry_schedules::migrate::up(&mut client).await?;
             println!(
                 "{}",
-                serde_json::json!({
-                    "applied": applied,
-                    "ash_applied": ash,
-                    "schedules_applied": schedules,
-                })
+                serde_json::json!({ "applied": applied.versions, "functions": applied.functions })
             );
         }
         Action::Status => {

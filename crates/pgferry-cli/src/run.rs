@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig};
+use pgferry_core::{db, Engine, EngineConfig, Leader, LeaderConfig};
 use pgferry_server::AppState;
 use tokio::sync::watch;
 use tokio_postgres::Config;
@@ -49,6 +49,11 @@ pub struct ServerArgs {
     #[arg(long, env = "PGFERRY_GROUP_COMMIT_WAIT_US", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub group_commit_wait_us: u64,
+    /// Group commit: flush at once when nothing else is being written (adaptive, the
+    /// default), or always wait --group-commit-wait-us for company (false).
+    #[arg(long, env = "PGFERRY_GROUP_COMMIT_ADAPTIVE", default_value_t = true,
+          action = clap::ArgAction::Set)]
+    pub group_commit_adaptive: bool,
     /// Group commit: completion flushes running at once. Each is a lane of receipts: the
     /// outcomes of one claimed batch always share a lane, so concurrent flushes never wait
     /// on each other's receipt locks. At most the pool size is useful.
@@ -100,6 +105,7 @@ impl ServerArgs {
         c.http.max_claim_wait = std::time::Duration::from_millis(self.max_claim_wait_ms);
         c.coalesce.max_rows = self.group_commit_rows as usize;
         c.coalesce.max_wait = std::time::Duration::from_micros(self.group_commit_wait_us);
+        c.coalesce.adaptive = self.group_commit_adaptive;
         c.coalesce.lanes = self.group_commit_lanes as usize;
         c.coalesce.gather_wait = std::time::Duration::from_micros(self.group_commit_gather_us);
         c
@@ -144,12 +150,10 @@ pub async fn serve(
         let mut client = db::connect(&config, "migrate")
             .await
             .context("connecting to the database")?;
-        let applied = migrate::up(&mut client).await?;
-        if !applied.is_empty() {
-            tracing::info!(?applied, "migrations applied");
+        let applied = pgferry_server::migrate::up(&mut client).await?;
+        if applied != Default::default() {
+            tracing::info!(versions = ?applied.versions, functions = ?applied.functions, "schema updated");
         }
-        pgferry_ash::migrate::up(&mut client).await?;
-        pgferry_schedules::migrate::up(&mut client).await?;
     }
     let engine = Engine::new(
         db::Pools::new(&config, "api", args.pool_size),
@@ -298,6 +302,9 @@ mod tests {
         .coalesce;
         assert_eq!((c.max_rows, c.max_wait.as_micros(), c.lanes), (50, 0, 8));
         assert!(c.gather_wait.is_zero());
+        assert!(d.adaptive);
+        let fixed = parse(&["--group-commit-adaptive", "false"]).unwrap();
+        assert!(!fixed.server_config().coalesce.adaptive);
         for bad in [
             ["--group-commit-lanes", "0"],
             ["--group-commit-rows", "0"],

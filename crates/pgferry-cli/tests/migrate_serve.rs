@@ -25,32 +25,39 @@ fn parse_success(proc: &Proc) -> Value {
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e})\n{}", proc.diag()))
 }
 
-/// `(version, state)` of every migration in a `migrate status` report.
-fn states(status: &Value) -> Vec<(i64, String)> {
+/// `(component, version or function name, state)` of every step in a `migrate status` report.
+fn states(status: &Value) -> Vec<(String, String, String)> {
     let list = status
         .as_array()
         .unwrap_or_else(|| panic!("not a list: {status}"));
     assert!(!list.is_empty(), "no migrations listed: {status}");
     list.iter()
         .map(|m| {
-            let version = m["version"].as_i64().unwrap_or_else(|| panic!("{m}"));
+            let component = m["component"].as_str().unwrap_or_else(|| panic!("{m}"));
             let state = m["state"].as_str().unwrap_or_else(|| panic!("{m}"));
-            assert!(
-                m["name"].as_str().is_some_and(|n| n.ends_with(".sql")),
-                "{m}"
-            );
-            (version, state.to_owned())
+            let name = m["name"].as_str().unwrap_or_else(|| panic!("{m}"));
+            // A versioned migration is a file; a repeatable function is named by its function.
+            let step = match m["version"].as_i64() {
+                Some(v) => {
+                    assert!(name.ends_with(".sql"), "{m}");
+                    v.to_string()
+                }
+                None => name.to_owned(),
+            };
+            (component.to_owned(), step, state.to_owned())
         })
         .collect()
 }
 
-fn applied_versions(report: &Value) -> Vec<i64> {
-    report["applied"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no applied list: {report}"))
-        .iter()
-        .map(|v| v.as_i64().unwrap_or_else(|| panic!("{report}")))
-        .collect()
+/// How many migrations and functions a `migrate up` report says it applied.
+fn applied_counts(report: &Value) -> (usize, usize) {
+    let count = |field: &str| {
+        report[field]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {field} list: {report}"))
+            .len()
+    };
+    (count("applied"), count("functions"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,10 +67,24 @@ async fn migrate_status_then_concurrent_up() {
 
     let before = states(&migrate_json("status", &url));
     assert!(
-        before.iter().all(|(_, state)| state == "pending"),
+        before.iter().all(|(_, _, state)| state == "pending"),
         "fresh database: {before:?}"
     );
-    let versions: Vec<i64> = before.iter().map(|(v, _)| *v).collect();
+    for component in ["engine", "server", "ash"] {
+        assert!(
+            before.iter().any(|(c, _, _)| c == component),
+            "{component} missing: {before:?}"
+        );
+    }
+    let versions = before
+        .iter()
+        .filter(|(_, s, _)| s.parse::<i64>().is_ok())
+        .count();
+    let functions = before.len() - versions;
+    assert!(
+        functions >= 10,
+        "the engine's functions are listed: {before:?}"
+    );
 
     // Two at once: the migration lock makes exactly one of them do the work.
     let mut a = Proc::spawn(migrate("up", &url));
@@ -71,13 +92,13 @@ async fn migrate_status_then_concurrent_up() {
     a.wait(common::COMMAND_TIMEOUT);
     b.wait(common::COMMAND_TIMEOUT);
     let mut reports = [
-        applied_versions(&parse_success(&a)),
-        applied_versions(&parse_success(&b)),
+        applied_counts(&parse_success(&a)),
+        applied_counts(&parse_success(&b)),
     ];
     reports.sort();
     assert_eq!(
         reports,
-        [vec![], versions.clone()],
+        [(0, 0), (versions, functions)],
         "one run applies everything, the other nothing\n{}\n{}",
         a.diag(),
         b.diag()
@@ -86,15 +107,12 @@ async fn migrate_status_then_concurrent_up() {
     let after = states(&migrate_json("status", &url));
     assert_eq!(
         after,
-        versions
+        before
             .iter()
-            .map(|v| (*v, "applied".to_owned()))
+            .map(|(c, s, _)| (c.clone(), s.clone(), "applied".to_owned()))
             .collect::<Vec<_>>()
     );
-    assert_eq!(
-        applied_versions(&migrate_json("up", &url)),
-        Vec::<i64>::new()
-    );
+    assert_eq!(applied_counts(&migrate_json("up", &url)), (0, 0));
 }
 
 #[test]
@@ -158,7 +176,7 @@ async fn serve_is_not_ready_until_migrated() {
     assert!(body["error"]["message"].is_string(), "{body}");
 
     // Readiness follows the database, not the state at start.
-    applied_versions(&migrate_json("up", &url));
+    applied_counts(&migrate_json("up", &url));
     let (status, body) = get_json(&client, &base, "/readyz").await;
     assert_eq!(status, 200, "/readyz after migrate up: {body}");
 

@@ -124,7 +124,7 @@ impl Engine {
         let mut n = 0;
         for r in &rows {
             let (lane, was_scheduled, recorded): (Option<i32>, bool, bool) =
-                (r.get(1), r.get(2), r.get(3));
+                (r.get("lane"), r.get("was_scheduled"), r.get("recorded"));
             n += i64::from(recorded);
             let Some(lane) = lane.filter(|_| recorded) else {
                 continue;

@@ -12,8 +12,8 @@ use std::collections::HashSet;
 
 use deadpool_postgres::Object;
 use serde_json::Value;
-use tokio_postgres::types::ToSql;
 
+use crate::bound_params::bind_params;
 use crate::error::Result;
 use crate::job::{Outcome, OutcomeKind};
 
@@ -37,7 +37,7 @@ pub(crate) async fn record(client: &Object, outcomes: &[Outcome]) -> Result<Vec<
     // (outcomes of handed-over attempts, ADR 0008, are answered before the others).
     let mut won = vec![false; outcomes.len()];
     for r in &rows {
-        let (ord, w): (i64, bool) = (r.get(0), r.get(1));
+        let (ord, w): (i64, bool) = (r.get("ord"), r.get("won"));
         if ord == 0 {
             won.iter_mut().for_each(|x| *x = w);
         } else if let Some(x) = usize::try_from(ord - 1).ok().and_then(|i| won.get_mut(i)) {
@@ -105,21 +105,13 @@ impl Runs {
         }
         Some(runs)
     }
-
-    fn params(&self) -> [&(dyn ToSql + Sync); 9] {
-        [
-            &self.receipts,
-            &self.lanes,
-            &self.rsegs,
-            &self.lo,
-            &self.hi,
-            &self.ids,
-            &self.attempts,
-            &self.segment,
-            &self.durations,
-        ]
-    }
 }
+
+bind_params!(Runs {
+    fn params, const PARAMS = [
+        receipts, lanes, rsegs, lo, hi, ids, attempts, segment, durations,
+    ];
+});
 
 /// Any batch, one element per outcome: the parameters of complete.sql.
 struct PerOutcome<'a> {
@@ -164,23 +156,14 @@ impl<'a> PerOutcome<'a> {
             durations: some(col(outcomes, |o| o.duration_ms)),
         }
     }
-
-    fn params(&self) -> [&(dyn ToSql + Sync); 11] {
-        [
-            &self.ids,
-            &self.attempts,
-            &self.segments,
-            &self.receipts,
-            &self.lanes,
-            &self.rsegs,
-            &self.codes,
-            &self.errors,
-            &self.delays,
-            &self.results,
-            &self.durations,
-        ]
-    }
 }
+
+bind_params!(PerOutcome<'_> {
+    fn params, const PARAMS = [
+        ids, attempts, segments, receipts, lanes, rsegs, codes, errors, delays, results,
+        durations,
+    ];
+});
 
 #[cfg(test)]
 mod tests {
@@ -201,6 +184,12 @@ mod tests {
             result: None,
             duration_ms: None,
         }
+    }
+
+    #[test]
+    fn both_statements_declare_the_parameters_their_structs_bind() {
+        crate::bound_params::assert_declared(COMPLETE, PerOutcome::PARAMS);
+        crate::bound_params::assert_declared(COMPLETE_WHOLE, Runs::PARAMS);
     }
 
     #[test]

@@ -2,11 +2,36 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::bound_params::bind_params;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::job::ClaimedJob;
 
 const HEARTBEAT: &str = include_str!("sql/heartbeat.sql");
+
+/// The parameters of heartbeat.sql: one element per held attempt, then the lease and worker.
+struct HeartbeatParams<'a> {
+    ids: Vec<i64>,
+    attempts: Vec<i32>,
+    segments: Vec<i16>,
+    receipts: Vec<i64>,
+    lanes: Vec<i32>,
+    rsegs: Vec<i16>,
+    lease_ms: i32,
+    worker: &'a str,
+}
+
+bind_params!(HeartbeatParams<'_> {
+    fn params, const PARAMS = [ids, attempts, segments, receipts, lanes, rsegs, lease_ms, worker];
+});
+
+#[cfg(test)]
+mod params_tests {
+    #[test]
+    fn heartbeat_declares_the_parameters_its_struct_binds() {
+        crate::bound_params::assert_declared(super::HEARTBEAT, super::HeartbeatParams::PARAMS);
+    }
+}
 
 /// The identity of a held attempt, as carried in a worker's token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,32 +94,28 @@ impl Engine {
                 field: "lease",
                 reason: format!("{} ms is not in 100..=86400000", lease.as_millis()),
             })?;
-        let col = |f: fn(&AttemptRef) -> i64| refs.iter().map(f).collect::<Vec<_>>();
-        let ids = col(|r| r.job_id);
-        let receipts = col(|r| r.receipt_id);
-        let attempts: Vec<i32> = refs.iter().map(|r| r.attempt).collect();
-        let lanes: Vec<i32> = refs.iter().map(|r| r.lane).collect();
-        let segments: Vec<i16> = refs.iter().map(|r| r.segment).collect();
-        let rsegs: Vec<i16> = refs.iter().map(|r| r.receipt_segment).collect();
+        let params = HeartbeatParams {
+            ids: refs.iter().map(|r| r.job_id).collect(),
+            attempts: refs.iter().map(|r| r.attempt).collect(),
+            segments: refs.iter().map(|r| r.segment).collect(),
+            receipts: refs.iter().map(|r| r.receipt_id).collect(),
+            lanes: refs.iter().map(|r| r.lane).collect(),
+            rsegs: refs.iter().map(|r| r.receipt_segment).collect(),
+            lease_ms,
+            worker,
+        };
         let client = self.pool().get().await?;
         let stmt = client.prepare_cached(HEARTBEAT).await?;
-        let rows = client
-            .query(
-                &stmt,
-                &[
-                    &ids, &attempts, &segments, &receipts, &lanes, &rsegs, &lease_ms, &worker,
-                ],
-            )
-            .await?;
+        let rows = client.query(&stmt, &params.params()).await?;
         Ok(refs
             .iter()
             .zip(rows.iter())
             .map(|(r, row)| Beat {
                 job_id: r.job_id,
                 attempt: r.attempt,
-                held: row.get(1),
-                cancelled: row.get(2),
-                lease_until: row.get(3),
+                held: row.get("held"),
+                cancelled: row.get("cancelled"),
+                lease_until: row.get("lease_until"),
             })
             .collect())
     }

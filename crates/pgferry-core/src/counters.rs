@@ -186,6 +186,7 @@ impl Counters {
                         d.pending += 1;
                     }
                 }
+                OutcomeKind::Released => d.pending += 1,
                 OutcomeKind::Dead => {
                     d.failed += 1;
                     d.dead += 1;
@@ -287,19 +288,19 @@ impl Engine {
         Ok(rows
             .iter()
             .map(|r| {
-                let cur = |i: usize| r.get::<_, i64>(i).max(0);
+                let cur = |name: &str| r.get::<_, i64>(name).max(0);
                 (
-                    r.get(0),
+                    r.get("name"),
                     QueueCounts {
-                        pending: cur(1),
-                        running: cur(2),
-                        scheduled: cur(3),
-                        dead: cur(4),
-                        enqueued: r.get(5),
-                        completed: r.get(6),
-                        failed: r.get(7),
-                        cancelled: r.get(8),
-                        recounted_at: r.get(9),
+                        pending: cur("pending"),
+                        running: cur("running"),
+                        scheduled: cur("scheduled"),
+                        dead: cur("dead"),
+                        enqueued: r.get("enqueued"),
+                        completed: r.get("completed"),
+                        failed: r.get("failed"),
+                        cancelled: r.get("cancelled"),
+                        recounted_at: r.get("recounted_at"),
                     },
                 )
             })
@@ -324,7 +325,7 @@ impl Engine {
                 .query(QUEUE_LANES, &[&queue])
                 .await?
                 .iter()
-                .map(|r| r.get(0))
+                .map(|r| r.get("lane"))
                 .collect()
         };
         let mut report = Recount {
@@ -362,10 +363,14 @@ pub(crate) async fn recount_lane<C: GenericClient>(
     settle: Duration,
 ) -> Result<LaneRecount> {
     let counted = client.query_opt(COUNTED, &[&lane]).await?;
-    let version: Option<i64> = counted.as_ref().map(|r| r.get(0));
-    let counted: Option<[i64; 4]> = counted.map(|r| [r.get(1), r.get(2), r.get(3), r.get(4)]);
+    // Both statements name the four counts alike (pending, running, scheduled, dead).
+    let counts = |r: &tokio_postgres::Row| -> [i64; 4] {
+        ["pending", "running", "scheduled", "dead"].map(|c| r.get(c))
+    };
+    let version: Option<i64> = counted.as_ref().map(|r| r.get("version"));
+    let counted: Option<[i64; 4]> = counted.as_ref().map(counts);
     let row = client.query_one(TRUTH, &[&lane]).await?;
-    let truth: [i64; 4] = [row.get(0), row.get(1), row.get(2), row.get(3)];
+    let truth: [i64; 4] = counts(&row);
     if truth.iter().any(|v| *v < 0) {
         return Err(Error::Conflict(format!(
             "lane {lane}: a recount found negative sizes {truth:?}"

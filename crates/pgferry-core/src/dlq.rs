@@ -118,16 +118,16 @@ impl Engine {
         let mut jobs: Vec<DeadJob> = rows
             .iter()
             .map(|r| DeadJob {
-                id: r.get(0),
-                queue: r.get(1),
-                kind: r.get(2),
-                args: r.get(3),
-                meta: r.get(4),
-                attempt: r.get(5),
-                max_attempts: r.get(6),
-                error: r.get(7),
-                died_at: r.get(8),
-                priority: r.get(9),
+                id: r.get("job_id"),
+                queue: r.get("queue"),
+                kind: r.get("kind"),
+                args: r.get("args"),
+                meta: r.get("meta"),
+                attempt: r.get("attempt"),
+                max_attempts: r.get("max_attempts"),
+                error: r.get("error"),
+                died_at: r.get("died_at"),
+                priority: r.get("priority"),
             })
             .collect();
         let has_more = jobs.len() as i64 > limit;
@@ -151,7 +151,7 @@ impl Engine {
                 &[&f.queues, &f.kind, &f.error_contains, &f.ids, &limit],
             )
             .await?;
-        Ok(row.get(0))
+        Ok(row.get("retried"))
     }
 
     /// Deletes every matching dead job; returns how many.
@@ -160,6 +160,6 @@ impl Engine {
         let row = client
             .query_one(DEAD_PURGE, &[&f.queues, &f.kind, &f.error_contains, &f.ids])
             .await?;
-        Ok(row.get(0))
+        Ok(row.get("purged"))
     }
 }

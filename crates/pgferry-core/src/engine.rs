@@ -83,6 +83,8 @@ pub struct Engine {
     ticks: watch::Sender<i64>,
     /// Job ids whose cancellation was requested (from LISTEN pgferry_cancel).
     cancels: tokio::sync::broadcast::Sender<i64>,
+    /// Workflow instance ids cancelled (from LISTEN pgferry_wf_cancel).
+    wf_cancels: tokio::sync::broadcast::Sender<i64>,
     /// Signalled after each enqueue so an in-process ticker ticks without waiting.
     log_grew: Arc<Notify>,
     /// Per-lane deltas of this process's committed statements (queue counts).
@@ -108,6 +110,7 @@ impl Engine {
             config,
             ticks: watch::Sender::new(0),
             cancels: tokio::sync::broadcast::Sender::new(1024),
+            wf_cancels: tokio::sync::broadcast::Sender::new(1024),
             log_grew: Arc::new(Notify::new()),
         })
     }
@@ -207,7 +210,10 @@ impl Engine {
         // probe at most every aging/4 per queue, only while a priority is not being served).
         for (p, lanes_p) in lanes.heads_to_probe() {
             let stmt = client.prepare_cached(LANE_HEAD_AGE).await?;
-            let waited: Option<f64> = client.query_one(&stmt, &[&lanes_p]).await?.get(0);
+            let waited: Option<f64> = client
+                .query_one(&stmt, &[&lanes_p])
+                .await?
+                .get("waited_seconds");
             lanes.record_head(p, waited.map(|s| Duration::from_secs_f64(s.max(0.0))));
         }
         // The tick known before the claim: a lane found empty now has nothing new until a
@@ -244,14 +250,14 @@ impl Engine {
         };
         let mut per_lane: HashMap<i32, usize> = HashMap::new();
         for r in &rows {
-            *per_lane.entry(r.get(9)).or_default() += 1;
+            *per_lane.entry(r.get("lane")).or_default() += 1;
         }
         lanes.record_claim(order, &per_lane, max as usize, tick);
         drop(held);
         self.counters.claimed(&per_lane);
         if let Some(r) = rows.first() {
             // The receipt went to the current segment: what COPYs should write to (ids.rs).
-            self.segment.observe(r.get(10));
+            self.segment.observe(r.get("receipt_segment"));
         }
         Ok(rows
             .iter()
@@ -333,6 +339,16 @@ impl Engine {
         let _ = self.cancels.send(job_id);
     }
 
+    /// Cancelled workflow instances, as ids, for servers to tell the worker running a step
+    /// of one. A lagging receiver misses some; step heartbeats report those.
+    pub fn subscribe_wf_cancels(&self) -> tokio::sync::broadcast::Receiver<i64> {
+        self.wf_cancels.subscribe()
+    }
+
+    pub fn publish_wf_cancel(&self, instance_id: i64) {
+        let _ = self.wf_cancels.send(instance_id);
+    }
+
     pub fn subscribe_ticks(&self) -> watch::Receiver<i64> {
         self.ticks.subscribe()
     }
@@ -356,17 +372,17 @@ fn row_to_claimed(
     lease_until: SystemTime,
 ) -> ClaimedJob {
     ClaimedJob {
-        receipt_id: r.get(0),
-        job_id: r.get(1),
-        attempt: r.get(2),
-        segment: r.get(3),
-        max_attempts: r.get(4),
-        kind: r.get(5),
-        args: r.get(6),
-        meta: r.get(7),
-        enqueued_at: r.get::<_, SystemTime>(8),
-        lane: r.get(9),
-        receipt_segment: r.get(10),
+        receipt_id: r.get("receipt_id"),
+        job_id: r.get("job_id"),
+        attempt: r.get("attempt"),
+        segment: r.get("job_segment"),
+        max_attempts: r.get("max_attempts"),
+        kind: r.get("kind"),
+        args: r.get("args"),
+        meta: r.get("meta"),
+        enqueued_at: r.get::<_, SystemTime>("enqueued_at"),
+        lane: r.get("lane"),
+        receipt_segment: r.get("receipt_segment"),
         backoff,
         priority: 0,
         lease_until,

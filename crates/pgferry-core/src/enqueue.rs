@@ -17,6 +17,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, GenericClient, Statement};
 
+use crate::bound_params::bind_params;
 use crate::db::OpenTxn;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -323,7 +324,7 @@ impl Engine {
             // Counted now: a rolled-back caller transaction leaves drift for the recount.
             self.counters()
                 .enqueued(batch.lanes.iter().zip(&batch.run_ats));
-            return Ok(rows.iter().map(|r| r.get(0)).collect());
+            return Ok(rows.iter().map(|r| r.get("job_id")).collect());
         }
         let stmt = client.prepare(COPY_READY).await?;
         let rows = self.assign_ids(client.client(), &batch).await?;
@@ -556,11 +557,11 @@ async fn scheduled_committed(
 ) -> Result<Vec<i64>> {
     let Some((rec, keys, lens)) = record else {
         let rows = client.query(stmt, &batch.params_scheduled()).await?;
-        return Ok(rows.iter().map(|r| r.get(0)).collect());
+        return Ok(rows.iter().map(|r| r.get("job_id")).collect());
     };
     let params = batch.params_scheduled();
     let (_, rows) = tokio::try_join!(client.batch_execute("BEGIN"), client.query(stmt, &params))?;
-    let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    let ids: Vec<i64> = rows.iter().map(|r| r.get("job_id")).collect();
     let p = RecordParams::new(keys, lens, &ids);
     let params = p.as_params();
     tokio::try_join!(client.execute(rec, &params), client.batch_execute("COMMIT"))?;
@@ -613,17 +614,11 @@ impl<'a> RecordParams<'a> {
             lens: keys.iter().map(|k| len_of(k.request) as i32).collect(),
         }
     }
-
-    fn as_params(&self) -> [&(dyn ToSql + Sync); 5] {
-        [
-            &self.keys,
-            &self.fingerprints,
-            &self.ids,
-            &self.firsts,
-            &self.lens,
-        ]
-    }
 }
+
+bind_params!(RecordParams<'_> {
+    fn as_params, const PARAMS = [keys, fingerprints, ids, firsts, lens];
+});
 
 /// A flush's ids cut back into its requests (`lens` empty: one request).
 fn split(ids: Vec<i64>, lens: &[usize]) -> Vec<Vec<i64>> {
@@ -663,29 +658,26 @@ impl EnqueueBatch<'_> {
     pub(crate) fn job_at(&self, i: usize) -> (&i32, &Option<SystemTime>) {
         (&self.lanes[i], &self.run_ats[i])
     }
+}
 
-    pub(crate) fn params_unique(&self) -> [&(dyn ToSql + Sync); 9] {
-        [
-            &self.lanes,
-            &self.kinds,
-            &self.args,
-            &self.metas,
-            &self.max_attempts,
-            &self.run_ats,
-            &self.queues,
-            &self.keys,
-            &self.periods,
-        ]
-    }
+bind_params!(EnqueueBatch<'_> {
+    fn params_unique, const PARAMS_UNIQUE = [
+        lanes, kinds, args, metas, max_attempts, run_ats, queues, keys, periods,
+    ];
+    fn params_scheduled, const PARAMS_SCHEDULED = [
+        lanes, kinds, args, metas, max_attempts, run_ats,
+    ];
+});
 
-    pub(crate) fn params_scheduled(&self) -> [&(dyn ToSql + Sync); 6] {
-        [
-            &self.lanes,
-            &self.kinds,
-            &self.args,
-            &self.metas,
-            &self.max_attempts,
-            &self.run_ats,
-        ]
+#[cfg(test)]
+mod params_tests {
+    use super::*;
+    use crate::bound_params::assert_declared;
+
+    #[test]
+    fn each_statement_declares_the_parameters_its_struct_binds() {
+        assert_declared(ENQUEUE_SCHEDULED, EnqueueBatch::PARAMS_SCHEDULED);
+        assert_declared(crate::unique::ENQUEUE_UNIQUE, EnqueueBatch::PARAMS_UNIQUE);
+        assert_declared(IDEMPOTENCY_RECORD, RecordParams::PARAMS);
     }
 }

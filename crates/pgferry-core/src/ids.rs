@@ -23,7 +23,7 @@ use tokio_postgres::GenericClient;
 
 use crate::error::Result;
 
-/// Ids per block; must match the INCREMENT of `pgferry.job_id_seq` (migration 0004).
+/// Ids per block; must match the INCREMENT of `pgferry.job_id_seq` (migrations/0001_baseline.sql).
 pub const BLOCK: i64 = 256;
 /// Extra blocks reserved with each refill.
 const REFILL: usize = 64;
@@ -48,7 +48,7 @@ impl IdBlocks {
         let want = i32::try_from(n + REFILL).unwrap_or(i32::MAX);
         let rows = client.query(RESERVE, &[&want]).await?;
         let mut free = self.free.lock().expect("id blocks");
-        free.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
+        free.extend(rows.iter().map(|r| r.get::<_, i64>("base")));
         Ok(free.drain(..n).collect())
     }
 
@@ -71,7 +71,7 @@ impl SegmentCache {
                 return Ok(segment);
             }
         }
-        let segment: i16 = client.query_one(CURRENT_SEGMENT, &[]).await?.get(0);
+        let segment: i16 = client.query_one(CURRENT_SEGMENT, &[]).await?.get("segment");
         *self.current.lock().expect("segment cache") = Some((segment, Instant::now()));
         Ok(segment)
     }

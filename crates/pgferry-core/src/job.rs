@@ -242,12 +242,18 @@ impl ClaimedJob {
 
     /// A handler error: retried after `delay` while attempts remain, else dead-lettered.
     pub fn failed(&self, error: impl Into<String>, delay: Duration) -> Outcome {
-        let kind = if self.attempt < self.max_attempts {
-            OutcomeKind::Retry { delay }
-        } else {
-            OutcomeKind::Dead
-        };
-        self.outcome(kind, Some(error.into()), None)
+        self.reported(Report::Failed {
+            error: error.into(),
+            retryable: true,
+            retry_delay: Some(delay),
+        })
+    }
+
+    /// The outcome of what the handler reported, decided as every transport decides it
+    /// ([`Report::decide`]).
+    pub fn reported(&self, report: Report) -> Outcome {
+        let (kind, error, result) = report.decide(self.attempt, self.max_attempts, self.backoff);
+        self.outcome(kind, error, result)
     }
 
     /// A handler error retried after the queue's backoff (exponential with jitter), or
@@ -261,10 +267,12 @@ impl ClaimedJob {
         self.outcome(OutcomeKind::Snooze { delay }, None, None)
     }
 
-    /// Hands an unstarted job back (graceful shutdown of a worker that prefetched it): it is
-    /// claimable again at once and the attempt does not count.
+    /// Hands an unstarted job back (graceful shutdown of a worker that prefetched it, a
+    /// dispatcher's buffer): it is claimable again at once, and its next run is the same
+    /// attempt with the same `max_attempts` — a hand-back is not an attempt and is not
+    /// listed as one.
     pub fn release(&self) -> Outcome {
-        self.snooze(Duration::ZERO)
+        self.outcome(OutcomeKind::Released, None, None)
     }
 
     /// The handler stopped because the job was cancelled.
@@ -298,6 +306,64 @@ impl ClaimedJob {
     }
 }
 
+/// What a handler reported about one attempt, before the engine's rules turn it into an
+/// [`OutcomeKind`]. Every way to report (the in-process runtime, `ClaimedJob`, the HTTP
+/// `complete` call, the gRPC worker stream) translates its wire form into a `Report` and
+/// calls [`Report::decide`], so retry-or-dead-letter is decided in one place.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Report {
+    Completed {
+        result: Option<Value>,
+    },
+    Failed {
+        error: String,
+        /// False: dead-letter at once (a permanent error), whatever attempts remain.
+        retryable: bool,
+        /// The handler's own retry delay; `None`: the queue's backoff.
+        retry_delay: Option<Duration>,
+    },
+    /// Run again after `delay` without using up an attempt.
+    Snoozed {
+        delay: Duration,
+    },
+    Cancelled {
+        reason: Option<String>,
+    },
+}
+
+impl Report {
+    /// The outcome kind, error text and result of this report for attempt `attempt` of
+    /// `max_attempts`: a retryable failure is retried (after the handler's delay or the
+    /// queue's backoff) while attempts remain and dead-lettered on the last one; a
+    /// non-retryable failure is dead-lettered at once.
+    pub fn decide(
+        self,
+        attempt: i32,
+        max_attempts: i32,
+        backoff: Backoff,
+    ) -> (OutcomeKind, Option<String>, Option<Value>) {
+        match self {
+            Report::Completed { result } => (OutcomeKind::Completed, None, result),
+            Report::Failed {
+                error,
+                retryable,
+                retry_delay,
+            } => {
+                let kind = if retryable && attempt < max_attempts {
+                    OutcomeKind::Retry {
+                        delay: retry_delay.unwrap_or_else(|| backoff.delay(attempt)),
+                    }
+                } else {
+                    OutcomeKind::Dead
+                };
+                (kind, Some(error), None)
+            }
+            Report::Snoozed { delay } => (OutcomeKind::Snooze { delay }, None, None),
+            Report::Cancelled { reason } => (OutcomeKind::Cancelled, reason, None),
+        }
+    }
+}
+
 /// How an attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutcomeKind {
@@ -313,6 +379,9 @@ pub enum OutcomeKind {
     Snooze {
         delay: Duration,
     },
+    /// Handed back unstarted ([`ClaimedJob::release`]): claimable again at once as the same
+    /// attempt.
+    Released,
 }
 
 /// Outcome codes as stored in `completions.outcome`.
@@ -327,6 +396,8 @@ pub mod outcome_code {
     pub const RESCUED_DEAD: i16 = 6;
     /// Snoozed: rescheduled without using an attempt.
     pub const SNOOZED: i16 = 7;
+    /// Handed back unstarted: back in the log as the same attempt (not an attempt at all).
+    pub const RELEASED: i16 = 8;
 }
 
 impl OutcomeKind {
@@ -337,6 +408,7 @@ impl OutcomeKind {
             OutcomeKind::Dead => outcome_code::DEAD,
             OutcomeKind::Cancelled => outcome_code::CANCELLED,
             OutcomeKind::Snooze { .. } => outcome_code::SNOOZED,
+            OutcomeKind::Released => outcome_code::RELEASED,
         }
     }
 }
@@ -363,4 +435,74 @@ pub struct Completed {
     pub job_id: i64,
     pub attempt: i32,
     pub stale: bool,
+}
+
+#[cfg(test)]
+mod report_tests {
+    use super::*;
+
+    const BACKOFF: Backoff = Backoff {
+        base: Duration::from_secs(1),
+        cap: Duration::from_secs(60),
+    };
+
+    fn failed(retryable: bool, retry_delay: Option<Duration>) -> Report {
+        Report::Failed {
+            error: "boom".into(),
+            retryable,
+            retry_delay,
+        }
+    }
+
+    #[test]
+    fn a_retryable_failure_retries_while_attempts_remain() {
+        let d = Duration::from_millis(1234);
+        assert_eq!(
+            failed(true, Some(d)).decide(1, 3, BACKOFF).0,
+            OutcomeKind::Retry { delay: d }
+        );
+        match failed(true, None).decide(2, 3, BACKOFF).0 {
+            // The queue's backoff after attempt 2: 2 s with jitter in [1 s, 2 s].
+            OutcomeKind::Retry { delay } => {
+                assert!(delay >= Duration::from_secs(1) && delay <= Duration::from_secs(2))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            failed(true, Some(d)).decide(3, 3, BACKOFF).0,
+            OutcomeKind::Dead
+        );
+    }
+
+    #[test]
+    fn a_permanent_failure_is_dead_at_once_with_its_error() {
+        let (kind, error, result) = failed(false, None).decide(1, 25, BACKOFF);
+        assert_eq!(kind, OutcomeKind::Dead);
+        assert_eq!(error.as_deref(), Some("boom"));
+        assert_eq!(result, None);
+    }
+
+    #[test]
+    fn other_reports_keep_what_they_carry() {
+        let v = serde_json::json!({"ok": 1});
+        assert_eq!(
+            Report::Completed {
+                result: Some(v.clone())
+            }
+            .decide(1, 1, BACKOFF),
+            (OutcomeKind::Completed, None, Some(v))
+        );
+        let d = Duration::from_secs(5);
+        assert_eq!(
+            Report::Snoozed { delay: d }.decide(7, 7, BACKOFF).0,
+            OutcomeKind::Snooze { delay: d }
+        );
+        assert_eq!(
+            Report::Cancelled {
+                reason: Some("stop".into())
+            }
+            .decide(1, 1, BACKOFF),
+            (OutcomeKind::Cancelled, Some("stop".into()), None)
+        );
+    }
 }

@@ -239,18 +239,26 @@ impl LaneCache {
             id: queue.to_string(),
         })?;
         for row in &rows {
-            if let Some(lane) = row.get::<_, Option<i32>>(0) {
-                let priority: i16 = row.get(1);
+            if let Some(lane) = row.get::<_, Option<i32>>("lane") {
+                let priority: i16 = row.get("priority");
                 by_priority[priority as usize].push(lane);
             }
         }
-        let (max_attempts, lease_ms, paused) = (first.get(3), first.get(4), first.get(5));
+        let (max_attempts, lease_ms, paused) = (
+            first.get("max_attempts"),
+            first.get("lease_ms"),
+            first.get("paused"),
+        );
         let backoff = crate::job::Backoff {
-            base: Duration::from_millis(first.get::<_, i32>(6) as u64),
-            cap: Duration::from_millis(first.get::<_, i32>(7) as u64),
+            base: Duration::from_millis(first.get::<_, i32>("backoff_base_ms") as u64),
+            cap: Duration::from_millis(first.get::<_, i32>("backoff_cap_ms") as u64),
         };
-        let aging = Duration::from_millis(first.get::<_, i32>(8) as u64);
-        let (queue_id, concurrency, async_commit) = (first.get(9), first.get(10), first.get(11));
+        let aging = Duration::from_millis(first.get::<_, i32>("aging_ms") as u64);
+        let (queue_id, concurrency, async_commit) = (
+            first.get("queue_id"),
+            first.get("concurrency"),
+            first.get("async_commit"),
+        );
         let dry = cached
             .as_ref()
             .map(|q| q.dry_at.lock().expect("dry lanes").clone())

@@ -2,6 +2,7 @@
 //! with tick visibility batches, receipts as cursors, batched completions, and the leader's
 //! duties (ticker, promoter, rescuer, rotator). See docs/architecture.md §2–§3.
 
+mod bound_params;
 pub mod cancelling;
 mod completion;
 pub mod control;
@@ -32,7 +33,7 @@ pub use dlq::{DeadFilter, DeadJob, DeadPage};
 pub use engine::{Engine, EngineConfig, QueueOptions};
 pub use error::{Error, Result};
 pub use idempotency::{Acked, EnqueueRequest, IdempotencyKey};
-pub use job::{Backoff, ClaimedJob, Completed, NewJob, Outcome, OutcomeKind};
+pub use job::{Backoff, ClaimedJob, Completed, NewJob, Outcome, OutcomeKind, Report};
 pub use leader::{Leader, LeaderConfig};
 pub use listing::{JobFilter, JobPage};
 pub use lookup::{AttemptInfo, CancelResult, JobInfo, JobState};

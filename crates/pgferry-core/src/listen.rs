@@ -17,6 +17,8 @@ use crate::error::Result;
 pub const TICK_CHANNEL: &str = "pgferry_tick";
 /// The channel a cancellation notifies (cancel.sql); the payload is the job id.
 pub const CANCEL_CHANNEL: &str = "pgferry_cancel";
+/// The channel a workflow cancel notifies (wf_cancel); the payload is the instance id.
+pub const WF_CANCEL_CHANNEL: &str = "pgferry_wf_cancel";
 /// The channel the rotator notifies when a new segment becomes current (advance_segment.sql);
 /// the payload is the segment. Enqueues COPY into it (ids.rs).
 pub const SEGMENT_CHANNEL: &str = "pgferry_segment";
@@ -57,7 +59,8 @@ async fn listen_once(engine: &Engine, pg: &Config) -> Result<()> {
     });
     client
         .batch_execute(&format!(
-            "LISTEN {TICK_CHANNEL}; LISTEN {CANCEL_CHANNEL}; LISTEN {SEGMENT_CHANNEL}"
+            "LISTEN {TICK_CHANNEL}; LISTEN {CANCEL_CHANNEL}; LISTEN {SEGMENT_CHANNEL}; \
+             LISTEN {WF_CANCEL_CHANNEL}"
         ))
         .await?;
     while let Some((channel, payload)) = rx.recv().await {
@@ -66,6 +69,7 @@ async fn listen_once(engine: &Engine, pg: &Config) -> Result<()> {
         };
         match channel.as_str() {
             CANCEL_CHANNEL => engine.publish_cancel(n),
+            WF_CANCEL_CHANNEL => engine.publish_wf_cancel(n),
             SEGMENT_CHANNEL => {
                 if let Ok(segment) = i16::try_from(n) {
                     engine.observe_segment(segment);

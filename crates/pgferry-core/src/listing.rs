@@ -323,11 +323,13 @@ impl Engine {
                     )
                     .await?;
                 for r in &rows {
-                    let id: i64 = r.get(1);
-                    if r.get::<_, bool>(0) {
+                    let id: i64 = r.get("job_id");
+                    if r.get::<_, bool>("is_mark") {
                         round.mark = Some(Pos::Id(id));
                     } else {
-                        round.jobs.push((id, state_of(r.get(2))?, at(Pos::Id(id))));
+                        round
+                            .jobs
+                            .push((id, state_of(r.get("state"))?, at(Pos::Id(id))));
                     }
                 }
             }
@@ -353,11 +355,13 @@ impl Engine {
                     )
                     .await?;
                 for r in &rows {
-                    let pos = Pos::Log(r.get(2), r.get(3));
-                    if r.get::<_, bool>(0) {
+                    let pos = Pos::Log(r.get("xid"), r.get("seq"));
+                    if r.get::<_, bool>("is_mark") {
                         round.mark = Some(pos);
                     } else {
-                        round.jobs.push((r.get(1), state_of(r.get(4))?, at(pos)));
+                        round
+                            .jobs
+                            .push((r.get("job_id"), state_of(r.get("state"))?, at(pos)));
                     }
                 }
             }
@@ -385,11 +389,13 @@ impl Engine {
                     )
                     .await?;
                 for r in &rows {
-                    let pos = Pos::Receipt(r.get(2), r.get(3));
-                    if r.get::<_, bool>(0) {
+                    let pos = Pos::Receipt(r.get("receipt_id"), r.get("i"));
+                    if r.get::<_, bool>("is_mark") {
                         round.mark = Some(pos);
                     } else {
-                        round.jobs.push((r.get(1), state_of(r.get(4))?, at(pos)));
+                        round
+                            .jobs
+                            .push((r.get("job_id"), state_of(r.get("state"))?, at(pos)));
                     }
                 }
             }

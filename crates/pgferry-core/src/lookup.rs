@@ -76,6 +76,9 @@ pub struct JobInfo {
     pub cancel_requested: bool,
     /// What the completed attempt returned (only jobs that return a value have one).
     pub result: Option<Value>,
+    /// The unique key the job holds (while it holds it: a finished job's key is released
+    /// after its period, and then no longer shown).
+    pub unique_key: Option<String>,
 }
 
 /// What a cancel request found.
@@ -98,6 +101,7 @@ fn outcome_name(code: i16) -> &'static str {
         oc::CANCELLED => "cancelled",
         oc::RESCUED_RETRY | oc::RESCUED_DEAD => "rescued",
         oc::SNOOZED => "snoozed",
+        oc::RELEASED => "released",
         _ => "unknown",
     }
 }
@@ -115,34 +119,36 @@ pub(crate) struct Detail {
 /// None when the job is unknown (or its history was truncated away).
 fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
     let first = rows.first()?;
-    let id: i64 = first.get(0);
-    let run_at: Option<SystemTime> = first.get(13);
-    let dead_attempt: Option<i32> = first.get(20);
-    let cancel_requested: bool = first.get(21);
-    let lane: Option<i32> = first.get(23);
-    let attempt: Option<i32> = first.get(1);
+    let id: i64 = first.get("job_id");
+    let run_at: Option<SystemTime> = first.get("run_at");
+    let dead_attempt: Option<i32> = first.get("dead_attempt");
+    let cancel_requested: bool = first.get("cancel_requested");
+    let lane: Option<i32> = first.get("lane");
+    let attempt: Option<i32> = first.get("attempt");
+    let unique_key: Option<String> = first.get("unique_key");
     if attempt.is_none() {
         // Never promoted into the log: scheduled, cancelled while scheduled, or unknown.
-        let kind: String = first.get::<_, Option<String>>(14)?;
+        let kind: String = first.get::<_, Option<String>>("side_kind")?;
         return Some(Detail {
             info: JobInfo {
                 id,
-                queue: first.get(18),
+                queue: first.get("queue"),
                 kind,
                 state: if run_at.is_some() {
                     JobState::Scheduled
                 } else {
                     JobState::Cancelled
                 },
-                args: first.get(15),
-                meta: first.get(16),
-                priority: first.get(19),
-                max_attempts: first.get(17),
+                args: first.get("side_args"),
+                meta: first.get("side_meta"),
+                priority: first.get("priority"),
+                max_attempts: first.get("side_max_attempts"),
                 enqueued_at: None,
                 run_at,
                 attempts: Vec::new(),
                 cancel_requested,
                 result: None,
+                unique_key,
             },
             lane,
             claimed: Vec::new(),
@@ -152,19 +158,23 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
     let mut attempts: Vec<AttemptInfo> = rows
         .iter()
         .map(|r| AttemptInfo {
-            attempt: r.get(1),
-            outcome: r.get::<_, Option<i16>>(4).map_or("pending", outcome_name),
-            error: r.get(5),
-            duration_ms: r.get(6),
+            attempt: r.get("attempt"),
+            outcome: r
+                .get::<_, Option<i16>>("outcome")
+                .map_or("pending", outcome_name),
+            error: r.get("error"),
+            duration_ms: r.get("duration_ms"),
             claimed_at: None,
             worker: None,
-            finished_at: r.get(7),
+            finished_at: r.get("finished_at"),
         })
         .collect();
-    let last_outcome: Option<i16> = last.get(4);
+    let last_outcome: Option<i16> = last.get("outcome");
     let state = match last_outcome {
         Some(oc::COMPLETED) => JobState::Completed,
         Some(oc::CANCELLED) => JobState::Cancelled,
+        // Dead-lettered, and purged from the DLQ since: gone (as a retry of it would say).
+        Some(oc::DEAD | oc::RESCUED_DEAD) if dead_attempt.is_none() => return None,
         Some(oc::DEAD | oc::RESCUED_DEAD) => JobState::Dead,
         // A retry or snooze whose next attempt is not in the log yet.
         Some(_) if run_at.is_some() => JobState::Scheduled,
@@ -172,7 +182,7 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
         // Cancelled while waiting for its retry (cancel removed it from `scheduled`).
         Some(_) if cancel_requested => JobState::Cancelled,
         Some(_) => JobState::Scheduled,
-        None if last.get::<_, bool>(2) => {
+        None if last.get::<_, bool>("claimed") => {
             if let Some(a) = attempts.last_mut() {
                 a.outcome = "running";
             }
@@ -182,7 +192,7 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
         None if cancel_requested => JobState::Cancelled,
         None => JobState::Pending,
     };
-    if last_outcome.is_none() && !last.get::<_, bool>(2) {
+    if last_outcome.is_none() && !last.get::<_, bool>("claimed") {
         // The last row is an attempt waiting in the log, not started: not an attempt yet
         // (a never-claimed job has none). Only the last row can be unclaimed, so the
         // indices of claimed attempts below stay valid.
@@ -191,27 +201,32 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
     Some(Detail {
         info: JobInfo {
             id,
-            queue: last.get(18),
-            kind: last.get(8),
+            queue: last.get("queue"),
+            kind: last.get("kind"),
             state,
-            args: last.get(9),
-            meta: last.get(10),
-            priority: last.get(19),
-            max_attempts: last.get(11),
-            enqueued_at: Some(first.get(12)),
+            args: last.get("args"),
+            meta: last.get("meta"),
+            priority: last.get("priority"),
+            max_attempts: last.get("max_attempts"),
+            enqueued_at: Some(first.get("enqueued_at")),
             run_at,
             attempts,
             cancel_requested,
             result: None,
+            unique_key,
         },
         lane,
         claimed: rows
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.get::<_, bool>(2))
+            .filter(|(_, r)| r.get::<_, bool>("claimed"))
             .map(|(i, r)| {
-                let completed = r.get::<_, Option<i16>>(4) == Some(oc::COMPLETED);
-                (i, r.get(22), completed && r.get::<_, bool>(3))
+                let completed = r.get::<_, Option<i16>>("outcome") == Some(oc::COMPLETED);
+                (
+                    i,
+                    r.get("receipt_id"),
+                    completed && r.get::<_, bool>("last"),
+                )
             })
             .collect(),
     })
@@ -253,9 +268,9 @@ impl Engine {
             .await?;
         for (row, &(j, i)) in rows.iter().zip(&at) {
             let a = &mut jobs[j].info.attempts[i];
-            a.claimed_at = row.get(1);
-            a.worker = row.get(2);
-            if let Some(v) = row.get::<_, Option<Value>>(3) {
+            a.claimed_at = row.get("claimed_at");
+            a.worker = row.get("worker");
+            if let Some(v) = row.get::<_, Option<Value>>("result") {
                 jobs[j].info.result = Some(v);
             }
         }
@@ -282,7 +297,7 @@ impl Engine {
         for row in &rows {
             if group
                 .first()
-                .is_some_and(|g| g.get::<_, i64>(0) != row.get::<_, i64>(0))
+                .is_some_and(|g| g.get::<_, i64>("job_id") != row.get::<_, i64>("job_id"))
             {
                 out.extend(job_from_rows(&group));
                 group.clear();
@@ -312,8 +327,12 @@ impl Engine {
         }
         let client = self.pool().get().await?;
         let row = client.query_one(CANCEL, &[&id, &reason]).await?;
-        let (was_scheduled, in_log, is_dead, recorded): (bool, bool, bool, bool) =
-            (row.get(0), row.get(1), row.get(2), row.get(3));
+        let (was_scheduled, in_log, is_dead, recorded): (bool, bool, bool, bool) = (
+            row.get("was_scheduled"),
+            row.get("in_log"),
+            row.get("is_dead"),
+            row.get("recorded"),
+        );
         if is_dead {
             return Err(Error::Conflict(format!("job {id} is dead-lettered")));
         }

@@ -175,18 +175,18 @@ impl Engine {
                 id: name.to_string(),
             })?;
         self.forget_queue(name);
-        let d = |i: usize| Duration::from_millis(row.get::<_, i32>(i) as u64);
+        let ms = |column: &str| Duration::from_millis(row.get::<_, i32>(column) as u64);
         Ok(QueueInfo {
-            name: row.get(0),
-            paused: row.get(1),
-            max_attempts: row.get(2),
-            lease: d(3),
-            backoff_base: d(4),
-            backoff_cap: d(5),
-            retention: Duration::from_millis(row.get::<_, i64>(6) as u64),
-            aging: d(7),
-            concurrency: row.get::<_, Option<i32>>(8).map(|n| n as u32),
-            durability: Durability::from_async_commit(row.get(9)),
+            name: row.get("name"),
+            paused: row.get("paused"),
+            max_attempts: row.get("max_attempts"),
+            lease: ms("lease_ms"),
+            backoff_base: ms("backoff_base_ms"),
+            backoff_cap: ms("backoff_cap_ms"),
+            retention: Duration::from_millis(row.get::<_, i64>("retention_ms") as u64),
+            aging: ms("aging_ms"),
+            concurrency: row.get::<_, Option<i32>>("concurrency").map(|n| n as u32),
+            durability: Durability::from_async_commit(row.get("async_commit")),
         })
     }
 

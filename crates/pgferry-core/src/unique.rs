@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::job::NewJob;
 use crate::lookup::JobState;
 
-const ENQUEUE_UNIQUE: &str = include_str!("sql/enqueue_unique.sql");
+pub(crate) const ENQUEUE_UNIQUE: &str = include_str!("sql/enqueue_unique.sql");
 const UNIQUE_HOLDER: &str = include_str!("sql/unique_holder.sql");
 const UNIQUE_RELEASE: &str = include_str!("sql/unique_release.sql");
 
@@ -53,11 +53,12 @@ impl Engine {
             self.counters().enqueued(
                 rows.iter()
                     .enumerate()
-                    .filter(|(_, r)| !r.get::<_, bool>(1))
+                    .filter(|(_, r)| !r.get::<_, bool>("duplicate"))
                     .map(|(k, _)| batch.job_at(k)),
             );
             for (&i, row) in pending.iter().zip(rows.iter()) {
-                let (id, duplicate): (Option<i64>, bool) = (row.get(0), row.get(1));
+                let (id, duplicate): (Option<i64>, bool) =
+                    (row.get("job_id"), row.get("duplicate"));
                 if !duplicate {
                     out[i] = id.map(|id| Enqueued { id, duplicate });
                     continue;
@@ -116,9 +117,9 @@ impl Engine {
             .query_opt(UNIQUE_HOLDER, &[&queue, &key])
             .await?
             .map(|r| {
-                let period: Option<i64> = r.get(1);
+                let period: Option<i64> = r.get("period_ms");
                 (
-                    r.get(0),
+                    r.get("job_id"),
                     period.map(|ms| Duration::from_millis(ms.max(0) as u64)),
                 )
             }))

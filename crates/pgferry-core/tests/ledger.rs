@@ -154,7 +154,9 @@ async fn run(durability: Durability, jobs_per_producer: usize) {
                         OutcomeKind::Completed => Recorded::Completed,
                         OutcomeKind::Retry { .. } => Recorded::Retry,
                         OutcomeKind::Dead => Recorded::Dead,
-                        OutcomeKind::Cancelled | OutcomeKind::Snooze { .. } => unreachable!(),
+                        OutcomeKind::Cancelled
+                        | OutcomeKind::Snooze { .. }
+                        | OutcomeKind::Released => unreachable!(),
                     };
                     l.entry((o.job_id, o.attempt)).or_default().push(rec);
                     if rec != Recorded::Retry {

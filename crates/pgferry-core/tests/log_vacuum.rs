@@ -1,4 +1,4 @@
-//! Log partitions are never vacuumed for their inserts (migration 0013): every partition of
+//! Log partitions are never vacuumed for their inserts (ADR 0011, migrations/0001_baseline.sql): every partition of
 //! the five log tables, attached or detached (ADR 0009), and its TOAST table carry
 //! `autovacuum_vacuum_insert_threshold = -1`; nothing else of autovacuum is changed.
 

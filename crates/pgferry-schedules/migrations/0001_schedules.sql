@@ -1,5 +1,7 @@
 -- Schedules and their fires (docs/schedules.md, ADR 0015). Small, low-churn, mutable
 -- tables (DESIGN §1.3): the hot job path never touches them.
+CREATE SCHEMA IF NOT EXISTS pgferry_sched;
+
 CREATE TABLE pgferry_sched.schedules (
     id               bigserial PRIMARY KEY,
     tenant_id        bigint NOT NULL,

@@ -8,21 +8,8 @@ pub enum ScheduleError {
     NotFound(String),
     #[error("a schedule named {0:?} already exists")]
     Exists(String),
-    #[error("schedules migration {version} ({name}) failed: {source}")]
-    Migration {
-        version: i32,
-        name: &'static str,
-        source: tokio_postgres::Error,
-    },
-    #[error("schedules migration {version} ({name}) was applied but is not known to this build")]
-    Unknown { version: i32, name: String },
-    #[error("schedules migration {version} ({name}) changed after it was applied (applied {applied}, now {current})")]
-    Modified {
-        version: i32,
-        name: String,
-        applied: String,
-        current: String,
-    },
+    #[error(transparent)]
+    Migrate(#[from] pgferry_core::migrate::MigrateError),
     #[error(transparent)]
     Engine(#[from] pgferry_core::Error),
     #[error("database: {0}")]

@@ -24,7 +24,7 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
         Ok(c) => c,
         Err(e) => return not_ready("database_unreachable", e.to_string()),
     };
-    match pgferry_core::migrate::is_current(&client).await {
+    match crate::migrate::is_current(&client).await {
         Ok(true) => (StatusCode::OK, Json(json!({ "status": "ready" }))),
         Ok(false) => not_ready(
             "schema_not_current",

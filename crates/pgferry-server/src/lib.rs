@@ -8,8 +8,11 @@ pub mod grpc;
 mod health;
 pub mod http;
 pub mod metrics;
+pub mod migrate;
 pub mod proto;
+pub mod service;
 pub mod trace;
+pub mod wfsteps;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -37,7 +37,7 @@ impl JobCounter {
         match kind {
             K::Completed => Some(JobCounter::Completed),
             K::Retry { .. } | K::Dead | K::Cancelled => Some(JobCounter::Failed),
-            K::Snooze { .. } => None,
+            K::Snooze { .. } | K::Released => None,
         }
     }
 

@@ -18,6 +18,8 @@ fn wide() -> CoalesceConfig {
     CoalesceConfig {
         max_rows: 1000,
         max_wait: Duration::from_millis(100),
+        // Merging itself is under test: always wait for company.
+        adaptive: false,
         max_inflight: 1,
         lanes: 1,
         gather_wait: Duration::ZERO,

@@ -53,3 +53,24 @@ def test_readme_python_quick_start_runs_as_pasted(server: Server, tmp_path: path
         out, _ = worker.communicate(timeout=60)
     assert worker.returncode == 0, out
     assert "mail 'ada@example.com' about 'hi'" in out
+
+
+def test_quick_starts_pass_mypy_strict(tmp_path: pathlib.Path) -> None:
+    """What a user copies from the README's quick start and docs/python.md type-checks
+    under `mypy --strict` (the SDK promises typed handles; its own examples must hold)."""
+    code = blocks((REPO / "README.md").read_text())
+    files = []
+    for name in ("tasks.py", "enqueue.py"):
+        (tmp_path / name).write_text(code[name])
+        files.append(name)
+    docs = (REPO / "docs" / "python.md").read_text()
+    snippets = re.findall(r"```python\n(.*?)```", docs, re.S)
+    assert len(snippets) >= 4, "docs/python.md's examples"
+    for i, snippet in enumerate(snippets):
+        (tmp_path / f"docs_python_{i}.py").write_text(snippet)
+        files.append(f"docs_python_{i}.py")
+    run = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / ".mypy_cache"), *files],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pgferry_core::{migrate, Engine, EngineConfig, Leader, LeaderConfig, QueueOptions};
+use pgferry_core::{Engine, EngineConfig, Leader, LeaderConfig, QueueOptions};
 use pgferry_server::auth::{admin, Scopes};
 use pgferry_server::grpc::{GrpcConfig, GrpcState};
 use pgferry_server::{AppState, ServerConfig};
@@ -69,7 +69,9 @@ impl Server {
         let mut client = pgferry_core::db::connect(pg, "migrate")
             .await
             .expect("connect");
-        migrate::up(&mut client).await.expect("migrate");
+        pgferry_server::migrate::up(&mut client)
+            .await
+            .expect("migrate");
         let engine = Engine::new(
             pgferry_core::db::pool(pg, "api", 16),
             EngineConfig::default(),
@@ -144,7 +146,9 @@ pub fn loopback() -> SocketAddr {
 /// A tenant with an all-scopes key; returns (tenant id, key).
 pub async fn tenant_key(db: &TestDb, name: &str) -> (i64, String) {
     let mut client = db.connect().await;
-    migrate::up(&mut client).await.expect("migrate");
+    pgferry_server::migrate::up(&mut client)
+        .await
+        .expect("migrate");
     let id = admin::create_tenant(&mut client, name)
         .await
         .expect("tenant");

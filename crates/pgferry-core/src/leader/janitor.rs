@@ -6,9 +6,10 @@
 //! job, so requests of finished jobs must not stay forever. Finished handed-over attempts
 //! (ADR 0008) leave `long_leases` after the retention (long_leases_prune.sql).
 
-use tokio_postgres::{Client, Config};
+use tokio_postgres::Client;
 
-use super::{duty_loop, LeaderConfig};
+use super::duty::{Duty, DutyFuture, Next};
+use super::LeaderConfig;
 use crate::error::Result;
 
 const UNIQUE_PRUNE: &str = include_str!("../sql/unique_prune.sql");
@@ -37,15 +38,18 @@ pub async fn prune_unique(
         None => (None, None),
     };
     let row = client.query_one(&stmt, &[&q, &k, &batch]).await?;
-    let scanned: i64 = row.get(2);
+    let scanned: i64 = row.get("scanned");
     Ok(PruneStep {
         // A short batch reached the end: the next pass starts from the first key.
-        after: match (row.get::<_, Option<String>>(0), row.get(1)) {
+        after: match (
+            row.get::<_, Option<String>>("last_queue"),
+            row.get("last_key"),
+        ) {
             (Some(q), Some(k)) if scanned >= batch => Some((q, k)),
             _ => None,
         },
         scanned,
-        released: row.get(3),
+        released: row.get("released"),
     })
 }
 
@@ -69,11 +73,13 @@ pub async fn prune_cancels(
     let stmt = client.prepare(CANCELS_PRUNE).await?;
     let ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
     let row = client.query_one(&stmt, &[&after, &batch, &ms]).await?;
-    let scanned: i64 = row.get(1);
+    let scanned: i64 = row.get("scanned");
     Ok(CancelsStep {
-        after: row.get::<_, Option<i64>>(0).filter(|_| scanned >= batch),
+        after: row
+            .get::<_, Option<i64>>("last_job_id")
+            .filter(|_| scanned >= batch),
         scanned,
-        dropped: row.get(2),
+        dropped: row.get("dropped"),
     })
 }
 
@@ -86,7 +92,10 @@ pub async fn prune_long_leases(
 ) -> Result<i64> {
     let stmt = client.prepare(LONG_LEASES_PRUNE).await?;
     let ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
-    Ok(client.query_one(&stmt, &[&ms, &batch]).await?.get(0))
+    Ok(client
+        .query_one(&stmt, &[&ms, &batch])
+        .await?
+        .get("dropped"))
 }
 
 /// Deletes up to `batch` idempotency keys older than `retention`; returns how many.
@@ -97,48 +106,64 @@ pub async fn prune_idempotency_keys(
 ) -> Result<i64> {
     let stmt = client.prepare(IDEMPOTENCY_PRUNE).await?;
     let ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
-    Ok(client.query_one(&stmt, &[&ms, &batch]).await?.get(0))
+    Ok(client
+        .query_one(&stmt, &[&ms, &batch])
+        .await?
+        .get("dropped"))
 }
 
-#[derive(Default)]
-struct Marks {
+/// The janitor duty: unique keys, finished cancellation requests, finished handed-over
+/// attempts and old idempotency keys, a batch of each per pass, resuming where it stopped.
+pub struct Janitor {
+    pub batch: i64,
+    pub retention: std::time::Duration,
+    pub idempotency_retention: std::time::Duration,
+    pub every: std::time::Duration,
     unique: Option<(String, String)>,
     cancels: Option<i64>,
 }
 
-pub async fn run(pg: Config, config: LeaderConfig) {
-    let (batch, retention) = (config.prune_batch, config.retention);
-    let idempotency = config.idempotency_retention;
-    let marks = std::sync::Arc::new(std::sync::Mutex::new(Marks::default()));
-    duty_loop(pg, "janitor", config.prune_interval, move |client| {
-        let marks = marks.clone();
-        async move {
-            let (unique, cancels) = {
-                let m = marks.lock().expect("janitor marks");
-                (m.unique.clone(), m.cancels)
-            };
-            let r = async {
-                let u = prune_unique(&client, unique.as_ref(), batch).await?;
-                let c = prune_cancels(&client, cancels.unwrap_or(0), batch, retention).await?;
-                let l = prune_long_leases(&client, batch, retention).await?;
-                let i = prune_idempotency_keys(&client, batch, idempotency).await?;
-                if u.released + c.dropped + l + i > 0 {
-                    tracing::info!(
-                        keys = u.released,
-                        cancels = c.dropped,
-                        handed_over = l,
-                        idempotency_keys = i,
-                        "released unique keys, finished cancellation requests, old idempotency keys"
-                    );
-                }
-                let more = u.after.is_some() || c.after.is_some() || l >= batch || i >= batch;
-                let mut m = marks.lock().expect("janitor marks");
-                (m.unique, m.cancels) = (u.after, c.after);
-                Ok(more)
-            }
-            .await;
-            (client, r)
+impl Janitor {
+    pub fn new(config: &LeaderConfig) -> Janitor {
+        Janitor {
+            batch: config.prune_batch,
+            retention: config.retention,
+            idempotency_retention: config.idempotency_retention,
+            every: config.prune_interval,
+            unique: None,
+            cancels: None,
         }
-    })
-    .await
+    }
+}
+
+impl Duty for Janitor {
+    fn name(&self) -> &'static str {
+        "janitor"
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        self.every
+    }
+
+    fn run_once<'a>(&'a mut self, client: &'a mut Client) -> DutyFuture<'a, Next> {
+        Box::pin(async move {
+            let batch = self.batch;
+            let u = prune_unique(client, self.unique.as_ref(), batch).await?;
+            let c = prune_cancels(client, self.cancels.unwrap_or(0), batch, self.retention).await?;
+            let l = prune_long_leases(client, batch, self.retention).await?;
+            let i = prune_idempotency_keys(client, batch, self.idempotency_retention).await?;
+            if u.released + c.dropped + l + i > 0 {
+                tracing::info!(
+                    keys = u.released,
+                    cancels = c.dropped,
+                    handed_over = l,
+                    idempotency_keys = i,
+                    "released unique keys, finished cancellation requests, old idempotency keys"
+                );
+            }
+            let more = u.after.is_some() || c.after.is_some() || l >= batch || i >= batch;
+            (self.unique, self.cancels) = (u.after, c.after);
+            Ok(if more { Next::Now } else { Next::Idle })
+        })
+    }
 }

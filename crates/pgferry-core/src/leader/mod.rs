@@ -1,10 +1,12 @@
 //! The leader: one server at a time runs the background duties (architecture.md §4).
 //!
-//! Leadership is a session advisory lock on a dedicated connection. Each duty is its own
-//! small loop (ticker, promoter, rescuer, rotator); they run only while the lock is held and
-//! are aborted within a second of losing it (the lock connection is checked every second),
-//! after which another server's leader takes over.
+//! Leadership is a session advisory lock on a dedicated connection. Each duty is one small
+//! type with one shape ([`duty::Duty`]: ticker, promoter, rescuer, rotator, janitor,
+//! recounter, workflow retention), run by the same loop; they run only while the lock is
+//! held and are aborted within a second of losing it (the lock connection is checked every
+//! second), after which another server's leader takes over.
 
+pub mod duty;
 pub mod janitor;
 pub mod promoter;
 pub mod recounter;
@@ -17,7 +19,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tokio_postgres::{Client, Config};
+use tokio_postgres::Config;
 
 pub(crate) use crate::db::connect;
 
@@ -57,6 +59,43 @@ pub struct LeaderConfig {
     pub workflow_retention: Duration,
 }
 
+impl LeaderConfig {
+    /// Checks every setting: intervals above zero, batches of at least one, a retention no
+    /// shorter than a segment's lifetime (a segment must be sealed before it can be freed).
+    pub fn validate(&self) -> Result<()> {
+        let positive = [
+            ("tick_interval", self.tick_interval),
+            ("idle_tick_interval", self.idle_tick_interval),
+            ("promote_interval", self.promote_interval),
+            ("rescue_interval", self.rescue_interval),
+            ("rotate_interval", self.rotate_interval),
+            ("segment_duration", self.segment_duration),
+            ("recount_interval", self.recount_interval),
+            ("prune_interval", self.prune_interval),
+        ];
+        for (field, d) in positive {
+            if d.is_zero() {
+                return Err(crate::Error::InvalidArgument {
+                    field,
+                    reason: "must be above zero".into(),
+                });
+            }
+        }
+        for (field, n) in [
+            ("promote_batch", self.promote_batch),
+            ("prune_batch", self.prune_batch),
+        ] {
+            if !(1..=100_000).contains(&n) {
+                return Err(crate::Error::InvalidArgument {
+                    field,
+                    reason: format!("{n} is not in 1..=100000"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for LeaderConfig {
     fn default() -> Self {
         LeaderConfig {
@@ -94,17 +133,34 @@ pub struct Leader {
     config: LeaderConfig,
     rescues: rescuer::RescueFeed,
     extra: Vec<ExtraDuty>,
+    duties: duty::Duties,
 }
 
 impl Leader {
+    /// A leader with these settings. Panics on settings [`LeaderConfig::validate`] refuses
+    /// (a programming error); [`Leader::try_new`] returns the error instead.
     pub fn new(engine: Arc<Engine>, pg: Config, config: LeaderConfig) -> Leader {
-        Leader {
+        match Leader::try_new(engine, pg, config) {
+            Ok(l) => l,
+            Err(e) => panic!("invalid LeaderConfig: {e}"),
+        }
+    }
+
+    pub fn try_new(engine: Arc<Engine>, pg: Config, config: LeaderConfig) -> Result<Leader> {
+        config.validate()?;
+        Ok(Leader {
             engine,
             pg,
             config,
             rescues: tokio::sync::broadcast::channel(64).0,
             extra: Vec::new(),
-        }
+            duties: duty::Duties::default(),
+        })
+    }
+
+    /// The duties' counters and "run a pass now" triggers (metrics, tests).
+    pub fn duties(&self) -> duty::Duties {
+        self.duties.clone()
     }
 
     /// Adds a duty that runs only while this process leads (see [`ExtraDuty`]).
@@ -140,30 +196,31 @@ impl Leader {
     async fn lead_once(&self, shutdown: &mut watch::Receiver<bool>) -> Result<()> {
         let lock = connect(&self.pg, "leader").await?;
         let got: bool = lock
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK])
+            .query_one("SELECT pg_try_advisory_lock($1) AS got", &[&LEADER_LOCK])
             .await?
-            .get(0);
+            .get("got");
         if !got {
             return Ok(());
         }
         tracing::info!("became leader");
         let mut duties = JoinSet::new();
         let c = &self.config;
-        duties.spawn(ticker::run(self.engine.clone(), self.pg.clone(), c.clone()));
-        duties.spawn(promoter::run(self.pg.clone(), c.clone()));
-        duties.spawn(rescuer::run(
-            self.pg.clone(),
-            c.clone(),
-            self.rescues.clone(),
-        ));
-        duties.spawn(rotator::run(self.pg.clone(), c.clone()));
-        duties.spawn(janitor::run(self.pg.clone(), c.clone()));
-        duties.spawn(crate::workflow::retention::run(self.pg.clone(), c.clone()));
-        duties.spawn(recounter::run(
-            self.engine.clone(),
-            self.pg.clone(),
-            c.clone(),
-        ));
+        let builtin: Vec<Box<dyn duty::Duty>> = vec![
+            Box::new(ticker::Ticker {
+                engine: self.engine.clone(),
+                config: c.clone(),
+            }),
+            Box::new(promoter::Promoter::new(c)),
+            Box::new(rescuer::Rescuer::new(c, self.rescues.clone())),
+            Box::new(rotator::Rotator { config: c.clone() }),
+            Box::new(janitor::Janitor::new(c)),
+            Box::new(crate::workflow::retention::Retention::new(c)),
+            Box::new(recounter::Recounter::new(self.engine.clone(), c)),
+        ];
+        for d in builtin {
+            let handle = self.duties.handle(d.name());
+            duties.spawn(duty::run(self.pg.clone(), d, handle));
+        }
         for duty in &self.extra {
             duties.spawn(duty(self.pg.clone()));
         }
@@ -184,39 +241,5 @@ impl Leader {
         duties.shutdown().await;
         tracing::info!("leadership released");
         result
-    }
-}
-
-/// Runs `step` forever every `every`, reconnecting after errors. Each duty is one of these.
-pub(crate) async fn duty_loop<F, Fut>(pg: Config, role: &'static str, every: Duration, mut step: F)
-where
-    F: FnMut(Client) -> Fut,
-    Fut: std::future::Future<Output = (Client, Result<bool>)>,
-{
-    loop {
-        let mut client = match connect(&pg, role).await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(role, error = %e, "duty cannot connect");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        loop {
-            let (c, result) = step(client).await;
-            client = c;
-            match result {
-                // true: more work is waiting, go again at once.
-                Ok(true) => continue,
-                Ok(false) => tokio::time::sleep(every).await,
-                Err(e) => {
-                    tracing::warn!(role, error = %e, "duty step failed");
-                    if client.is_closed() {
-                        break;
-                    }
-                    tokio::time::sleep(every).await;
-                }
-            }
-        }
     }
 }

@@ -1,8 +1,11 @@
 //! Promoter: moves due scheduled jobs into the ready log in batches (one statement each).
 
-use tokio_postgres::{Client, Config};
+use std::time::Duration;
 
-use super::{duty_loop, LeaderConfig};
+use tokio_postgres::Client;
+
+use super::duty::{Duty, DutyFuture, Next};
+use super::LeaderConfig;
 use crate::error::Result;
 
 const PROMOTE: &str = include_str!("../sql/promote.sql");
@@ -13,16 +16,38 @@ pub async fn promote(client: &Client, batch: i64) -> Result<u64> {
     Ok(client.execute(&stmt, &[&batch]).await?)
 }
 
-pub async fn run(pg: Config, config: LeaderConfig) {
-    let batch = config.promote_batch;
-    duty_loop(
-        pg,
-        "promoter",
-        config.promote_interval,
-        move |client| async move {
-            let r = promote(&client, batch).await.map(|n| n as i64 >= batch);
-            (client, r)
-        },
-    )
-    .await
+/// The promoter duty.
+pub struct Promoter {
+    pub batch: i64,
+    pub every: Duration,
+}
+
+impl Promoter {
+    pub fn new(config: &LeaderConfig) -> Promoter {
+        Promoter {
+            batch: config.promote_batch,
+            every: config.promote_interval,
+        }
+    }
+}
+
+impl Duty for Promoter {
+    fn name(&self) -> &'static str {
+        "promoter"
+    }
+
+    fn interval(&self) -> Duration {
+        self.every
+    }
+
+    fn run_once<'a>(&'a mut self, client: &'a mut Client) -> DutyFuture<'a, Next> {
+        Box::pin(async move {
+            let n = promote(client, self.batch).await?;
+            Ok(if n as i64 >= self.batch {
+                Next::Now
+            } else {
+                Next::Idle
+            })
+        })
+    }
 }

@@ -4,9 +4,12 @@
 
 use std::sync::Arc;
 
-use tokio_postgres::{Client, Config};
+use std::time::Duration;
 
-use super::{duty_loop, LeaderConfig};
+use tokio_postgres::Client;
+
+use super::duty::{Duty, DutyFuture, Next};
+use super::LeaderConfig;
 use crate::counters::{recount_lane, LaneRecount};
 use crate::engine::Engine;
 use crate::error::Result;
@@ -18,12 +21,12 @@ pub async fn step(engine: &Engine, client: &Client, after: i32) -> Result<Option
     let mut lane: Option<i32> = client
         .query_opt(NEXT_LANE, &[&after])
         .await?
-        .map(|r| r.get(0));
+        .map(|r| r.get("lane"));
     if lane.is_none() && after > 0 {
         lane = client
             .query_opt(NEXT_LANE, &[&0i32])
             .await?
-            .map(|r| r.get(0));
+            .map(|r| r.get("lane"));
     }
     let Some(lane) = lane else { return Ok(None) };
     let settle = engine.config().counter_flush * 2;
@@ -34,21 +37,39 @@ pub async fn step(engine: &Engine, client: &Client, after: i32) -> Result<Option
     Ok(Some(lane))
 }
 
-pub async fn run(engine: Arc<Engine>, pg: Config, config: LeaderConfig) {
-    let last = Arc::new(std::sync::atomic::AtomicI32::new(0));
-    duty_loop(pg, "recounter", config.recount_interval, move |client| {
-        let engine = engine.clone();
-        let last = last.clone();
-        async move {
-            let after = last.load(std::sync::atomic::Ordering::Relaxed);
-            let r = step(&engine, &client, after).await.map(|lane| {
-                if let Some(l) = lane {
-                    last.store(l, std::sync::atomic::Ordering::Relaxed);
-                }
-                false
-            });
-            (client, r)
+/// The recounter duty: one lane per pass, round and round.
+pub struct Recounter {
+    pub engine: Arc<Engine>,
+    pub every: Duration,
+    /// The lane recounted last.
+    pub last: i32,
+}
+
+impl Recounter {
+    pub fn new(engine: Arc<Engine>, config: &LeaderConfig) -> Recounter {
+        Recounter {
+            engine,
+            every: config.recount_interval,
+            last: 0,
         }
-    })
-    .await
+    }
+}
+
+impl Duty for Recounter {
+    fn name(&self) -> &'static str {
+        "recounter"
+    }
+
+    fn interval(&self) -> Duration {
+        self.every
+    }
+
+    fn run_once<'a>(&'a mut self, client: &'a mut Client) -> DutyFuture<'a, Next> {
+        Box::pin(async move {
+            if let Some(l) = step(&self.engine, client, self.last).await? {
+                self.last = l;
+            }
+            Ok(Next::Idle)
+        })
+    }
 }

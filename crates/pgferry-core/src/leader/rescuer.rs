@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_postgres::{Client, Config};
+use tokio_postgres::Client;
 
-use super::{duty_loop, LeaderConfig};
+use super::duty::{Duty, DutyFuture, Next};
+use super::LeaderConfig;
 use crate::error::Result;
 
 const RESCUE_LOCK: &str = include_str!("../sql/rescue_lock.sql");
@@ -34,11 +35,11 @@ impl RescueReport {
     /// Adds one statement's answer (rescue.sql's columns).
     fn add(&mut self, receipts: usize, row: &tokio_postgres::Row) {
         self.receipts += receipts as i64;
-        self.examined += row.get::<_, i64>(0);
-        self.retried += row.get::<_, i64>(1);
-        self.dead += row.get::<_, i64>(2);
-        let names: Vec<String> = row.get(3);
-        let counts: Vec<i64> = row.get(4);
+        self.examined += row.get::<_, i64>("examined");
+        self.retried += row.get::<_, i64>("retried");
+        self.dead += row.get::<_, i64>("dead");
+        let names: Vec<String> = row.get("queues");
+        let counts: Vec<i64> = row.get("queue_counts");
         for (name, n) in names.into_iter().zip(counts) {
             match self.per_queue.iter_mut().find(|(q, _)| *q == name) {
                 Some((_, m)) => *m += n,
@@ -65,19 +66,19 @@ pub async fn rescue(client: &mut Client, settle: Duration) -> Result<RescueRepor
     // partitions were empty when last analyzed (opened fresh, ADR 0009) and grow faster than
     // autoanalyze follows, so statistics would pick a Seq Scan of the whole current segment.
     tx.batch_execute("SET LOCAL enable_seqscan = off").await?;
-    let mark: i64 = tx.query_one(READ_MARK, &[]).await?.get(0);
+    let mark: i64 = tx.query_one(READ_MARK, &[]).await?.get("rescue_mark");
     let locked = tx
         .query_one(RESCUE_LOCK, &[&mark, &RECEIPTS_PER_PASS])
         .await?;
-    let ids: Vec<i64> = locked.get(0);
+    let ids: Vec<i64> = locked.get("ids");
     let mut report = RescueReport::default();
     if !ids.is_empty() {
-        let (lo, hi): (i64, i64) = (locked.get(1), locked.get(2));
+        let (lo, hi): (i64, i64) = (locked.get("lo"), locked.get("hi"));
         let row = tx.query_one(RESCUE, &[&ids, &lo, &hi]).await?;
         report.add(ids.len(), &row);
     }
     // Without expired receipts the mark may still move over receipts closed normally.
-    let upto: i64 = locked.get::<_, Option<i64>>(2).unwrap_or(i64::MAX);
+    let upto: i64 = locked.get::<_, Option<i64>>("hi").unwrap_or(i64::MAX);
     let settle_ms = i64::try_from(settle.as_millis()).unwrap_or(i64::MAX);
     tx.execute(RESCUE_MARK, &[&upto, &settle_ms]).await?;
     tx.commit().await?;
@@ -88,9 +89,9 @@ pub async fn rescue(client: &mut Client, settle: Duration) -> Result<RescueRepor
     let locked = tx
         .query_one(RESCUE_LONG_LOCK, &[&RECEIPTS_PER_PASS])
         .await?;
-    let ids: Vec<i64> = locked.get(0);
+    let ids: Vec<i64> = locked.get("ids");
     if !ids.is_empty() {
-        let (lo, hi): (i64, i64) = (locked.get(1), locked.get(2));
+        let (lo, hi): (i64, i64) = (locked.get("lo"), locked.get("hi"));
         let row = tx.query_one(RESCUE, &[&ids, &lo, &hi]).await?;
         report.add(ids.len(), &row);
         tx.execute(LONG_LEASES_DROP, &[&ids]).await?;
@@ -102,33 +103,53 @@ pub async fn rescue(client: &mut Client, settle: Duration) -> Result<RescueRepor
     let row = client
         .query_one(RESCUE_HANDED, &[&RECEIPTS_PER_PASS])
         .await?;
-    let examined = row.get::<_, i64>(0);
+    let examined = row.get::<_, i64>("examined");
     if examined > 0 {
         report.add(0, &row);
     }
     Ok(report)
 }
 
-pub async fn run(pg: Config, config: LeaderConfig, feed: RescueFeed) {
-    let settle = config.claim_settle;
-    duty_loop(pg, "rescuer", config.rescue_interval, move |mut client| {
-        let feed = feed.clone();
-        async move {
-            let r = rescue(&mut client, settle).await.map(|rep| {
-                let more = rep.receipts >= RECEIPTS_PER_PASS;
-                if rep.retried + rep.dead > 0 {
-                    tracing::info!(
-                        retried = rep.retried,
-                        dead = rep.dead,
-                        "rescued expired leases"
-                    );
-                    // No subscriber is fine (an embedding application without metrics).
-                    let _ = feed.send(Arc::new(rep));
-                }
-                more
-            });
-            (client, r)
+/// The rescuer duty; every pass that rescued something is reported on `feed`.
+pub struct Rescuer {
+    pub settle: Duration,
+    pub every: Duration,
+    pub feed: RescueFeed,
+}
+
+impl Rescuer {
+    pub fn new(config: &LeaderConfig, feed: RescueFeed) -> Rescuer {
+        Rescuer {
+            settle: config.claim_settle,
+            every: config.rescue_interval,
+            feed,
         }
-    })
-    .await
+    }
+}
+
+impl Duty for Rescuer {
+    fn name(&self) -> &'static str {
+        "rescuer"
+    }
+
+    fn interval(&self) -> Duration {
+        self.every
+    }
+
+    fn run_once<'a>(&'a mut self, client: &'a mut Client) -> DutyFuture<'a, Next> {
+        Box::pin(async move {
+            let rep = rescue(client, self.settle).await?;
+            let more = rep.receipts >= RECEIPTS_PER_PASS;
+            if rep.retried + rep.dead > 0 {
+                tracing::info!(
+                    retried = rep.retried,
+                    dead = rep.dead,
+                    "rescued expired leases"
+                );
+                // No subscriber is fine (an embedding application without metrics).
+                let _ = self.feed.send(Arc::new(rep));
+            }
+            Ok(if more { Next::Now } else { Next::Idle })
+        })
+    }
 }

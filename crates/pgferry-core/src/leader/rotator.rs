@@ -1,4 +1,4 @@
-//! Rotator: opens the next segment on a timer and frees the oldest sealed one (architecture.md §3.4).
+//! Rotator: opens the next segment on a timer and frees the oldest sealed one (architecture.md §3.5).
 //!
 //! Freeing never takes a lock that the hot path would queue behind. A plain `TRUNCATE` of a
 //! partition needs ACCESS EXCLUSIVE on it, and every claim and completion holds ACCESS SHARE
@@ -27,9 +27,10 @@
 
 use std::time::Duration;
 
-use tokio_postgres::{Client, Config};
+use tokio_postgres::Client;
 
-use super::{duty_loop, LeaderConfig};
+use super::duty::{Duty, DutyFuture, Next};
+use super::LeaderConfig;
 use crate::error::Result;
 
 const ADVANCE: &str = include_str!("../sql/advance_segment.sql");
@@ -85,7 +86,7 @@ async fn attach_next(client: &Client) -> Result<bool> {
     let Some(row) = client.query_opt(NEXT_FREE, &[]).await? else {
         return Ok(false);
     };
-    let next: i16 = row.get(0);
+    let next: i16 = row.get("segment");
     let mut attached = false;
     for table in SEGMENT_TABLES {
         attached |= attach(client, table, next).await?;
@@ -106,21 +107,28 @@ pub async fn free_oldest(client: &mut Client, retention: Duration) -> Result<Fre
     let Some(row) = client.query_opt(OLDEST_SEALED, &[&retention_ms]).await? else {
         return Ok(FreeResult::NoneSealed);
     };
-    let (segment, retention_passed): (i16, bool) = (row.get(0), row.get(1));
+    let (segment, retention_passed): (i16, bool) =
+        (row.get("segment"), row.get("retention_passed"));
     if !retention_passed {
         return Ok(FreeResult::RetentionPending(segment));
     }
     let writers: bool = client
         .query_one(WRITERS, &[&partition("ready", segment)])
         .await?
-        .get(0);
+        .get("writing");
     if writers {
         return Ok(FreeResult::WriterInProgress(segment));
     }
-    let open: bool = client.query_one(OPEN_JOBS, &[&segment]).await?.get(0);
+    let open: bool = client
+        .query_one(OPEN_JOBS, &[&segment])
+        .await?
+        .get("has_open_jobs");
     if open
         && (hand_over(client, segment).await? == 0
-            || client.query_one(OPEN_JOBS, &[&segment]).await?.get(0))
+            || client
+                .query_one(OPEN_JOBS, &[&segment])
+                .await?
+                .get("has_open_jobs"))
     {
         return Ok(FreeResult::OpenJobs(segment));
     }
@@ -138,7 +146,10 @@ pub async fn free_oldest(client: &mut Client, retention: Duration) -> Result<Fre
 
 /// Hands the segment's open long-leased attempts over to `long_leases`; returns how many.
 pub async fn hand_over(client: &Client, segment: i16) -> Result<i32> {
-    Ok(client.query_one(HAND_OVER, &[&segment]).await?.get(0))
+    Ok(client
+        .query_one(HAND_OVER, &[&segment])
+        .await?
+        .get("handed"))
 }
 
 /// Copies lane cursors out of the segment while holding those lanes' claim locks.
@@ -162,9 +173,9 @@ async fn finish_freeing(client: &Client, segment: i16) -> Result<FreeResult> {
     );
     let recheck = format!(
         "SELECT (SELECT count(*) FROM {ready}) > (SELECT coalesce(sum(cardinality(job_ids)), 0) FROM {completions}) \
-         + (SELECT count(*) FROM pgferry.long_leases WHERE handed_seg = {segment})"
+         + (SELECT count(*) FROM pgferry.long_leases WHERE handed_seg = {segment}) AS has_open_jobs"
     );
-    let open: bool = client.query_one(&recheck, &[]).await?.get(0);
+    let open: bool = client.query_one(&recheck, &[]).await?.get("has_open_jobs");
     if open {
         tracing::warn!(
             segment,
@@ -184,7 +195,7 @@ async fn finish_freeing(client: &Client, segment: i16) -> Result<FreeResult> {
         .collect();
     // One transaction (a multi-statement simple query): the hand-overs this segment counted
     // closed must stop counting exactly when its number is free for reuse, and outcomes
-    // naming the old incarnation become stale (reuse_floor, migration 0007).
+    // naming the old incarnation become stale (segments.reuse_floor).
     client
         .batch_execute(&format!(
             "TRUNCATE {}; UPDATE pgferry.long_leases SET handed_seg = NULL WHERE handed_seg = {segment}; \
@@ -203,7 +214,7 @@ async fn finish_freeing(client: &Client, segment: i16) -> Result<FreeResult> {
 /// Finishes segments a crash left in 'freeing'.
 async fn repair(client: &Client) -> Result<()> {
     for row in client.query(FREEING, &[]).await? {
-        let segment: i16 = row.get(0);
+        let segment: i16 = row.get("segment");
         tracing::info!(segment, "finishing an interrupted segment rotation");
         finish_freeing(client, segment).await?;
     }
@@ -213,7 +224,7 @@ async fn repair(client: &Client) -> Result<()> {
 async fn detach(client: &Client, table: &str, segment: i16) -> Result<()> {
     let part = partition(table, segment);
     let state = client.query_opt(PARTITION_STATE, &[&part]).await?;
-    let sql = match state.map(|r| r.get::<_, bool>(0)) {
+    let sql = match state.map(|r| r.get::<_, bool>("inhdetachpending")) {
         None => return Ok(()),
         Some(false) => format!("ALTER TABLE pgferry.{table} DETACH PARTITION {part} CONCURRENTLY"),
         Some(true) => format!("ALTER TABLE pgferry.{table} DETACH PARTITION {part} FINALIZE"),
@@ -249,14 +260,24 @@ pub async fn rotate(client: &mut Client, config: &LeaderConfig) -> Result<Vec<Fr
     }
 }
 
-pub async fn run(pg: Config, config: LeaderConfig) {
-    let every = config.rotate_interval;
-    duty_loop(pg, "rotator", every, move |mut client| {
-        let config = config.clone();
-        async move {
-            let r = rotate(&mut client, &config).await.map(|_| false);
-            (client, r)
-        }
-    })
-    .await
+/// The rotator duty.
+pub struct Rotator {
+    pub config: LeaderConfig,
+}
+
+impl Duty for Rotator {
+    fn name(&self) -> &'static str {
+        "rotator"
+    }
+
+    fn interval(&self) -> std::time::Duration {
+        self.config.rotate_interval
+    }
+
+    fn run_once<'a>(&'a mut self, client: &'a mut Client) -> DutyFuture<'a, Next> {
+        Box::pin(async move {
+            rotate(client, &self.config).await?;
+            Ok(Next::Idle)
+        })
+    }
 }

@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
-use tokio_postgres::{Client, Config};
+use tokio_postgres::Client;
 
-use super::{connect, LeaderConfig};
+use super::duty::{Duty, DutyFuture, Next};
+use super::LeaderConfig;
 use crate::engine::Engine;
 use crate::error::Result;
 
@@ -16,48 +17,57 @@ const TICK: &str = include_str!("../sql/tick.sql");
 /// Writes a tick if the log may have changed; returns its id.
 pub async fn tick(client: &Client) -> Result<Option<i64>> {
     let stmt = client.prepare(TICK).await?;
-    Ok(client.query_opt(&stmt, &[]).await?.map(|r| r.get(0)))
+    Ok(client
+        .query_opt(&stmt, &[])
+        .await?
+        .map(|r| r.get("tick_id")))
 }
 
-pub async fn run(engine: Arc<Engine>, pg: Config, config: LeaderConfig) {
-    loop {
-        let client = match connect(&pg, "ticker").await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "ticker cannot connect");
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        if let Err(e) = tick_loop(&engine, &client, &config).await {
-            tracing::warn!(error = %e, "ticker failed");
-        }
-        tokio::time::sleep(config.idle_tick_interval).await;
+/// The ticker duty: a tick, then `tick_interval` while the log grows; idle, it waits for
+/// `idle_tick_interval` or until this process enqueues something.
+pub struct Ticker {
+    pub engine: Arc<Engine>,
+    pub config: LeaderConfig,
+}
+
+impl Duty for Ticker {
+    fn name(&self) -> &'static str {
+        "ticker"
     }
-}
 
-async fn tick_loop(engine: &Engine, client: &Client, config: &LeaderConfig) -> Result<()> {
-    // enable_seqscan off: the latest-tick probe must use ticks_id even when a freshly
-    // reused segment's statistics say it is empty.
-    client
-        .batch_execute("SET synchronous_commit = off; SET enable_seqscan = off")
-        .await?;
-    let stmt = client.prepare(TICK).await?;
-    let grew = engine.log_grew();
-    loop {
-        match client
-            .query_opt(&stmt, &[])
-            .await?
-            .map(|r| r.get::<_, i64>(0))
-        {
-            Some(id) => {
-                engine.publish_tick(id);
-                tokio::time::sleep(config.tick_interval).await;
-            }
-            None => {
-                // Idle: wake early when this process enqueued something.
-                let _ = tokio::time::timeout(config.idle_tick_interval, grew.notified()).await;
-            }
-        }
+    fn interval(&self) -> std::time::Duration {
+        self.config.idle_tick_interval
+    }
+
+    fn prepare<'a>(&'a mut self, client: &'a Client) -> DutyFuture<'a, ()> {
+        // enable_seqscan off: the latest-tick probe must use ticks_id even when a freshly
+        // reused segment's statistics say it is empty.
+        Box::pin(async move {
+            client
+                .batch_execute("SET synchronous_commit = off; SET enable_seqscan = off")
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn run_once<'a>(&'a mut self, client: &'a mut Client) -> DutyFuture<'a, Next> {
+        Box::pin(async move {
+            Ok(match tick(client).await? {
+                Some(id) => {
+                    self.engine.publish_tick(id);
+                    Next::After(self.config.tick_interval)
+                }
+                None => Next::Idle,
+            })
+        })
+    }
+
+    fn idle(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        // Idle: wake early when this process enqueued something.
+        let grew = self.engine.log_grew();
+        let wait = self.config.idle_tick_interval;
+        Box::pin(async move {
+            let _ = tokio::time::timeout(wait, grew.notified()).await;
+        })
     }
 }

@@ -159,6 +159,8 @@ pub struct Stats {
     /// Moved to the dead-letter queue (discarded, or failed on their last attempt).
     pub dead: u64,
     pub snoozed: u64,
+    /// Handed back unstarted (not attempts).
+    pub released: u64,
     pub cancelled: u64,
     /// Still running when the grace period ended: told to stop and reported failed (they
     /// run again; counted in `retried` or `dead` too).

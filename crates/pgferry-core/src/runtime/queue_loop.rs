@@ -244,6 +244,7 @@ async fn complete_loop(
                 OutcomeKind::Retry { .. } => stats.retried += 1,
                 OutcomeKind::Dead => stats.dead += 1,
                 OutcomeKind::Snooze { .. } => stats.snoozed += 1,
+                OutcomeKind::Released => stats.released += 1,
                 OutcomeKind::Cancelled => stats.cancelled += 1,
             }
         }

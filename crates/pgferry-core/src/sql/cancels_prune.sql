@@ -80,5 +80,5 @@ gone AS (
      WHERE x.job_id = d.job_id
     RETURNING x.job_id
 )
-SELECT (SELECT max(b.job_id) FROM batch b), (SELECT count(*) FROM batch),
-       (SELECT count(*) FROM gone)
+SELECT (SELECT max(b.job_id) FROM batch b) AS last_job_id, (SELECT count(*) FROM batch) AS scanned,
+       (SELECT count(*) FROM gone) AS dropped

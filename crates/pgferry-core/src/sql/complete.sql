@@ -1,7 +1,10 @@
 -- complete: every outcome of a batch in one statement (architecture.md §1.5): pgferry.complete()
--- (migrations/0007_long_lease_hand_over.sql, paths from 0004_fast_path.sql) for the
+-- (sql/functions/complete.sql) for the
 -- statements and plans per outcome. Batches of whole receipts go to complete_whole.sql.
--- $1 job ids, $2 attempts, $3 job segments, $4 receipt ids, $5 lanes, $6 receipt segments,
--- $7 outcome codes, $8 errors, $9 retry delays ms, $10 results, $11 durations ms
+-- One element per outcome: job id, attempt, job segment, receipt id, lane, receipt segment,
+-- outcome code, error, retry delay (ms), result, duration (ms); the last four NULL when no
+-- outcome sets them. Names are completion.rs's PerOutcome fields (checked by a unit test).
+-- params: $1 ids, $2 attempts, $3 segments, $4 receipts, $5 lanes, $6 rsegs, $7 codes,
+--   $8 errors, $9 delays, $10 results, $11 durations
 SELECT ord, won
   FROM pgferry.complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)

@@ -16,4 +16,4 @@ counted AS (
     ON CONFLICT (lane) DO UPDATE
        SET dead = c.dead + EXCLUDED.dead, version = c.version + 1, updated_at = now()
 )
-SELECT count(*) FROM gone
+SELECT count(*) AS purged FROM gone

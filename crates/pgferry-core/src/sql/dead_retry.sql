@@ -32,4 +32,4 @@ counted AS (
        SET pending = c.pending + EXCLUDED.pending, dead = c.dead + EXCLUDED.dead,
            version = c.version + 1, updated_at = now()
 )
-SELECT count(*) FROM picked
+SELECT count(*) AS retried FROM picked

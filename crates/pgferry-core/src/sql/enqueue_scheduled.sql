@@ -1,8 +1,9 @@
 -- enqueue of a batch in which some jobs have a future run_at: still one statement. Due jobs
 -- go into the log, future ones into `scheduled` (the promoter moves them when due). Batches
 -- without a future run_at use enqueue.sql, the hot path.
--- $1 lanes int[], $2 kinds text[], $3 args jsonb[], $4 metas jsonb[], $5 max_attempts int[],
--- $6 run_at timestamptz[] (NULL: now)
+-- Arrays, one element per job: lane, kind, args, meta, max attempts, run_at (NULL: now).
+-- Names are enqueue.rs's EnqueueBatch fields (checked by a unit test).
+-- params: $1 lanes, $2 kinds, $3 args, $4 metas, $5 max_attempts, $6 run_ats
 WITH u AS MATERIALIZED (
     SELECT u.*, nextval('pgferry.job_id_seq') AS job_id
       FROM unnest($1::int[], $2::text[], $3::jsonb[], $4::jsonb[], $5::int[],

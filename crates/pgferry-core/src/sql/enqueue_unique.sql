@@ -3,8 +3,11 @@
 -- is not enqueued and answers the holder's id (NULL when the holder committed after this
 -- statement's snapshot: the caller looks it up). Two jobs of one batch with the same key:
 -- the first wins. Primary key unique_keys (queue, key).
--- $1 lanes, $2 kinds, $3 args, $4 metas, $5 max_attempts, $6 run_at, $7 queue names,
--- $8 keys (NULL: no key), $9 periods ms (completed jobs hold the key this long)
+-- Arrays, one element per job: lane, kind, args, meta, max attempts, run_at, queue name,
+-- unique key (NULL: no key), period ms (completed jobs hold the key this long). Names are
+-- enqueue.rs's EnqueueBatch fields (checked by a unit test).
+-- params: $1 lanes, $2 kinds, $3 args, $4 metas, $5 max_attempts, $6 run_ats, $7 queues,
+--   $8 keys, $9 periods
 WITH u AS MATERIALIZED (
     SELECT u.*, nextval('pgferry.job_id_seq') AS job_id
       FROM unnest($1::int[], $2::text[], $3::jsonb[], $4::jsonb[], $5::int[],
@@ -38,7 +41,7 @@ later AS (
 )
 -- The holder of a lost key: a row from before this statement (k), or the batch's own
 -- first job with that key (t; rows inserted by a CTE are not visible to scans of the table).
-SELECT CASE WHEN w.job_id IS NOT NULL THEN u.job_id ELSE coalesce(t.job_id, k.job_id) END,
+SELECT CASE WHEN w.job_id IS NOT NULL THEN u.job_id ELSE coalesce(t.job_id, k.job_id) END AS job_id,
        w.job_id IS NULL AS duplicate
   FROM u
   LEFT JOIN w ON w.job_id = u.job_id

@@ -8,4 +8,4 @@ WITH gone AS (
                     LIMIT $2)
     RETURNING 1
 )
-SELECT count(*) FROM gone
+SELECT count(*) AS dropped FROM gone

@@ -9,7 +9,7 @@
 --   - outcomes: only of claimed attempts, by array overlap in their segments' completions
 --     (one pass over each such partition for the whole set: completions hold one row per
 --     receipt batch and carry no per-job index, which would cost complete() an entry per job);
---   - side rows: primary keys of scheduled, cancels, dead.
+--   - side rows: primary keys of scheduled, cancels, dead; the unique key the job holds.
 -- The result and the claiming receipt of each attempt come from jobs_extras.sql: kept apart,
 -- this statement plans in about the time of the three it replaced (cancel needs only it).
 -- $1 job ids
@@ -22,13 +22,16 @@ WITH ids AS (
 -- ready_rows() per id (a LATERAL, so that no estimate of the array's size turns it into a
 -- scan of the log). An attempt handed over to long_leases (ADR 0008) is read from there,
 -- whether or not its segment still holds its ready row (long_leases primary key).
+-- A job handed back unstarted (outcome 8) has a second row of the same attempt, written
+-- after the first: only the newest row of an attempt is the attempt.
 att AS MATERIALIZED (
     SELECT r.*, false AS handed
       FROM ids i
       CROSS JOIN LATERAL (
-          SELECT r.job_id, r.attempt, r.segment, r.lane, r.xid, r.seq, r.kind, r.args, r.meta,
-                 r.max_attempts, r.enqueued_at
-            FROM pgferry.ready_rows(i.job_id) r) r
+          SELECT DISTINCT ON (r.attempt) r.job_id, r.attempt, r.segment, r.lane, r.xid, r.seq,
+                 r.kind, r.args, r.meta, r.max_attempts, r.enqueued_at
+            FROM pgferry.ready_rows(i.job_id) r
+           ORDER BY r.attempt, r.xid DESC, r.seq DESC) r
      WHERE NOT EXISTS (SELECT 1 FROM pgferry.long_leases ll
                         WHERE ll.job_id = r.job_id AND ll.attempt = r.attempt AND ll.handed_over)
     UNION ALL
@@ -64,6 +67,8 @@ outc AS MATERIALIZED (
      WHERE c.segment = ANY (ARRAY(SELECT DISTINCT a.segment FROM a2 a WHERE a.claimed))
        AND c.job_ids && ARRAY(SELECT a.job_id FROM a2 a WHERE a.claimed)
        AND (u.job_id, u.attempt) IN (SELECT a.job_id, a.attempt FROM a2 a WHERE a.claimed)
+       -- A hand-back is not an outcome of the attempt (its newer row carries the attempt).
+       AND c.outcome <> 8
     UNION ALL
     SELECT ll.job_id, ll.attempt, ll.outcome, ll.error, ll.duration_ms, ll.finished_at,
            ll.receipt_id
@@ -76,7 +81,7 @@ side AS MATERIALIZED (
     SELECT k.job_id, s.run_at, s.lane AS s_lane, s.kind AS s_kind, s.args AS s_args,
            s.meta AS s_meta, s.max_attempts AS s_max, x.job_id IS NOT NULL AS cancel_requested,
            x.lane AS x_lane, x.kind AS x_kind, x.args AS x_args, x.meta AS x_meta,
-           x.max_attempts AS x_max, d.attempt AS dead_attempt
+           x.max_attempts AS x_max, d.attempt AS dead_attempt, u.key AS unique_key
       FROM ids k
       LEFT JOIN LATERAL (
           SELECT s.* FROM pgferry.scheduled s WHERE s.job_id = k.job_id) s ON true
@@ -84,6 +89,9 @@ side AS MATERIALIZED (
           SELECT x.* FROM pgferry.cancels x WHERE x.job_id = k.job_id) x ON true
       LEFT JOIN LATERAL (
           SELECT d.attempt FROM pgferry.dead d WHERE d.job_id = k.job_id) d ON true
+      -- The unique key the job holds (index unique_keys_job); none once released.
+      LEFT JOIN LATERAL (
+          SELECT u.key FROM pgferry.unique_keys u WHERE u.job_id = k.job_id LIMIT 1) u ON true
 )
 SELECT k.job_id, a.attempt, a.claimed, a.last, o.outcome, o.error, o.duration_ms,
        o.finished_at, a.kind, CASE WHEN a.last THEN a.args END AS args,
@@ -92,6 +100,7 @@ SELECT k.job_id, a.attempt, a.claimed, a.last, o.outcome, o.error, o.duration_ms
        coalesce(k.s_args, k.x_args) AS side_args, coalesce(k.s_meta, k.x_meta) AS side_meta,
        coalesce(k.s_max, k.x_max) AS side_max_attempts,
        q.name AS queue, l.priority, k.dead_attempt, k.cancel_requested, o.receipt_id,
+       k.unique_key,
        coalesce(a.lane, k.s_lane, k.x_lane) AS lane
   FROM side k
   LEFT JOIN a2 a ON a.job_id = k.job_id

@@ -17,7 +17,7 @@ WITH gone AS (
                                    WHERE rc.lane = x.lane AND rc.receipt_id = x.receipt_id)
                   -- Nor while it holds a unique key for a period: once the log rows are gone
                   -- this row is the completion that unique.rs and unique_prune.sql read
-                  -- (index unique_keys_job, migration 0010).
+                  -- (index unique_keys_job).
                   AND NOT EXISTS (SELECT 1 FROM pgferry.unique_keys k
                                    WHERE k.job_id = x.job_id
                                      AND x.finished_at + k.period_ms * interval '1 millisecond'
@@ -25,4 +25,4 @@ WITH gone AS (
                 LIMIT $2)
     RETURNING 1
 )
-SELECT count(*) FROM gone
+SELECT count(*) AS dropped FROM gone

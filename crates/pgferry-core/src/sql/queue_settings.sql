@@ -1,7 +1,7 @@
 -- Update a queue's settings; NULL keeps the current value. Cold path (operators).
 -- $1 name, $2 max_attempts, $3 lease_ms, $4 backoff_base_ms, $5 backoff_cap_ms,
 -- $6 retention_ms, $7 aging_ms, $8 paused, $9 concurrency (0: remove the limit),
--- $10 async_commit (migrations/0011_queue_durability.sql)
+-- $10 async_commit (queues.async_commit)
 UPDATE pgferry.queues
    SET max_attempts    = coalesce($2, max_attempts),
        lease_ms        = coalesce($3, lease_ms),

@@ -9,4 +9,4 @@
 -- $1 segment
 SELECT (SELECT count(*) FROM pgferry.ready WHERE segment = $1)
      > (SELECT coalesce(sum(cardinality(job_ids)), 0) FROM pgferry.completions WHERE segment = $1)
-       + (SELECT count(*) FROM pgferry.long_leases WHERE handed_seg = $1)
+       + (SELECT count(*) FROM pgferry.long_leases WHERE handed_seg = $1) AS has_open_jobs

@@ -89,6 +89,6 @@ gone AS (
      WHERE k.queue = r.queue AND k.key = r.key AND k.job_id = r.job_id
     RETURNING k.key
 )
-SELECT (SELECT b.queue FROM batch b ORDER BY b.queue DESC, b.key DESC LIMIT 1),
-       (SELECT b.key FROM batch b ORDER BY b.queue DESC, b.key DESC LIMIT 1),
-       (SELECT count(*) FROM batch), (SELECT count(*) FROM gone)
+SELECT (SELECT b.queue FROM batch b ORDER BY b.queue DESC, b.key DESC LIMIT 1) AS last_queue,
+       (SELECT b.key FROM batch b ORDER BY b.queue DESC, b.key DESC LIMIT 1) AS last_key,
+       (SELECT count(*) FROM batch) AS scanned, (SELECT count(*) FROM gone) AS released

@@ -1,5 +1,5 @@
 //! Starting, signalling, cancelling and retrying instances; claiming steps and recording
-//! their outcomes. Each operation is one statement (a call of a function of migration 0015),
+//! their outcomes. Each operation is one statement (a call of a function in src/sql/functions/wf_*.sql),
 //! also inside the caller's transaction where that makes sense (`*_tx`).
 
 use std::time::{Duration, SystemTime};

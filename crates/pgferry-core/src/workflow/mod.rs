@@ -8,6 +8,7 @@
 
 mod client;
 mod inspect;
+mod lease;
 mod machine;
 pub mod retention;
 mod validate;
@@ -15,6 +16,7 @@ mod worker;
 
 pub use client::{SignalSent, Start, Started, StepRef, Target, Workflows, MAX_PAYLOAD_BYTES};
 pub use inspect::{InstanceFilter, InstanceInfo, InstancePage, InstanceSummary, StepRecord};
+pub use lease::StepBeat;
 pub use machine::{
     Caps, Child, ChildFailure, ChildResult, ClaimedStep, Handler, Join, Machine, Outcome, Signal,
     Wake,

@@ -190,6 +190,8 @@ pub struct Mixed {
     pub scheduled: Vec<i64>,
     pub dead: Vec<i64>,
     pub cancelled: Vec<i64>,
+    /// Dead-lettered, then purged from the DLQ: gone (`NotFound`).
+    pub purged: Vec<i64>,
 }
 
 /// A queue with jobs in every state, over two priorities and two shards: pending (first
@@ -262,7 +264,8 @@ pub async fn mixed_workload(s: &Setup, queue: &str) -> Mixed {
     assert_eq!(e.retry_dead(&one(c[9].job_id), 10).await.expect("retry"), 1);
     assert_eq!(e.purge_dead(&one(c[10].job_id)).await.expect("purge"), 1);
     m.pending.push(c[9].job_id);
-    m.dead.extend([c[10].job_id, c[11].job_id]);
+    m.dead.push(c[11].job_id);
+    m.purged.push(c[10].job_id);
     // Unclaimed: one cancelled while pending, the rest pending.
     let claimed: Vec<i64> = c.iter().map(|j| j.job_id).collect();
     let unclaimed: Vec<i64> = first

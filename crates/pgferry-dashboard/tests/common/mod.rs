@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig};
+use pgferry_core::{db, Engine, EngineConfig, Leader, LeaderConfig};
 use pgferry_server::auth::{admin, Scopes};
 use pgferry_server::{AppState, ServerConfig};
 use serde_json::{json, Value};
@@ -31,7 +31,9 @@ impl TestServer {
     pub async fn start() -> TestServer {
         let db = pgferry_testkit::test_db().await;
         let mut client = db.connect().await;
-        migrate::up(&mut client).await.expect("migrate");
+        pgferry_server::migrate::up(&mut client)
+            .await
+            .expect("migrate");
         let engine = Engine::new(db::pool(&db.config, "api", 8), EngineConfig::default());
         let (stop_leader, stop_rx) = watch::channel(false);
         let leader = Leader::new(

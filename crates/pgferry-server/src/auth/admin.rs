@@ -94,7 +94,7 @@ pub async fn create_tenant(client: &mut Client, name: &str) -> Result<i64, Admin
     let Some(row) = tx.query_opt(TENANT_INSERT, &[&name]).await? else {
         return Err(AdminError::TenantExists(name.to_string()));
     };
-    let id: i64 = row.get(0);
+    let id: i64 = row.get("tenant_id");
     audit(&tx, Some(id), "tenant.create", name, json!({})).await?;
     tx.commit().await?;
     Ok(id)
@@ -105,7 +105,7 @@ pub async fn tenant_id(client: &Client, name: &str) -> Result<Option<i64>, Admin
     Ok(client
         .query_opt(TENANT_BY_NAME, &[&name])
         .await?
-        .map(|r| r.get(0)))
+        .map(|r| r.get("tenant_id")))
 }
 
 pub async fn list_tenants(client: &Client) -> Result<Vec<Tenant>, AdminError> {
@@ -114,10 +114,10 @@ pub async fn list_tenants(client: &Client) -> Result<Vec<Tenant>, AdminError> {
         .await?
         .iter()
         .map(|r| Tenant {
-            tenant_id: r.get(0),
-            name: r.get(1),
-            created_at: r.get(2),
-            active_keys: r.get(3),
+            tenant_id: r.get("tenant_id"),
+            name: r.get("name"),
+            created_at: r.get("created_at"),
+            active_keys: r.get("active_keys"),
         })
         .collect())
 }
@@ -136,7 +136,7 @@ pub async fn create_key(
     let Some(t) = tx.query_opt(TENANT_BY_NAME, &[&tenant]).await? else {
         return Err(AdminError::NoSuchTenant(tenant.to_string()));
     };
-    let tenant_id: i64 = t.get(0);
+    let tenant_id: i64 = t.get("tenant_id");
     let key = ApiKey::generate();
     let names: Vec<&str> = scopes.names();
     let key_id: i64 = tx
@@ -145,7 +145,7 @@ pub async fn create_key(
             &[&tenant_id, &key.prefix, &key.secret_hash(), &names, &label],
         )
         .await?
-        .get(0);
+        .get("key_id");
     audit(
         &tx,
         Some(tenant_id),
@@ -166,7 +166,7 @@ pub async fn revoke_key(client: &mut Client, prefix: &str) -> Result<i64, AdminE
     let Some(row) = tx.query_opt(KEY_REVOKE, &[&prefix]).await? else {
         return Err(AdminError::NoSuchKey(prefix));
     };
-    let (key_id, tenant_id): (i64, i64) = (row.get(0), row.get(1));
+    let (key_id, tenant_id): (i64, i64) = (row.get("key_id"), row.get("tenant_id"));
     audit(
         &tx,
         Some(tenant_id),
@@ -185,11 +185,11 @@ pub async fn list_keys(client: &Client, tenant_id: i64) -> Result<Vec<KeyInfo>, 
         .await?
         .iter()
         .map(|r| KeyInfo {
-            key_id: r.get(0),
-            prefix: r.get(1),
-            scopes: r.get(2),
-            label: r.get(3),
-            revoked: r.get::<_, Option<SystemTime>>(5).is_some(),
+            key_id: r.get("key_id"),
+            prefix: r.get("prefix"),
+            scopes: r.get("scopes"),
+            label: r.get("label"),
+            revoked: r.get::<_, Option<SystemTime>>("revoked_at").is_some(),
         })
         .collect())
 }
@@ -201,8 +201,9 @@ pub async fn verify_key(client: &Client, key: &ApiKey) -> Result<Option<i64>, Ad
         .query_opt(KEY_LOOKUP, &[&key.prefix, &300.0f64])
         .await?;
     Ok(row.and_then(|r| {
-        let ok = !r.get::<_, bool>(5) && super::keys::hash_matches(&key.secret, r.get(3));
-        ok.then(|| r.get(1))
+        let ok = !r.get::<_, bool>("revoked")
+            && super::keys::hash_matches(&key.secret, r.get("secret_sha256"));
+        ok.then(|| r.get("tenant_id"))
     }))
 }
 

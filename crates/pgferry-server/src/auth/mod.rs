@@ -170,19 +170,23 @@ impl Auth {
             .await
             .map_err(|e| AuthError::Unavailable(e.to_string()))?
             .ok_or(AuthError::Invalid)?;
-        let stored: String = row.get(3);
-        let revoked: bool = row.get(5);
+        let stored: String = row.get("secret_sha256");
+        let revoked: bool = row.get("revoked");
         if revoked || !keys::hash_matches(&key.secret, &stored) {
             return Err(AuthError::Invalid);
         }
         let principal = Principal {
-            key_id: row.get(0),
-            tenant_id: row.get(1),
-            tenant: row.get(2),
-            scopes: Scopes::from_names(row.get::<_, Vec<String>>(4).iter().map(String::as_str))
-                .unwrap_or_default(),
+            key_id: row.get("key_id"),
+            tenant_id: row.get("tenant_id"),
+            tenant: row.get("tenant"),
+            scopes: Scopes::from_names(
+                row.get::<_, Vec<String>>("scopes")
+                    .iter()
+                    .map(String::as_str),
+            )
+            .unwrap_or_default(),
         };
-        let touch_due: bool = row.get(6);
+        let touch_due: bool = row.get("touch_due");
         if touch_due {
             // Bookkeeping, at most once per interval per key and only on a cache miss: done
             // inline (one short UPDATE) so it is never lost, but it never fails the request.

@@ -180,7 +180,7 @@ impl TokenKey {
             .execute(SECRET_ENSURE, &[&SECRET_NAME, &candidate])
             .await?;
         let row = client.query_one(SECRET_GET, &[&SECRET_NAME]).await?;
-        Ok(TokenKey::new(row.get(0)))
+        Ok(TokenKey::new(row.get("secret")))
     }
 
     pub fn sign(&self, a: &Attempt) -> String {
@@ -192,6 +192,33 @@ impl TokenKey {
         let mut out = vec![0u8; buf.len() * 2];
         hex::encode_to_slice(&buf, &mut out).expect("twice the length");
         String::from_utf8(out).expect("hex digits are ASCII")
+    }
+
+    /// A token over any body (hex of the body and a truncated HMAC tag): workflow steps use
+    /// it (wfsteps::token). Bodies of different lengths never pass for each other's type.
+    pub fn sign_bytes(&self, body: &[u8]) -> String {
+        let mut buf = body.to_vec();
+        let tag = self.tag(&buf);
+        buf.extend_from_slice(&tag[..TAG_BYTES]);
+        hex::encode(buf)
+    }
+
+    /// The body a [`TokenKey::sign_bytes`] token was signed for, if genuine.
+    pub fn verify_bytes(&self, token: &str) -> Option<Vec<u8>> {
+        if token.len() > 1024 {
+            return None;
+        }
+        let raw = hex::decode(token).ok()?;
+        if raw.len() <= TAG_BYTES {
+            return None;
+        }
+        let (body, tag) = raw.split_at(raw.len() - TAG_BYTES);
+        let want = self.tag(body);
+        let diff = want[..TAG_BYTES]
+            .iter()
+            .zip(tag)
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y));
+        (diff == 0).then(|| body.to_vec())
     }
 
     /// The attempt a token was signed for, or `None` when it is malformed or forged.

@@ -75,7 +75,7 @@ impl AdminService {
             .query(QUEUES_LIST, &[&tenant_prefix(p.tenant_id)])
             .await
             .map_err(|e| status(&e.into(), ""))?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        Ok(rows.iter().map(|r| r.get("name")).collect())
     }
 
     async fn db(&self) -> Result<deadpool_postgres::Object, Status> {
@@ -157,17 +157,18 @@ impl pb::admin_server::Admin for AdminService {
             jobs.push(job);
         }
         // The server's one enqueue use case, as HTTP and the Producer stream.
-        let acked = self
-            .state
-            .coalescers
-            .enqueue_request(pgferry_core::EnqueueRequest::new(jobs))
-            .await
-            .map_err(|e| match e.engine() {
-                Some(e) => status(e, ""),
-                None => Status::unavailable(format!("{}: {e}", e.code())),
-            })?;
+        let (coalescers, request) = (
+            &self.state.coalescers,
+            pgferry_core::EnqueueRequest::new(jobs),
+        );
+        let acked =
+            crate::service::enqueue(coalescers, &coalescers.metrics, &p.tenant, request, &queues)
+                .await
+                .map_err(|e| match e.engine() {
+                    Some(e) => status(e, ""),
+                    None => Status::unavailable(format!("{}: {e}", e.code())),
+                })?;
         let done: Vec<(i64, bool)> = acked.ids.into_iter().zip(acked.duplicates).collect();
-        super::producer::count_enqueued(&self.state, &p, &queues, |i| !done[i].1);
         Ok(Response::new(pb::EnqueueResponse {
             job_ids: done.iter().map(|e| e.0).collect(),
             duplicates: done.iter().map(|e| e.1).collect(),
@@ -267,7 +268,7 @@ impl pb::admin_server::Admin for AdminService {
             .await
             .map_err(|e| status(&e.into(), ""))?;
         drop(client);
-        let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let names: Vec<String> = rows.iter().map(|r| r.get("name")).collect();
         let counts = self
             .state
             .engine

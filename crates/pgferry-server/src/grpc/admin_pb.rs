@@ -89,7 +89,7 @@ pub(super) fn job_pb(info: JobInfo, queue: String) -> pb::JobInfo {
             })
             .collect(),
         result: info.result.map(|r| r.to_string()).unwrap_or_default(),
-        unique_key: None,
+        unique_key: info.unique_key,
     }
 }
 
@@ -99,24 +99,26 @@ pub(super) fn queue_pb(
     row: &tokio_postgres::Row,
     counts: &HashMap<String, QueueCounts>,
 ) -> Option<pb::QueueInfo> {
-    let engine_name: String = row.get(0);
+    let engine_name: String = row.get("name");
     let name = user_queue(p.tenant_id, &engine_name)?.to_string();
     let c = counts.get(&engine_name).copied().unwrap_or_default();
-    let ms = |i: usize| row.get::<_, i32>(i).max(0) as u64;
-    let durability = Durability::from_async_commit(row.get(10))
+    let ms = |column: &str| row.get::<_, i32>(column).max(0) as u64;
+    let durability = Durability::from_async_commit(row.get("async_commit"))
         .as_str()
         .to_string();
     Some(pb::QueueInfo {
         name,
-        paused: row.get(4),
+        paused: row.get("paused"),
         settings: Some(pb::QueueSettings {
-            concurrency: row.get::<_, Option<i32>>(9).map(|n| n.max(0) as u32),
-            max_attempts: Some(row.get(2)),
-            backoff_base_ms: Some(ms(5)),
-            backoff_cap_ms: Some(ms(6)),
-            lease_ms: Some(ms(3)),
-            retention_ms: Some(row.get::<_, i64>(7).max(0) as u64),
-            aging_ms: Some(ms(8)),
+            concurrency: row
+                .get::<_, Option<i32>>("concurrency")
+                .map(|n| n.max(0) as u32),
+            max_attempts: Some(row.get("max_attempts")),
+            backoff_base_ms: Some(ms("backoff_base_ms")),
+            backoff_cap_ms: Some(ms("backoff_cap_ms")),
+            lease_ms: Some(ms("lease_ms")),
+            retention_ms: Some(row.get::<_, i64>("retention_ms").max(0) as u64),
+            aging_ms: Some(ms("aging_ms")),
             durability: Some(durability.clone()),
         }),
         counts: Some(pb::QueueCounts {

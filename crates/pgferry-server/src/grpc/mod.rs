@@ -14,6 +14,9 @@ mod convert;
 pub mod dispatch;
 mod producer;
 mod worker;
+mod workflow_admin;
+mod workflow_pb;
+mod workflow_worker;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -298,6 +301,17 @@ pub async fn serve_grpc(
         state: state.clone(),
     })
     .max_decoding_message_size(max);
+    let workflow_worker = pb::workflow_worker_server::WorkflowWorkerServer::new(
+        workflow_worker::WorkflowWorkerService {
+            state: state.clone(),
+        },
+    )
+    .max_decoding_message_size(max);
+    let workflow_admin =
+        pb::workflow_admin_server::WorkflowAdminServer::new(workflow_admin::WorkflowAdminService {
+            state: state.clone(),
+        })
+        .max_decoding_message_size(max);
     let stop = state.stop.clone();
     let signal = async move {
         shutdown.await;
@@ -323,6 +337,8 @@ pub async fn serve_grpc(
         .add_service(producer)
         .add_service(worker)
         .add_service(admin)
+        .add_service(workflow_worker)
+        .add_service(workflow_admin)
         .serve_with_incoming_shutdown(incoming(listener), signal)
         .await;
     let _ = state.stop.send(true);

@@ -17,7 +17,6 @@ use super::{engine_error, pb_error, GrpcState};
 use crate::auth::namespace::tenant_scope;
 use crate::auth::{Principal, Scope};
 use crate::coalesce::SubmitError;
-use crate::metrics::JobCounter;
 use crate::proto::v1 as pb;
 use pb::producer_request::Msg;
 use pb::producer_response::Msg as Out;
@@ -185,38 +184,18 @@ async fn enqueue(
             Err(e) => return nack(seq, engine_error(&e, "")),
         }
     }
-    match state.coalescers.enqueue_request(request).await {
-        Ok(done) => {
-            count_enqueued(state, p, &queues, |i| !done.duplicates[i]);
-            pb::EnqueueAck {
-                seq,
-                job_ids: done.ids,
-                duplicates: done.duplicates,
-                error: None,
-                replayed: done.replayed,
-            }
-        }
+    let metrics = &state.coalescers.metrics;
+    match crate::service::enqueue(&state.coalescers, metrics, &p.tenant, request, &queues).await {
+        Ok(done) => pb::EnqueueAck {
+            seq,
+            job_ids: done.ids,
+            duplicates: done.duplicates,
+            error: None,
+            replayed: done.replayed,
+        },
         Err(SubmitError::Engine(e)) => nack(seq, engine_error(&e, "")),
         Err(e @ SubmitError::ShuttingDown) => nack(seq, pb_error(e.code(), e.to_string(), "")),
     }
-}
-
-/// Counts the committed jobs (`new(i)`: job i was written, not a duplicate) per queue.
-pub(crate) fn count_enqueued(
-    state: &GrpcState,
-    p: &Principal,
-    queues: &[String],
-    new: impl Fn(usize) -> bool,
-) {
-    state.coalescers.metrics.add_each(
-        JobCounter::Enqueued,
-        &p.tenant,
-        queues
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| new(*i))
-            .map(|(_, q)| q.as_str()),
-    );
 }
 
 fn nack(seq: u64, error: pb::Error) -> pb::EnqueueAck {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{FutureExt, Stream};
-use pgferry_core::{AttemptRef, Backoff, Outcome, OutcomeKind};
+use pgferry_core::{AttemptRef, Backoff, Outcome, OutcomeKind, Report};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
@@ -473,20 +473,14 @@ impl Session {
         }
     }
 
-    /// Hands back jobs the worker received but did not start: back into the log at once,
-    /// attempt not used up (a zero-delay snooze).
+    /// Hands back jobs the worker received but did not start: back into the log at once as
+    /// the same attempt (`OutcomeKind::Released`).
     async fn release(&self, refs: Vec<pb::AttemptRef>) {
         let mut outcomes = Vec::new();
         for r in refs {
             if let Some(a) = self.verify(&r) {
                 self.forget(r.id, r.attempt);
-                outcomes.push(a.outcome(
-                    OutcomeKind::Snooze {
-                        delay: Duration::ZERO,
-                    },
-                    None,
-                    None,
-                ));
+                outcomes.push(a.outcome(OutcomeKind::Released, None, None));
             }
         }
         if outcomes.is_empty() {
@@ -560,7 +554,7 @@ fn result_error(r: Option<pb::AttemptRef>, e: pb::Error) -> pb::ResultAck {
 /// The engine outcome of a worker's result.
 fn outcome_of(a: &Attempt, backoff: Backoff, r: pb::JobResult) -> Result<Outcome, pb::Error> {
     use pb::job_result::Outcome as O;
-    let mut o = match r.outcome {
+    let report = match r.outcome {
         Some(O::Ok(ok)) => {
             let result = if ok.result.trim().is_empty() {
                 None
@@ -573,33 +567,27 @@ fn outcome_of(a: &Attempt, backoff: Backoff, r: pb::JobResult) -> Result<Outcome
                     )
                 })?)
             };
-            a.outcome(OutcomeKind::Completed, None, result)
+            Report::Completed { result }
         }
         Some(O::Error(f)) => {
-            let kind = if f.retryable && a.attempt < a.max_attempts {
-                let delay = f
-                    .retry_delay_ms
-                    .map_or_else(|| backoff.delay(a.attempt), Duration::from_millis);
-                OutcomeKind::Retry { delay }
-            } else {
-                OutcomeKind::Dead
-            };
             // The engine keeps one error text per attempt; the class goes in front of it.
             let text = if f.kind.is_empty() {
                 f.message
             } else {
                 format!("{}: {}", f.kind, f.message)
             };
-            a.outcome(kind, Some(clean(text)), None)
+            Report::Failed {
+                error: clean(text),
+                retryable: f.retryable,
+                retry_delay: f.retry_delay_ms.map(Duration::from_millis),
+            }
         }
-        Some(O::Snooze(s)) => a.outcome(
-            OutcomeKind::Snooze {
-                delay: Duration::from_millis(s.delay_ms),
-            },
-            None,
-            None,
-        ),
-        Some(O::Cancelled(c)) => a.outcome(OutcomeKind::Cancelled, Some(clean(c.message)), None),
+        Some(O::Snooze(s)) => Report::Snoozed {
+            delay: Duration::from_millis(s.delay_ms),
+        },
+        Some(O::Cancelled(c)) => Report::Cancelled {
+            reason: Some(clean(c.message)),
+        },
         None => {
             return Err(pb_error(
                 "invalid_argument",
@@ -608,6 +596,9 @@ fn outcome_of(a: &Attempt, backoff: Backoff, r: pb::JobResult) -> Result<Outcome
             ))
         }
     };
+    // Retry or dead letter: decided as every transport decides it (crate::service).
+    let (kind, error, result) = report.decide(a.attempt, a.max_attempts, backoff);
+    let mut o = a.outcome(kind, error, result);
     o.duration_ms = Some(i32::try_from(r.duration_ms).unwrap_or(i32::MAX));
     Ok(o)
 }

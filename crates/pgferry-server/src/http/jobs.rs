@@ -18,7 +18,6 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{no_nul, no_nul_json, Authed, JsonBody, Objects};
 use crate::auth::namespace::tenant_scope;
 use crate::auth::{user_queue, Principal, Scope};
-use crate::metrics::JobCounter;
 use crate::AppState;
 
 /// A job as submitted. Unknown fields are rejected (a typo must not be silently ignored).
@@ -154,7 +153,7 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-pub(super) fn unix_ms(t: SystemTime) -> u64 {
+pub(crate) fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
@@ -166,12 +165,20 @@ async fn enqueue(
     p: &Principal,
     headers: &HeaderMap,
     jobs: Vec<NewJob>,
+    queues: &[String],
 ) -> ApiResult<Acked> {
     let mut request = EnqueueRequest::new(jobs);
     if let Some(key) = idempotency_key(headers, p)? {
         request = request.idempotency_key(key);
     }
-    Ok(state.coalescers.enqueue_request(request).await?)
+    Ok(crate::service::enqueue(
+        &state.coalescers,
+        &state.metrics,
+        &p.tenant,
+        request,
+        queues,
+    )
+    .await?)
 }
 
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -211,16 +218,6 @@ fn json_len(v: &Value) -> usize {
     serde_json::to_vec(v).map_or(0, |b| b.len())
 }
 
-fn count_enqueued(state: &AppState, p: &Principal, queues: &[&str]) {
-    let mut per: BTreeMap<&str, u64> = BTreeMap::new();
-    for q in queues {
-        *per.entry(q).or_default() += 1;
-    }
-    for (q, n) in per {
-        state.metrics.add(JobCounter::Enqueued, &p.tenant, q, n);
-    }
-}
-
 /// The request's `traceparent` header, if well-formed (see [`crate::trace`]).
 fn traceparent(headers: &HeaderMap) -> Option<&str> {
     crate::trace::valid(headers.get(crate::trace::TRACEPARENT)?.to_str().ok()?)
@@ -235,13 +232,10 @@ pub async fn enqueue_one(
     p.require(Scope::Produce)?;
     let queue = spec.queue.clone();
     let job = to_new_job(&state, &p, spec, traceparent(&headers))?;
-    let done = enqueue(&state, &p, &headers, vec![job]).await?;
+    let done = enqueue(&state, &p, &headers, vec![job], &[queue]).await?;
     let (Some(&id), Some(&duplicate)) = (done.ids.first(), done.duplicates.first()) else {
         return Err(ApiError::internal("enqueue returned no id"));
     };
-    if !duplicate {
-        count_enqueued(&state, &p, &[&queue]);
-    }
     let body = json!({ "job_id": id, "duplicate": duplicate, "replayed": done.replayed });
     Ok(enqueue_answer(&done, body))
 }
@@ -280,14 +274,7 @@ pub async fn enqueue_batch(
                 .map_err(|e| e.within(&format!("jobs[{i}]")))?,
         );
     }
-    let done = enqueue(&state, &p, &headers, jobs).await?;
-    let names: Vec<&str> = queues
-        .iter()
-        .zip(&done.duplicates)
-        .filter(|(_, dup)| !**dup)
-        .map(|(q, _)| q.as_str())
-        .collect();
-    count_enqueued(&state, &p, &names);
+    let done = enqueue(&state, &p, &headers, jobs, &queues).await?;
     let body = json!({
         "job_ids": done.ids,
         "duplicates": done.duplicates,
@@ -345,6 +332,7 @@ pub(super) fn job_json(p: &Principal, j: &JobInfo) -> Value {
         "cancel_requested": j.cancel_requested,
         "attempts": attempts,
         "result": j.result,
+        "unique_key": j.unique_key,
     })
 }
 

@@ -16,6 +16,7 @@ mod queues;
 pub(crate) mod results;
 mod schedules;
 mod workers;
+mod workflow_steps;
 mod workflows;
 
 use std::time::Duration;
@@ -166,6 +167,26 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             Method::POST,
             "/v1/workflows/{id}/retry",
             post(workflows::retry),
+        ),
+        (
+            Method::POST,
+            "/v1/workflow-steps/claim",
+            post(workflow_steps::claim),
+        ),
+        (
+            Method::POST,
+            "/v1/workflow-steps/outcome",
+            post(workflow_steps::outcome),
+        ),
+        (
+            Method::POST,
+            "/v1/workflow-steps/heartbeat",
+            post(workflow_steps::heartbeat),
+        ),
+        (
+            Method::POST,
+            "/v1/workflow-steps/kinds",
+            post(workflow_steps::kinds),
         ),
         (Method::GET, "/v1/ash/aas", get(ash::aas)),
         (Method::GET, "/v1/ash/top_waits", get(ash::top_waits)),

@@ -45,23 +45,23 @@ fn queue_json(
     row: &tokio_postgres::Row,
     counts: &HashMap<String, QueueCounts>,
 ) -> Option<Value> {
-    let engine_name: String = row.get(0);
+    let engine_name: String = row.get("name");
     let name = user_queue(p.tenant_id, &engine_name)?;
     let c = counts.get(&engine_name).copied().unwrap_or_default();
     Some(json!({
         "counts": counts_json(&c),
         "name": name,
-        "paused": row.get::<_, bool>(4),
+        "paused": row.get::<_, bool>("paused"),
         "settings": {
-            "shards": row.get::<_, i16>(1),
-            "max_attempts": row.get::<_, i32>(2),
-            "lease_ms": row.get::<_, i32>(3),
-            "backoff_base_ms": row.get::<_, i32>(5),
-            "backoff_cap_ms": row.get::<_, i32>(6),
-            "retention_ms": row.get::<_, i64>(7),
-            "aging_ms": row.get::<_, i32>(8),
-            "concurrency": row.get::<_, Option<i32>>(9),
-            "durability": Durability::from_async_commit(row.get(10)).as_str(),
+            "shards": row.get::<_, i16>("shards"),
+            "max_attempts": row.get::<_, i32>("max_attempts"),
+            "lease_ms": row.get::<_, i32>("lease_ms"),
+            "backoff_base_ms": row.get::<_, i32>("backoff_base_ms"),
+            "backoff_cap_ms": row.get::<_, i32>("backoff_cap_ms"),
+            "retention_ms": row.get::<_, i64>("retention_ms"),
+            "aging_ms": row.get::<_, i32>("aging_ms"),
+            "concurrency": row.get::<_, Option<i32>>("concurrency"),
+            "durability": Durability::from_async_commit(row.get("async_commit")).as_str(),
         },
     }))
 }
@@ -97,7 +97,7 @@ pub(super) async fn tenant_queues(state: &AppState, p: &Principal) -> ApiResult<
         .query(QUEUES_LIST, &[&tenant_prefix(p.tenant_id)])
         .await
         .map_err(db)?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    Ok(rows.iter().map(|r| r.get("name")).collect())
 }
 
 pub async fn list(State(state): State<AppState>, Authed(p): Authed) -> ApiResult<Json<Value>> {
@@ -108,7 +108,7 @@ pub async fn list(State(state): State<AppState>, Authed(p): Authed) -> ApiResult
         .await
         .map_err(db)?;
     drop(client);
-    let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    let names: Vec<String> = rows.iter().map(|r| r.get("name")).collect();
     let counts = state.engine.queue_counts(&names).await?;
     let queues: Vec<Value> = rows
         .iter()

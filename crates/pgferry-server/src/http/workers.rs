@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use axum::extract::State;
 use axum::Json;
-use pgferry_core::OutcomeKind;
+use pgferry_core::{OutcomeKind, Report};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -189,7 +189,7 @@ pub async fn complete(
                 "give at most one of error, snooze_ms, cancelled",
             ));
         }
-        let outcome = match (r.error, r.snooze_ms) {
+        let report = match (r.error, r.snooze_ms) {
             (None, Some(ms)) => {
                 if ms > MAX_RETRY_DELAY_MS {
                     return Err(ApiError::bad_request(
@@ -197,25 +197,16 @@ pub async fn complete(
                         "must be at most 604800000 (7 days)",
                     ));
                 }
-                labels.push(a.queue.clone());
-                a.outcome(
-                    OutcomeKind::Snooze {
-                        delay: Duration::from_millis(ms),
-                    },
-                    None,
-                    None,
-                )
+                Report::Snoozed {
+                    delay: Duration::from_millis(ms),
+                }
             }
-            (None, None) if cancelled => {
-                labels.push(a.queue.clone());
-                a.outcome(OutcomeKind::Cancelled, None, None)
-            }
+            (None, None) if cancelled => Report::Cancelled { reason: None },
             (None, None) => {
                 if let Some(v) = &r.result {
                     no_nul_json(format!("results[{i}].result"), v)?;
                 }
-                labels.push(a.queue.clone());
-                a.outcome(OutcomeKind::Completed, None, r.result)
+                Report::Completed { result: r.result }
             }
             (Some(f), _) => {
                 no_nul(format!("results[{i}].error.message"), &f.message)?;
@@ -231,29 +222,24 @@ pub async fn complete(
                         "must be at most 604800000 (7 days)",
                     ));
                 }
-                labels.push(a.queue.clone());
-                let kind = if f.retryable.unwrap_or(true) && a.attempt < a.max_attempts {
-                    OutcomeKind::Retry {
-                        delay: f
-                            .retry_delay_ms
-                            .map_or_else(|| a.backoff().delay(a.attempt), Duration::from_millis),
-                    }
-                } else {
-                    OutcomeKind::Dead
-                };
-                a.outcome(kind, Some(f.message), None)
+                Report::Failed {
+                    error: f.message,
+                    retryable: f.retryable.unwrap_or(true),
+                    retry_delay: f.retry_delay_ms.map(Duration::from_millis),
+                }
             }
         };
-        outcomes.push(outcome);
+        labels.push(a.queue.clone());
+        outcomes.push(crate::service::outcome(&a, report));
     }
     let kinds: Vec<OutcomeKind> = outcomes.iter().map(|o| o.kind).collect();
     let done = super::write_complete(&state, outcomes).await?;
-    state.metrics.count_outcomes(
+    crate::service::count_recorded(
+        &state.metrics,
         &p.tenant,
         done.iter()
             .zip(labels.iter().zip(&kinds))
-            .filter(|(c, _)| !c.stale)
-            .map(|(_, (q, k))| (q.as_str(), k)),
+            .map(|(c, (q, k))| (q.as_str(), k, !c.stale)),
     );
     let out: Vec<Value> = done
         .iter()

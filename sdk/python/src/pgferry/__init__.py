@@ -43,7 +43,7 @@ from pgferry.errors import (
     Unavailable,
     Unimplemented,
 )
-from pgferry.outcomes import Cancel, Fail, Snooze
+from pgferry.outcomes import Cancel, Fail, NonRetryable, Snooze
 from pgferry.sync import SyncClient
 from pgferry.tasks import JobHandle, Task, TaskCall, TaskTimeout
 from pgferry.worker import Worker
@@ -75,6 +75,7 @@ __all__ = [
     "JobContext",
     "JobInfo",
     "JobRequest",
+    "NonRetryable",
     "NotFound",
     "PayloadTooLarge",
     "PermissionDenied",

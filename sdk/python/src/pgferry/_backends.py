@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pgferry._handlers import failure_text
+from pgferry._handlers import failure_text, result_not_json
 from pgferry._results import wait_finished
 from pgferry._types import AttemptInfo, EnqueuedJob, JobInfo, SpecSource, dumps, loads
 from pgferry.client import Client
@@ -213,8 +213,14 @@ class Eager:
                 if last:
                     return finish("dead")
                 continue
+            try:
+                stored = loads(dumps(value))
+            except (TypeError, ValueError) as e:
+                not_json = result_not_json(task.name, e)
+                record("dead", started, not_json.message, not_json.kind)
+                return finish("dead")
             record("completed", started)
-            return finish("completed", loads(dumps(value)))
+            return finish("completed", stored)
 
     async def wait(self, job_id: int, timeout: float | None) -> JobInfo:
         job = await self.get_job(job_id)

@@ -138,6 +138,27 @@ class Signature:
             ) from None
         return inst.model_dump(mode="json")
 
+    def binds(self, kwargs: Mapping[str, Any]) -> bool:
+        """Whether the function takes these keyword arguments (asked after a TypeError)."""
+        try:
+            self.sig.bind(**kwargs)
+        except TypeError:
+            return False
+        return True
+
+    def handler_signature(self) -> inspect.Signature | None:
+        """What a wrapper `(ctx, /, **kwargs)` forwarding the keyword arguments to the
+        function accepts: the job context, then the function's parameters by name."""
+        ctx = inspect.Parameter("_pgferry_ctx", inspect.Parameter.POSITIONAL_ONLY)
+        named = [
+            p.replace(kind=p.KEYWORD_ONLY) if p.kind is p.POSITIONAL_OR_KEYWORD else p
+            for p in self.sig.parameters.values()
+        ]
+        try:
+            return self.sig.replace(parameters=[ctx, *named])
+        except ValueError:  # a parameter of that name already: keep the wrapper's own
+            return None
+
     def decode(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """The keyword arguments for the function from the job's JSON object."""
         if not self._hints_done:

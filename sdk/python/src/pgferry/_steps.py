@@ -23,7 +23,7 @@ from typing import Any
 
 from pgferry._handlers import failure_text
 from pgferry.context import JobCancelled
-from pgferry.outcomes import Cancel, Fail, Snooze
+from pgferry.outcomes import Cancel, Fail, NonRetryable, Snooze
 from pgferry.v1 import common_pb2, worker_pb2
 
 Key = tuple[int, int]
@@ -43,10 +43,10 @@ def result_pb(new: Callable[..., worker_pb2.JobResult], r: Result) -> worker_pb2
     return new(ref=ref, duration_ms=duration_ms, **{field: outcome})
 
 
-def outcome_of(e: Exception) -> tuple[str, Any, str]:
+def outcome_of(e: Exception, dont_retry_on: tuple[type[BaseException], ...] = ()) -> tuple[str, Any, str]:
     """(JobResult outcome field, its message, stats counter) for what a handler raised:
-    an outcome (Snooze, Cancel, Fail), JobCancelled, or any other exception as a
-    retryable failure."""
+    an outcome (Snooze, Cancel, Fail), JobCancelled, or any other exception as a failure,
+    retryable unless it is a NonRetryable or one of `dont_retry_on`."""
     if isinstance(e, Snooze):
         return "snooze", worker_pb2.Snooze(delay_ms=int(e.seconds * 1000)), "snoozed"
     if isinstance(e, (Cancel, JobCancelled)):
@@ -56,7 +56,8 @@ def outcome_of(e: Exception) -> tuple[str, Any, str]:
         if e.retry_in is not None:
             failure.retry_delay_ms = int(e.retry_in * 1000)
         return "error", failure, "failed"
-    failure = worker_pb2.Failure(message=failure_text(e), kind=type(e).__name__, retryable=True)
+    retryable = not isinstance(e, NonRetryable) and not (dont_retry_on and isinstance(e, dont_retry_on))
+    failure = worker_pb2.Failure(message=failure_text(e), kind=type(e).__name__, retryable=retryable)
     return "error", failure, "failed"
 
 

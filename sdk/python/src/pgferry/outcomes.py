@@ -2,13 +2,23 @@
 
 Raise them from a handler (or return them): `raise pgferry.Snooze(30)`. Any other
 exception is a retryable failure: the server schedules the next attempt with the queue's
-backoff, and dead-letters the job when its attempts run out."""
+backoff, and dead-letters the job when its attempts run out. Except failures no attempt can
+fix, which dead-letter at once: a `NonRetryable` exception (or one of the types given as
+`dont_retry_on`), job arguments that do not fit the handler's parameters, and a return
+value that is not JSON."""
 
 from __future__ import annotations
 
 
 class Outcome(Exception):
     """Base of the control-flow outcomes; not an error."""
+
+
+class NonRetryable(Exception):
+    """A failure another attempt cannot fix. Raise it, or derive your own exception types
+    from it (`class BadAddress(pgferry.NonRetryable): ...`), and the job is dead-lettered at
+    once with the error, whatever attempts remain. Unlike `Fail(permanent=True)` it is an
+    ordinary exception, so code that is not only run as a job can raise it too."""
 
 
 class Snooze(Outcome):

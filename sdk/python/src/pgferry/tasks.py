@@ -22,12 +22,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeAlias, TypeVar
 
-from pgferry._handlers import failure_text
+from pgferry._handlers import argument_mismatch, failure_text
 from pgferry._results import raise_unless_completed
 from pgferry._signature import Signature
 from pgferry._types import EnqueuedJob, JobInfo
 from pgferry.context import JobCancelled, JobContext, _current
-from pgferry.outcomes import Fail, Outcome
+from pgferry.outcomes import Fail, NonRetryable, Outcome
 
 if TYPE_CHECKING:
     from pgferry.app import App
@@ -199,6 +199,11 @@ class Task(Generic[P, R]):
             ctx.resources = app.resources
             return fn(**kwargs)
 
+        # The worker reads it after a TypeError to tell arguments that do not fit the
+        # function (dead-lettered at once) from a TypeError inside it.
+        sig = self._sig.handler_signature()
+        if sig is not None:
+            direct.__signature__ = sig  # type: ignore[attr-defined]
         return direct
 
     def __repr__(self) -> str:
@@ -316,7 +321,7 @@ class Task(Generic[P, R]):
         except (Outcome, JobCancelled):
             raise
         except Exception as e:
-            raise self._failure(ctx, e) from e
+            raise self._failure(ctx, e, kwargs) from e
 
     async def _slow(self, ctx: JobContext, kw: dict[str, Any]) -> Any:
         middleware = self.app._middleware
@@ -344,10 +349,14 @@ class Task(Generic[P, R]):
             ctx._set_cancelled()  # a sync function in its thread can see ctx.cancelled
             raise TaskTimeout(f"{self.name}: timed out after {t}s") from None
 
-    def _failure(self, ctx: JobContext, e: Exception) -> Exception:
+    def _failure(self, ctx: JobContext, e: Exception, kwargs: dict[str, Any]) -> Exception:
+        if isinstance(e, TypeError) and not self._sig.binds(kwargs):
+            return argument_mismatch(self.name, e)
         o = self.opts
-        retryable = not (o.dont_retry_on and isinstance(e, o.dont_retry_on)) and (
-            not o.retry_on or isinstance(e, o.retry_on)
+        retryable = (
+            not isinstance(e, NonRetryable)
+            and not (o.dont_retry_on and isinstance(e, o.dont_retry_on))
+            and (not o.retry_on or isinstance(e, o.retry_on))
         )
         retry_in = None
         if retryable and o.backoff is not None:

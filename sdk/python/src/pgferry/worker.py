@@ -30,7 +30,7 @@ import grpc
 import grpc.aio
 
 from pgferry import _conn, _tracing
-from pgferry._handlers import Handler, call_args
+from pgferry._handlers import Handler, argument_mismatch, call_args, result_not_json
 from pgferry._heartbeats import Heartbeats, auto_heartbeats
 from pgferry._steps import OK_NONE, Key, Result, drive, first_step, outcome_of, result_pb
 from pgferry._types import dumps, loads
@@ -68,7 +68,13 @@ class Worker:
     >>> app.run()            # or: await app.run_async()
 
     SIGTERM/SIGINT drain: no new jobs, in-flight ones get `grace_period` seconds, jobs
-    received but not started are handed back. A second signal stops at once."""
+    received but not started are handed back. A second signal stops at once.
+
+    A handler's exception is retried (queue backoff) until the job's attempts run out,
+    except what no attempt can fix, which is dead-lettered at once: a
+    `pgferry.NonRetryable`, an instance of `dont_retry_on`, arguments that do not fit the
+    handler's parameters (kind TaskArgumentError), a result that is not JSON (kind
+    ResultNotJSON)."""
 
     def __init__(
         self,
@@ -83,6 +89,7 @@ class Worker:
         hard_cancel: bool = False,
         reconnect_cap: float = 10.0,
         auto_heartbeat: bool = False,
+        dont_retry_on: tuple[type[BaseException], ...] = (),
     ) -> None:
         if not queues:
             raise ValueError("Worker needs at least one queue")
@@ -97,6 +104,8 @@ class Worker:
         self.handle_signals = handle_signals
         # hard_cancel: a server Cancel also cancels the handler's asyncio task.
         self.hard_cancel = hard_cancel
+        # Exception types that dead-letter the job at once instead of being retried.
+        self.dont_retry_on = tuple(dont_retry_on)
         self._backoff = _conn.Backoff(base=0.1, cap=reconnect_cap)
         # auto_heartbeat: extend the lease of every job still running at a third of its
         # lease, so a long handler is not rescued (and run twice) for want of heartbeat().
@@ -558,6 +567,9 @@ class Worker:
     async def _execute(self, ctx: JobContext, args_json: str, traced: bool) -> None:
         started = time.monotonic()
         outcome: Any
+        handler: Handler | None = None
+        pos: tuple[Any, ...] = ()
+        kw: dict[str, Any] = {}
         try:
             if self.hard_cancel and ctx.cancelled:
                 # Cancelled between arrival and start: its task would have been cancelled.
@@ -576,7 +588,10 @@ class Worker:
                 value = await self._run_sync(handler.fn, ctx, pos, kw)
             if isinstance(value, Outcome):  # Snooze, Cancel or Fail, returned
                 raise value
-            field, outcome = "ok", OK_NONE if value is None else worker_pb2.Success(result=dumps(value))
+            try:
+                field, outcome = "ok", OK_NONE if value is None else worker_pb2.Success(result=dumps(value))
+            except (TypeError, ValueError) as e:
+                raise result_not_json(ctx.kind, e) from e
             self.stats["completed"] += 1
         except asyncio.CancelledError:
             if not ctx.cancelled or (self._stopping is not None and self._stopping.is_set()):
@@ -584,7 +599,10 @@ class Worker:
             field, outcome = "cancelled", worker_pb2.Cancelled(message="cancelled by the server")
             self.stats["cancelled"] += 1
         except Exception as e:  # an outcome raised (Snooze, Cancel, Fail) or a failure
-            field, outcome, stat = outcome_of(e)
+            if isinstance(e, TypeError) and handler is not None and not handler.binds((ctx, *pos), kw):
+                # The call itself failed: these arguments never fit this handler.
+                e = argument_mismatch(ctx.kind, e)
+            field, outcome, stat = outcome_of(e, self.dont_retry_on)
             self.stats[stat] += 1
             if not isinstance(e, (Outcome, JobCancelled)):
                 log.debug("pgferry worker: job %d (%s) failed", ctx.id, ctx.kind, exc_info=True)

@@ -263,7 +263,7 @@ async fn lease_of(inner: &Inner, queue: &str) -> Duration {
     let read = async {
         let client = inner.engine.pool().get().await.ok()?;
         let row = client.query_opt(QUEUE_LEASE, &[&queue]).await.ok()??;
-        let ms: i32 = row.get(0);
+        let ms: i32 = row.get("lease_ms");
         Some(Duration::from_millis(u64::try_from(ms).ok()?))
     };
     read.await.unwrap_or(inner.config.default_lease)

@@ -1,1 +1,0 @@
-SELECT version, name, checksum FROM pgferry_ash.schema_migrations ORDER BY version

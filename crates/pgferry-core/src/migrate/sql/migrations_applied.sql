@@ -1,0 +1,2 @@
+-- $1 component
+SELECT version, name, checksum FROM pgferry.schema_migrations WHERE component = $1 ORDER BY version

@@ -1,0 +1,43 @@
+
+-- Sends a signal to an instance, by id or by (queue, correlation key); also callable inside
+-- the caller's own transaction. An instance awaiting this name consumes it at once and
+-- becomes runnable in the same statement; otherwise it waits in the inbox for an await that
+-- names it (consumed then, exactly once). Errors: P0002 no such active instance, 55000 the
+-- instance already ended.
+CREATE OR REPLACE FUNCTION pgferry.wf_signal(p_id bigint, p_queue text, p_correlation_key text,
+                                  p_name text, p_payload jsonb,
+                                  OUT signal_id bigint, OUT instance_id bigint,
+                                  OUT delivered boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v pgferry.wf_instances;
+    e record;
+BEGIN
+    instance_id := p_id;
+    IF instance_id IS NULL THEN
+        SELECT i.id INTO instance_id FROM pgferry.wf_instances i
+         WHERE i.queue = p_queue AND i.correlation_key = p_correlation_key AND i.active;
+    END IF;
+    SELECT * INTO v FROM pgferry.wf_instances i WHERE i.id = wf_signal.instance_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'workflow instance % not found',
+              coalesce(p_id::text, p_queue || '/' || p_correlation_key)
+              USING ERRCODE = 'P0002';
+    END IF;
+    IF NOT v.active THEN
+        RAISE EXCEPTION 'workflow instance % is %', v.id, v.status USING ERRCODE = '55000';
+    END IF;
+    delivered := v.status = 'awaiting' AND p_name = ANY (v.awaits);
+    INSERT INTO pgferry.wf_signals AS s (instance_id, name, payload, consumed_gen, consumed_at)
+    VALUES (v.id, p_name, coalesce(p_payload, 'null'),
+            CASE WHEN delivered THEN v.await_gen END, CASE WHEN delivered THEN now() END)
+    RETURNING s.signal_id INTO signal_id;
+    IF delivered THEN
+        e := pgferry.wf_emit(v.id, v.queue, v.priority, v.concurrency_key, v.rate_key, now());
+        UPDATE pgferry.wf_instances i
+           SET status = e.status, has_slot = e.has_slot, wake = 'signal', awaits = NULL,
+               await_deadline = NULL, updated_at = now()
+         WHERE i.id = v.id;
+    END IF;
+END $$;

@@ -1,0 +1,136 @@
+//! Leader duties share one shape (issue 18): validated settings, `run_once` apart from the
+//! loop, per-duty counters, and a trigger that runs a pass now.
+
+mod common;
+
+use std::time::Duration;
+
+use pgferry_core::leader::duty::{Duty, Next};
+use pgferry_core::leader::promoter::Promoter;
+use pgferry_core::leader::ticker::Ticker;
+use pgferry_core::{JobState, Leader, LeaderConfig, NewJob};
+use serde_json::json;
+
+#[test]
+fn settings_are_validated_and_the_field_named() {
+    assert!(LeaderConfig::default().validate().is_ok());
+    let zero = LeaderConfig {
+        promote_interval: Duration::ZERO,
+        ..LeaderConfig::default()
+    };
+    let e = zero.validate().unwrap_err().to_string();
+    assert!(e.contains("promote_interval"), "{e}");
+    let batch = LeaderConfig {
+        prune_batch: 0,
+        ..LeaderConfig::default()
+    };
+    let e = batch.validate().unwrap_err().to_string();
+    assert!(e.contains("prune_batch"), "{e}");
+}
+
+#[tokio::test]
+async fn a_duty_pass_runs_apart_from_its_loop() {
+    let s = common::setup().await;
+    let mut client = s.db.connect().await;
+    // Nothing enqueued: the ticker finds nothing new.
+    let config = LeaderConfig::default();
+    let mut ticker = Ticker {
+        engine: s.engine.clone(),
+        config: config.clone(),
+    };
+    ticker.prepare(&client).await.unwrap();
+    let mut idle = false;
+    for _ in 0..10 {
+        if ticker.run_once(&mut client).await.unwrap() == Next::Idle {
+            idle = true;
+            break;
+        }
+    }
+    assert!(idle, "with nothing enqueued the ticker goes idle");
+    s.engine
+        .enqueue(&[NewJob::new("d", "k", json!({}))])
+        .await
+        .unwrap();
+    assert_eq!(
+        ticker.run_once(&mut client).await.unwrap(),
+        Next::After(config.tick_interval),
+        "the log grew: a tick, then the short pause"
+    );
+    // A scheduled job that comes due: one promoter pass moves it.
+    let id = s
+        .engine
+        .enqueue(&[NewJob::new("d", "k", json!({})).delay(Duration::from_millis(200))])
+        .await
+        .unwrap()[0];
+    assert_eq!(
+        s.engine.get_job(id).await.unwrap().state,
+        JobState::Scheduled
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let mut promoter = Promoter::new(&config);
+    assert_eq!(promoter.run_once(&mut client).await.unwrap(), Next::Idle);
+    assert_eq!(s.engine.get_job(id).await.unwrap().state, JobState::Pending);
+}
+
+#[tokio::test]
+async fn a_trigger_runs_a_pass_now_and_passes_are_counted() {
+    let s = common::setup().await;
+    // Promotion every hour: only the trigger can promote within this test.
+    let config = LeaderConfig {
+        promote_interval: Duration::from_secs(3600),
+        ..LeaderConfig::default()
+    };
+    let leader = Leader::new(s.engine.clone(), s.db.config.clone(), config);
+    let duties = leader.duties();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(leader.run(stopped));
+    // The promoter's first pass (at start) happens before the job exists.
+    let promoter = duties.handle("promoter");
+    let first = wait_for(|| promoter.stats.snapshot().passes >= 1).await;
+    assert!(first, "the promoter made its first pass");
+    let id = s
+        .engine
+        .enqueue(&[NewJob::new("t", "k", json!({})).delay(Duration::from_millis(200))])
+        .await
+        .unwrap()[0];
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        s.engine.get_job(id).await.unwrap().state,
+        JobState::Scheduled,
+        "not promoted before the trigger (the next pass is an hour away)"
+    );
+    promoter.trigger();
+    let mut promoted = false;
+    for _ in 0..200 {
+        if s.engine.get_job(id).await.unwrap().state == JobState::Pending {
+            promoted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(promoted, "the trigger ran a promoter pass");
+    let names: Vec<&str> = duties.snapshot().iter().map(|(n, _)| *n).collect();
+    for d in [
+        "janitor",
+        "promoter",
+        "recounter",
+        "rescuer",
+        "rotator",
+        "ticker",
+    ] {
+        assert!(names.contains(&d), "{d} registered: {names:?}");
+    }
+    let _ = stop.send(true);
+    run.await.unwrap();
+}
+
+/// Polls `ok` for up to 10 s (a hang guard, not a timing assertion).
+async fn wait_for(ok: impl Fn() -> bool) -> bool {
+    for _ in 0..200 {
+        if ok() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}

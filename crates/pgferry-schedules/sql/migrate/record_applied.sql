@@ -1,1 +1,0 @@
-INSERT INTO pgferry_sched.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)

@@ -1,0 +1,40 @@
+//! The server's own schema — tenants, API keys, the audit log, shared secrets — as the
+//! migration component `server` (ADR 0017), and the full schema a server needs: the engine's,
+//! then the server's, then active session history's.
+
+use pgferry_core::migrate::{self, Applied, Component, MigrateError, Migration, MigrationStatus};
+use tokio_postgres::Client;
+
+/// The server's tables (`pgferry.tenants`, `api_keys`, `audit_log`, `server_secrets`).
+pub const SERVER: Component<'static> = Component {
+    name: "server",
+    migrations: &[Migration {
+        version: 1,
+        name: "0001_tenancy.sql",
+        sql: include_str!("../migrations/0001_tenancy.sql"),
+    }],
+    functions: &[],
+};
+
+/// Every component `pgferry serve` uses, in the order they are applied.
+pub const ALL: &[Component<'static>] = &[
+    migrate::ENGINE,
+    SERVER,
+    pgferry_ash::migrate::COMPONENT,
+    pgferry_schedules::migrate::COMPONENT,
+];
+
+/// Applies every component's pending migrations and changed functions.
+pub async fn up(client: &mut Client) -> Result<Applied, MigrateError> {
+    migrate::up_components(client, ALL).await
+}
+
+/// The state of every migration and function of every component.
+pub async fn status(client: &Client) -> Result<Vec<MigrationStatus>, MigrateError> {
+    migrate::status_of(client, ALL).await
+}
+
+/// True when the whole schema is this build's (`/readyz`).
+pub async fn is_current(client: &Client) -> Result<bool, MigrateError> {
+    migrate::are_current(client, ALL).await
+}

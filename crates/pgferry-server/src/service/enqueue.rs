@@ -1,0 +1,31 @@
+//! The enqueue use case.
+
+use pgferry_core::{Acked, EnqueueRequest};
+
+use crate::coalesce::{Coalescers, SubmitError};
+use crate::metrics::{JobCounter, Metrics};
+
+/// Enqueues one producer request (its jobs already validated and namespaced; `queues` are
+/// their user-facing queue names, in order) and counts the jobs it wrote. Acknowledged only
+/// after COMMIT (ADR 0014): the answer comes back from the writer that committed it.
+/// Unique-key jobs go to the engine directly, the rest through group commit; that choice is
+/// [`Coalescers::enqueue_request`]'s, and nobody else's.
+pub async fn enqueue(
+    coalescers: &Coalescers,
+    metrics: &Metrics,
+    tenant: &str,
+    request: EnqueueRequest,
+    queues: &[String],
+) -> Result<Acked, SubmitError> {
+    let done = coalescers.enqueue_request(request).await?;
+    metrics.add_each(
+        JobCounter::Enqueued,
+        tenant,
+        queues
+            .iter()
+            .zip(&done.duplicates)
+            .filter(|(_, duplicate)| !**duplicate)
+            .map(|(q, _)| q.as_str()),
+    );
+    Ok(done)
+}
