@@ -7,6 +7,7 @@ mod chaos_cmd;
 mod dev;
 mod migrate_cmd;
 mod run;
+mod schedule_cmd;
 mod tenant_cmd;
 mod workflow_cmd;
 
@@ -100,6 +101,14 @@ enum Command {
         #[command(subcommand)]
         cmd: admin::DeadCmd,
     },
+    /// Schedules (cron / interval) of the key's tenant: list, show, create, delete, pause,
+    /// resume, preview, fires, backfill (HTTP API; JSON output).
+    Schedule {
+        #[command(flatten)]
+        target: admin::api::Target,
+        #[command(subcommand)]
+        cmd: schedule_cmd::ScheduleCmd,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     Completions { shell: clap_complete::Shell },
     /// Manage API keys (operators; talks to the database directly).
@@ -150,6 +159,7 @@ async fn main() -> std::process::ExitCode {
         Command::Queue { target, cmd } => admin::queue(&target, cmd).await,
         Command::Job { target, cmd } => admin::job(&target, cmd).await,
         Command::Dead { target, cmd } => admin::dead(&target, cmd).await,
+        Command::Schedule { target, cmd } => schedule_cmd::run(&target, cmd).await,
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

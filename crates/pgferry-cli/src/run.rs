@@ -75,14 +75,33 @@ pub struct ServerArgs {
     /// every database of the cluster).
     #[arg(long, env = "PGFERRY_ASH_DATABASES", value_delimiter = ',')]
     pub ash_databases: Vec<String>,
+    /// Address ranges HTTP jobs may reach besides the public internet, comma-separated:
+    /// loopback, private, link_local, shared, multicast, unspecified, reserved (none unless
+    /// given; docs/http-jobs.md).
+    #[arg(long, env = "PGFERRY_HTTP_JOBS_ALLOW", value_delimiter = ',')]
+    pub http_jobs_allow: Vec<String>,
 }
 
 impl ServerArgs {
+    fn http_jobs_allow(&self) -> anyhow::Result<pgferry_http_jobs::Allow> {
+        let mut ranges = Vec::new();
+        for name in self.http_jobs_allow.iter().filter(|n| !n.is_empty()) {
+            ranges.push(pgferry_http_jobs::Range::parse(name).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--http-jobs-allow: unknown range {name:?} (loopback, private, link_local, shared, multicast, unspecified, reserved)"
+                )
+            })?);
+        }
+        Ok(pgferry_http_jobs::Allow::of(&ranges))
+    }
+
     fn server_config(&self) -> pgferry_server::ServerConfig {
         let mut c = pgferry_server::ServerConfig::default();
         c.http.rate_per_sec = self.rate_limit;
         c.http.rate_burst = self.rate_burst;
         c.http.max_job_bytes = self.max_job_bytes;
+        // Parsed again (with its error) by `serve`.
+        c.http.http_jobs_allow = self.http_jobs_allow().unwrap_or_default();
         c.http.max_claim_wait = std::time::Duration::from_millis(self.max_claim_wait_ms);
         c.coalesce.max_rows = self.group_commit_rows as usize;
         c.coalesce.max_wait = std::time::Duration::from_micros(self.group_commit_wait_us);
@@ -145,7 +164,21 @@ pub async fn serve(
     if let Some(ash) = ash {
         leader = leader.with_duty(pgferry_ash::sampler::leader_duty(ash));
     }
+    // Schedules fire from the leader, exactly once per (schedule, fire time) (ADR 0015).
+    leader = leader.with_duty(pgferry_schedules::leader_duty(
+        engine.clone(),
+        pgferry_schedules::FirerConfig::default(),
+    ));
     let rescues = leader.subscribe_rescues();
+    let http_jobs = tokio::spawn(pgferry_http_jobs::service::run(
+        engine.clone(),
+        pgferry_http_jobs::ExecutorConfig {
+            allow: args.http_jobs_allow()?,
+            ..Default::default()
+        },
+        pgferry_http_jobs::worker::WorkerConfig::default(),
+        stop_rx.clone(),
+    ));
     let leader_task = tokio::spawn(leader.run(stop_rx));
     // Ticks from whichever server leads reach this server's claimers through LISTEN.
     let tick_feed = tokio::spawn(pgferry_core::listen::run_tick_listener(
@@ -210,6 +243,7 @@ pub async fn serve(
     tracing::info!("HTTP and gRPC stopped; stopping leader");
     let _ = stop_tx.send(true);
     let _ = leader_task.await;
+    let _ = http_jobs.await;
     tick_feed.abort();
     Ok(())
 }

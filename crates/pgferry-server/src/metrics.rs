@@ -455,6 +455,7 @@ pub async fn handler(State(state): State<AppState>) -> impl IntoResponse {
                 "# HELP {name} Claimed batches completed whole in one statement (the engine's fast path).\n# TYPE {name} counter\n{name} {}",
                 state.coalescers.receipts.whole()
             );
+            pgferry_schedules::metrics::render(&mut out);
             out
         },
     )

@@ -17,7 +17,12 @@ pub const SERVER: Component<'static> = Component {
 };
 
 /// Every component `pgferry serve` uses, in the order they are applied.
-pub const ALL: &[Component<'static>] = &[migrate::ENGINE, SERVER, pgferry_ash::migrate::COMPONENT];
+pub const ALL: &[Component<'static>] = &[
+    migrate::ENGINE,
+    SERVER,
+    pgferry_ash::migrate::COMPONENT,
+    pgferry_schedules::migrate::COMPONENT,
+];
 
 /// Applies every component's pending migrations and changed functions.
 pub async fn up(client: &mut Client) -> Result<Applied, MigrateError> {

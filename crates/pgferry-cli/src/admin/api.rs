@@ -102,6 +102,11 @@ impl Api {
         self.send(req).await
     }
 
+    pub async fn delete(&self, path: &str) -> anyhow::Result<Value> {
+        let req = self.http.delete(format!("{}{path}", self.base));
+        self.send(req).await
+    }
+
     async fn send(&self, req: reqwest::RequestBuilder) -> anyhow::Result<Value> {
         let resp = req.bearer_auth(&self.key).send().await.map_err(|e| {
             exit(

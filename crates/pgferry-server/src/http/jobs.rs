@@ -78,6 +78,9 @@ fn to_new_job(
             .or_insert_with(|| tp.to_string());
     }
     no_nul_json("args", &spec.args)?;
+    if spec.queue == super::http_jobs::QUEUE {
+        super::http_jobs::check(&state.http.config.http_jobs_allow, &spec.args)?;
+    }
     if let Some(m) = &spec.meta {
         for (k, v) in m {
             no_nul("meta", k)?;

@@ -9,10 +9,12 @@ mod ash;
 mod dead;
 pub mod error;
 pub mod extract;
+pub mod http_jobs;
 mod jobs;
 pub mod openapi;
 mod queues;
 pub(crate) mod results;
+mod schedules;
 mod workers;
 mod workflow_steps;
 mod workflows;
@@ -46,6 +48,8 @@ pub struct HttpConfig {
     pub rate_per_sec: f64,
     /// Requests per API key allowed at once above the sustained rate.
     pub rate_burst: f64,
+    /// Ranges HTTP jobs may reach besides the public internet (checked at creation).
+    pub http_jobs_allow: pgferry_http_jobs::Allow,
 }
 
 impl Default for HttpConfig {
@@ -58,6 +62,7 @@ impl Default for HttpConfig {
             max_claim_wait: Duration::from_secs(30),
             rate_per_sec: 1000.0,
             rate_burst: 2000.0,
+            http_jobs_allow: pgferry_http_jobs::Allow::none(),
         }
     }
 }
@@ -193,6 +198,39 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         ),
         (Method::GET, "/v1/ash/timeline", get(ash::timeline)),
         (Method::GET, "/v1/ash/at", get(ash::at)),
+        (Method::POST, "/v1/schedules", post(schedules::create)),
+        (Method::GET, "/v1/schedules", get(schedules::list)),
+        (Method::GET, "/v1/schedules/{name}", get(schedules::get)),
+        (
+            Method::DELETE,
+            "/v1/schedules/{name}",
+            axum::routing::delete(schedules::delete),
+        ),
+        (
+            Method::POST,
+            "/v1/schedules/{name}/pause",
+            post(schedules::pause),
+        ),
+        (
+            Method::POST,
+            "/v1/schedules/{name}/resume",
+            post(schedules::resume),
+        ),
+        (
+            Method::GET,
+            "/v1/schedules/{name}/preview",
+            get(schedules::preview),
+        ),
+        (
+            Method::GET,
+            "/v1/schedules/{name}/fires",
+            get(schedules::fires),
+        ),
+        (
+            Method::POST,
+            "/v1/schedules/{name}/backfill",
+            post(schedules::backfill),
+        ),
     ]
 }
 

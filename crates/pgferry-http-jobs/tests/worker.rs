@@ -1,0 +1,128 @@
+//! HTTP jobs from a queue on real Postgres, executed against a loopback target.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use pgferry_core::{migrate, Engine, EngineConfig, JobState, NewJob};
+use pgferry_http_jobs::ssrf::Range;
+use pgferry_http_jobs::worker::{HttpWorker, WorkerConfig, KIND};
+use pgferry_http_jobs::{Allow, Executor, ExecutorConfig};
+use serde_json::json;
+
+async fn target(hits: Arc<AtomicUsize>) -> String {
+    let h = hits.clone();
+    let app = Router::new()
+        .route(
+            "/ok",
+            get(move || {
+                let h = h.clone();
+                async move {
+                    h.fetch_add(1, Ordering::SeqCst);
+                    "fine"
+                }
+            }),
+        )
+        .route(
+            "/busy",
+            get(|| async {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    [("retry-after", "30")],
+                    "later",
+                )
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_jobs_complete_retry_after_pause_the_destination_and_refusals_die() {
+    let db = pgferry_testkit::test_db().await;
+    let mut client = db.connect().await;
+    migrate::up(&mut client).await.unwrap();
+    let engine = Engine::new(db.pool(8), EngineConfig::default());
+    let hits = Arc::new(AtomicUsize::new(0));
+    let base = target(hits.clone()).await;
+    let executor = Executor::new(ExecutorConfig {
+        allow: Allow::of(&[Range::Loopback]),
+        ..Default::default()
+    })
+    .unwrap();
+    let worker = HttpWorker::new(engine.clone(), Arc::new(executor), WorkerConfig::default());
+    let tick = || async {
+        let c = db.connect().await;
+        pgferry_core::leader::ticker::tick(&c).await.unwrap();
+    };
+
+    let job = |path: &str| {
+        NewJob::new(
+            "http",
+            KIND,
+            json!({"url": format!("{base}{path}"), "expect_body": "fine"}),
+        )
+    };
+    let ids = engine
+        .enqueue(&[
+            job("/ok"),
+            NewJob::new(
+                "http",
+                KIND,
+                json!({"url": "http://169.254.169.254/latest/"}),
+            ),
+            NewJob::new("http", KIND, json!({"nope": 1})),
+        ])
+        .await
+        .unwrap();
+    tick().await;
+    assert_eq!(worker.run_once("http").await.unwrap(), 3);
+    let ok = engine.get_job(ids[0]).await.unwrap();
+    assert_eq!(ok.state, JobState::Completed);
+    let result = ok.result.unwrap();
+    assert_eq!(
+        (result["status"].as_u64(), result["body"].as_str()),
+        (Some(200), Some("fine"))
+    );
+    let refused = engine.get_job(ids[1]).await.unwrap();
+    assert_eq!(refused.state, JobState::Dead);
+    let err = refused.attempts[0].error.clone().unwrap();
+    assert!(err.contains("link_local"), "{err}");
+    assert_eq!(engine.get_job(ids[2]).await.unwrap().state, JobState::Dead);
+
+    // 503 + Retry-After: 30 s: the job waits at least that, and the destination pauses.
+    let busy = engine.enqueue(&[job("/busy")]).await.unwrap()[0];
+    tick().await;
+    let before = SystemTime::now();
+    worker.run_once("http").await.unwrap();
+    let b = engine.get_job(busy).await.unwrap();
+    assert_eq!(b.state, JobState::Scheduled);
+    assert!(
+        b.run_at.unwrap() >= before + Duration::from_secs(29),
+        "{:?}",
+        b.run_at
+    );
+    let err = b.attempts[0].error.clone().unwrap();
+    assert!(
+        err.contains("503") && err.contains("later"),
+        "response kept: {err}"
+    );
+
+    let hits_before = hits.load(Ordering::SeqCst);
+    let next = engine.enqueue(&[job("/ok")]).await.unwrap()[0];
+    tick().await;
+    worker.run_once("http").await.unwrap();
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        hits_before,
+        "the paused destination got nothing"
+    );
+    let n = engine.get_job(next).await.unwrap();
+    assert_eq!(n.state, JobState::Scheduled);
+    assert!(n.run_at.unwrap() >= before + Duration::from_secs(25));
+}

@@ -1,0 +1,1 @@
+SELECT * FROM pgferry_sched.schedules WHERE tenant_id = $1 AND name = $2 FOR UPDATE
