@@ -10,6 +10,7 @@ mod measure;
 pub mod peer;
 mod reference_log;
 mod reference_skiplocked;
+mod runtime_cycle;
 mod scheduled;
 pub mod workflow;
 mod workflow_load;
@@ -104,6 +105,9 @@ impl Default for BenchOpts {
 pub enum Variant {
     /// pgferry's engine: ready log, ticks, receipts, completions.
     Cycle,
+    /// In process through the worker runtime (`pgferry_core::runtime`), as a Rust user runs
+    /// it; jobs count at handler start.
+    CycleRuntime,
     /// The same cycle through a server: gRPC producer and worker streams, group commit.
     CycleGrpc,
     /// The same cycle through the server's HTTP API: batch enqueue, long-poll claim,
@@ -139,6 +143,7 @@ pub async fn run(
     let report = match variant {
         Variant::Cycle => cycle::run(&config, opts).await?,
         Variant::CycleGrpc => grpc_cycle::run(&config, opts).await?,
+        Variant::CycleRuntime => runtime_cycle::run(&config, opts).await?,
         Variant::CycleHttp => http_cycle::run(&config, opts).await?,
         Variant::Skiplocked => reference_skiplocked::run(&config, opts).await?,
         Variant::Log => reference_log::run(&config, opts, reference_log::Mode::Bare).await?,

@@ -54,13 +54,15 @@ pub async fn bare_commit(base: &Config, duration: Duration) -> anyhow::Result<Co
     })
 }
 
-/// `compare --shape peer`: in process, over gRPC, the SKIP LOCKED and acknowledged-log
+/// `compare --shape peer`: in process (a hand-written claim loop, and the worker runtime),
+/// over gRPC, the SKIP LOCKED and acknowledged-log
 /// references, and a bare commit, one after the other on one cluster, with the ratios the
 /// issue's targets are stated in.
 pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_json::Value> {
     let opts = shape(opts);
     let commit = bare_commit(base, Duration::from_secs(3)).await?;
     let inprocess = run(Variant::Cycle, base, "bench_cycle", &opts).await?;
+    let runtime = run(Variant::CycleRuntime, base, "bench_cycle_runtime", &opts).await?;
     let grpc = run(Variant::CycleGrpc, base, "bench_cycle_grpc", &opts).await?;
     let skiplocked = run(Variant::Skiplocked, base, "bench_skiplocked", &opts).await?;
     let log_acked = run(Variant::LogAcked, base, "bench_log_acked", &opts).await?;
@@ -71,10 +73,15 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
         "options": opts,
         "bare_commit": commit,
         "inprocess": inprocess,
+        "runtime": runtime,
         "grpc": grpc,
         "skiplocked": skiplocked,
         "log_acked": log_acked,
         "ratios": {
+            "runtime_vs_log_acked_jobs_per_s": ratio(runtime.jobs_per_s, log_acked.jobs_per_s),
+            "runtime_vs_skiplocked_jobs_per_s": ratio(runtime.jobs_per_s, skiplocked.jobs_per_s),
+            "grpc_vs_runtime_jobs_per_s": ratio(grpc.jobs_per_s, runtime.jobs_per_s),
+            "runtime_ack_p50_vs_bare_commit_p50": ratio(ack(&runtime), commit.p50_ms),
             "inprocess_vs_log_acked_jobs_per_s": ratio(inprocess.jobs_per_s, log_acked.jobs_per_s),
             "inprocess_vs_skiplocked_jobs_per_s": ratio(inprocess.jobs_per_s, skiplocked.jobs_per_s),
             "grpc_vs_inprocess_jobs_per_s": ratio(grpc.jobs_per_s, inprocess.jobs_per_s),

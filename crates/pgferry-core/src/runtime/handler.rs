@@ -17,6 +17,8 @@ pub struct JobContext {
     pub attempt: i32,
     pub max_attempts: i32,
     pub meta: Option<Value>,
+    /// When this attempt entered the log (enqueue, or its retry).
+    pub enqueued_at: std::time::SystemTime,
     pub(crate) stop: watch::Receiver<bool>,
 }
 

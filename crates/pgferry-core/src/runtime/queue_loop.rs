@@ -187,6 +187,7 @@ async fn run_one(
         attempt: job.attempt,
         max_attempts: job.max_attempts,
         meta: job.meta.clone(),
+        enqueued_at: job.enqueued_at,
         stop,
     };
     let fut = handler.call(ctx, job.args.clone());
