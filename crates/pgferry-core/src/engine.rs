@@ -248,21 +248,25 @@ impl Engine {
                 client.query(&stmt, &params).await?
             }
         };
+        let Some(first) = rows.first() else {
+            lanes.record_claim(order, &HashMap::new(), max as usize, tick);
+            return Ok(Vec::new());
+        };
+        // Columns by name, resolved once per batch rather than once per row and field.
+        let cols = ClaimColumns::of(first)?;
         let mut per_lane: HashMap<i32, usize> = HashMap::new();
         for r in &rows {
-            *per_lane.entry(r.get("lane")).or_default() += 1;
+            *per_lane.entry(r.get(cols.lane)).or_default() += 1;
         }
         lanes.record_claim(order, &per_lane, max as usize, tick);
         drop(held);
         self.counters.claimed(&per_lane);
-        if let Some(r) = rows.first() {
-            // The receipt went to the current segment: what COPYs should write to (ids.rs).
-            self.segment.observe(r.get("receipt_segment"));
-        }
+        // The receipt went to the current segment: what COPYs should write to (ids.rs).
+        self.segment.observe(first.get(cols.receipt_segment));
         Ok(rows
             .iter()
             .map(|r| {
-                let mut job = row_to_claimed(r, lanes.backoff, lease_until);
+                let mut job = row_to_claimed(r, &cols, lanes.backoff, lease_until);
                 job.priority = lanes.priority_of(job.lane).map_or(0, |p| p as u8);
                 job
             })
@@ -366,23 +370,66 @@ impl Engine {
     }
 }
 
+/// Positions of the columns of a claim's rows (claim.sql, claim_limited.sql), found by name.
+struct ClaimColumns {
+    receipt_id: usize,
+    job_id: usize,
+    attempt: usize,
+    job_segment: usize,
+    max_attempts: usize,
+    kind: usize,
+    args: usize,
+    meta: usize,
+    enqueued_at: usize,
+    lane: usize,
+    receipt_segment: usize,
+}
+
+impl ClaimColumns {
+    fn of(row: &tokio_postgres::Row) -> Result<ClaimColumns> {
+        let at = |name: &'static str| {
+            row.columns()
+                .iter()
+                .position(|c| c.name() == name)
+                .ok_or_else(|| Error::InvalidArgument {
+                    field: "claim",
+                    reason: format!("internal: the claim statement returns no column {name}"),
+                })
+        };
+        Ok(ClaimColumns {
+            receipt_id: at("receipt_id")?,
+            job_id: at("job_id")?,
+            attempt: at("attempt")?,
+            job_segment: at("job_segment")?,
+            max_attempts: at("max_attempts")?,
+            kind: at("kind")?,
+            args: at("args")?,
+            meta: at("meta")?,
+            enqueued_at: at("enqueued_at")?,
+            lane: at("lane")?,
+            receipt_segment: at("receipt_segment")?,
+        })
+    }
+}
+
 fn row_to_claimed(
     r: &tokio_postgres::Row,
+    c: &ClaimColumns,
     backoff: crate::job::Backoff,
     lease_until: SystemTime,
 ) -> ClaimedJob {
     ClaimedJob {
-        receipt_id: r.get("receipt_id"),
-        job_id: r.get("job_id"),
-        attempt: r.get("attempt"),
-        segment: r.get("job_segment"),
-        max_attempts: r.get("max_attempts"),
-        kind: r.get("kind"),
-        args: r.get("args"),
-        meta: r.get("meta"),
-        enqueued_at: r.get::<_, SystemTime>("enqueued_at"),
-        lane: r.get("lane"),
-        receipt_segment: r.get("receipt_segment"),
+        receipt_id: r.get(c.receipt_id),
+        job_id: r.get(c.job_id),
+        attempt: r.get(c.attempt),
+        segment: r.get(c.job_segment),
+        max_attempts: r.get(c.max_attempts),
+        kind: r.get(c.kind),
+        args: r.get(c.args),
+        meta: r.get(c.meta),
+        enqueued_at: r.get::<_, SystemTime>(c.enqueued_at),
+        lane: r.get(c.lane),
+        receipt_segment: r.get(c.receipt_segment),
         backoff,
         priority: 0,
         lease_until,
