@@ -40,6 +40,16 @@ pub struct Schedules {
 }
 
 impl Schedules {
+    /// A pooled connection, its error as the engine's.
+    async fn client(&self) -> Result<deadpool_postgres::Object> {
+        Ok(self
+            .engine
+            .pool()
+            .get()
+            .await
+            .map_err(pgferry_core::Error::from)?)
+    }
+
     pub fn new(engine: Arc<Engine>) -> Schedules {
         Schedules { engine }
     }
@@ -50,12 +60,7 @@ impl Schedules {
         let next = first_fire(spec, &spec.timing(now)?, now)?;
         let target = serde_json::to_value(&spec.target)
             .map_err(|e| ScheduleError::invalid("target", e.to_string()))?;
-        let client = self
-            .engine
-            .pool()
-            .get()
-            .await
-            .map_err(pgferry_core::Error::from)?;
+        let client = self.client().await?;
         let row = client
             .query_opt(
                 INSERT,
@@ -87,12 +92,7 @@ impl Schedules {
     }
 
     pub async fn get(&self, tenant_id: i64, name: &str) -> Result<Schedule> {
-        let client = self
-            .engine
-            .pool()
-            .get()
-            .await
-            .map_err(pgferry_core::Error::from)?;
+        let client = self.client().await?;
         let row = client.query_opt(GET, &[&tenant_id, &name]).await?;
         match row {
             Some(row) => Schedule::from_row(&row),
@@ -102,23 +102,13 @@ impl Schedules {
 
     /// Names after `after`, in name order.
     pub async fn list(&self, tenant_id: i64, after: &str, limit: i64) -> Result<Vec<Schedule>> {
-        let client = self
-            .engine
-            .pool()
-            .get()
-            .await
-            .map_err(pgferry_core::Error::from)?;
+        let client = self.client().await?;
         let rows = client.query(LIST, &[&tenant_id, &after, &limit]).await?;
         rows.iter().map(Schedule::from_row).collect()
     }
 
     pub async fn delete(&self, tenant_id: i64, name: &str) -> Result<()> {
-        let client = self
-            .engine
-            .pool()
-            .get()
-            .await
-            .map_err(pgferry_core::Error::from)?;
+        let client = self.client().await?;
         match client.execute(DELETE, &[&tenant_id, &name]).await? {
             0 => Err(ScheduleError::NotFound(name.into())),
             _ => Ok(()),
@@ -130,12 +120,7 @@ impl Schedules {
     pub async fn set_paused(&self, tenant_id: i64, name: &str, paused: bool) -> Result<Schedule> {
         let current = self.get(tenant_id, name).await?;
         let next = current.next_after(SystemTime::now())?;
-        let client = self
-            .engine
-            .pool()
-            .get()
-            .await
-            .map_err(pgferry_core::Error::from)?;
+        let client = self.client().await?;
         let row = client
             .query_opt(SET_PAUSED, &[&tenant_id, &name, &paused, &next])
             .await?;
@@ -154,12 +139,7 @@ impl Schedules {
         limit: i64,
     ) -> Result<Vec<Fire>> {
         self.get(tenant_id, name).await?;
-        let client = self
-            .engine
-            .pool()
-            .get()
-            .await
-            .map_err(pgferry_core::Error::from)?;
+        let client = self.client().await?;
         let rows = client
             .query(LIST_FIRES, &[&tenant_id, &name, &before, &limit])
             .await?;
@@ -189,12 +169,7 @@ impl Schedules {
         if to < from {
             return Err(ScheduleError::invalid("to", "must not be before from"));
         }
-        let mut client = self
-            .engine
-            .pool()
-            .get()
-            .await
-            .map_err(pgferry_core::Error::from)?;
+        let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let row = tx
             .query_opt(GET_FOR_UPDATE, &[&tenant_id, &name])

@@ -17,7 +17,7 @@ use super::admin_pb::{
     parse_state, queue_pb, status, unix_ms,
 };
 use super::convert::new_job;
-use super::{auth_status, GrpcState};
+use super::GrpcState;
 use crate::auth::namespace::tenant_prefix;
 use crate::auth::{user_queue, Principal, Scope};
 use crate::proto::v1 as pb;
@@ -33,21 +33,7 @@ pub struct AdminService {
 impl AdminService {
     /// The caller, from `authorization: Bearer <key>`, holding `scope`.
     async fn principal<T>(&self, req: &Request<T>, scope: Scope) -> Result<Principal, Status> {
-        let header = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        let key = header.strip_prefix("Bearer ").unwrap_or("").trim();
-        let p = self
-            .state
-            .auth
-            .authenticate(key)
-            .await
-            .map_err(auth_status)?;
-        self.state.rate_limit(&p)?;
-        p.require(scope).map_err(auth_status)?;
-        Ok(p)
+        self.state.authorize(req, scope).await
     }
 
     /// The job, if it belongs to the caller's tenant (else NOT_FOUND, like an unknown id).

@@ -159,6 +159,22 @@ impl GrpcState {
         Ok(p)
     }
 
+    /// Authenticates a unary call from its `authorization: Bearer <key>` metadata, as
+    /// [`GrpcState::hello`] does a stream's hello.
+    pub(crate) async fn authorize<T>(
+        &self,
+        req: &tonic::Request<T>,
+        scope: Scope,
+    ) -> Result<Principal, Status> {
+        let header = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let key = header.strip_prefix("Bearer ").unwrap_or("").trim();
+        self.hello(key, scope).await
+    }
+
     // tonic's handlers return `Status` by value.
     #[allow(clippy::result_large_err)]
     /// Takes one of the key's tokens: RESOURCE_EXHAUSTED with a `retry-after` (seconds)

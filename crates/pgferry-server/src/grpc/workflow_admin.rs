@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status};
 
 use super::admin_pb::{from_unix_ms, invalid, not_found, status, unix_ms};
 use super::convert::parse_json;
-use super::{auth_status, GrpcState};
+use super::GrpcState;
 use crate::auth::namespace::tenant_prefix;
 use crate::auth::{user_queue, Principal, Scope};
 use crate::http::extract::has_nul;
@@ -43,21 +43,7 @@ pub struct WorkflowAdminService {
 impl WorkflowAdminService {
     /// The caller, from `authorization: Bearer <key>`, holding `scope`.
     async fn principal<T>(&self, req: &Request<T>, scope: Scope) -> Result<Principal, Status> {
-        let header = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        let key = header.strip_prefix("Bearer ").unwrap_or("").trim();
-        let p = self
-            .state
-            .auth
-            .authenticate(key)
-            .await
-            .map_err(auth_status)?;
-        self.state.rate_limit(&p)?;
-        p.require(scope).map_err(auth_status)?;
-        Ok(p)
+        self.state.authorize(req, scope).await
     }
 
     fn wf(&self) -> Workflows {
