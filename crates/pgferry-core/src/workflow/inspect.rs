@@ -97,7 +97,8 @@ pub struct InstancePage {
     pub next: Option<i64>,
 }
 
-const STATUSES: [&str; 9] = [
+/// Every status an instance can have (and be listed by).
+pub const STATUSES: [&str; 9] = [
     "runnable",
     "running",
     "sleeping",

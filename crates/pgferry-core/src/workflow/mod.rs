@@ -16,7 +16,9 @@ mod validate;
 mod worker;
 
 pub use client::{SignalSent, Start, Started, StepRef, Target, Workflows, MAX_PAYLOAD_BYTES};
-pub use inspect::{InstanceFilter, InstanceInfo, InstancePage, InstanceSummary, StepRecord};
+pub use inspect::{
+    InstanceFilter, InstanceInfo, InstancePage, InstanceSummary, StepRecord, STATUSES,
+};
 pub use lease::StepBeat;
 pub use machine::{
     Caps, Child, ChildFailure, ChildResult, ClaimedStep, Handler, Join, Machine, Outcome, Signal,

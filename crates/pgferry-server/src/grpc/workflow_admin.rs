@@ -23,19 +23,6 @@ use crate::http::extract::has_nul;
 use crate::proto::v1 as pb;
 use crate::wfsteps::tenant_key;
 
-/// The statuses an instance can be listed by.
-const STATUSES: [&str; 9] = [
-    "runnable",
-    "running",
-    "sleeping",
-    "awaiting",
-    "waiting_children",
-    "queued",
-    "done",
-    "failed",
-    "cancelled",
-];
-
 pub struct WorkflowAdminService {
     pub state: Arc<GrpcState>,
 }
@@ -280,7 +267,7 @@ impl pb::workflow_admin_server::WorkflowAdmin for WorkflowAdminService {
             f.kind = Some(r.kind);
         }
         if !r.status.is_empty() {
-            if !STATUSES.contains(&r.status.as_str()) {
+            if !pgferry_core::workflow::STATUSES.contains(&r.status.as_str()) {
                 return Err(invalid("status", "not a workflow status"));
             }
             f.status = Some(r.status);

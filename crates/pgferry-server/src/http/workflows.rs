@@ -71,19 +71,6 @@ fn wf(state: &AppState) -> Workflows {
 }
 
 /// A key as the engine stores it: the tenant's prefix, then the user's key.
-/// The statuses an instance can be listed by (as in the OpenAPI document).
-const STATUSES: [&str; 9] = [
-    "runnable",
-    "running",
-    "sleeping",
-    "awaiting",
-    "waiting_children",
-    "queued",
-    "done",
-    "failed",
-    "cancelled",
-];
-
 fn tenant_key(p: &Principal, field: &'static str, key: &str) -> ApiResult<String> {
     no_nul(field, key)?;
     if key.is_empty() || key.chars().count() > 256 {
@@ -223,7 +210,7 @@ pub async fn list(
                 f.kind = Some(v)
             }
             "status" => {
-                if !STATUSES.contains(&v.as_str()) {
+                if !pgferry_core::workflow::STATUSES.contains(&v.as_str()) {
                     return Err(ApiError::bad_request("status", "not a workflow status"));
                 }
                 f.status = Some(v)
