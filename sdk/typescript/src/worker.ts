@@ -425,7 +425,10 @@ export class Worker {
     this.kickScheduled = false;
     const call = this.call;
     if (!call) return;
-    if (this.draining && !this.drainSent) {
+    // A Drain, and another for every job that arrives after it: the server may have sent
+    // jobs against credits it held before it read the first Drain. Left unsent, such a job
+    // would wait for its lease and keep the drain from ever finishing.
+    if (this.draining && (!this.drainSent || this.unstarted.length > 0)) {
       this.drainSent = true;
       this.drainsUnanswered++;
       call.write({ drain: { release: this.unstarted } });

@@ -80,6 +80,36 @@ describe("lifecycle", () => {
     await c.close();
   });
 
+  it("a job that arrives after the Drain went out is handed back too, and the drain ends", async (t) => {
+    // The race behind a CI failure: a result carried a credit, the server answered it with
+    // the next buffered job at once, and stop() sent the Drain before that job arrived. The
+    // job then sat in the worker unreleased: the drain never finished (the grace period ran
+    // out) and the job waited for its lease.
+    const queue = queueName(t);
+    const c = new Client({ url: server.grpcUrl, apiKey: server.apiKey });
+    await httpPatchQueue(server, queue, { lease_ms: 600_000 });
+    const ids = (await c.enqueueMany(Array.from({ length: 5 }, (_, n) => ({ kind: "step", args: { n }, queue })))).map((j) => j.id);
+    const rec = new Recorder();
+    // The grace period is far longer than the test: only a drain that finishes lets run()
+    // resolve in time.
+    const w1 = new Worker({ url: server.grpcUrl, apiKey: server.apiKey, queues: [queue], concurrency: 1, gracePeriodMs: 600_000, handleSignals: false, logger: quiet });
+    w1.handle("step", (_, ctx) => {
+      rec.add("first", ctx);
+      // Two turns later: after this result and its credit were written, before the job
+      // the server sends for that credit can arrive.
+      setImmediate(() => setImmediate(() => w1.stop()));
+    });
+    const run1 = w1.run();
+    await rec.waitUntil(() => rec.ids("first").length > 0, "the first job");
+    await Promise.race([run1, sleep(WAIT).then(() => Promise.reject(new Error("the drain did not finish")))]);
+    assert.equal(rec.ids("first").length, 1, "the draining worker started a second job");
+    const w2 = new Worker({ url: server.grpcUrl, apiKey: server.apiKey, queues: [queue], concurrency: 5, handleSignals: false, logger: quiet });
+    w2.handle("step", (_, ctx) => rec.add("second", ctx));
+    const rest = ids.filter((id) => !rec.ids("first").includes(id));
+    await running(w2, () => rec.waitUntil(() => rest.every((id) => rec.ids("second").includes(id)), "the other jobs to run at once"));
+    await c.close();
+  });
+
   it("stop() aborts jobs still running when the grace period ends; they run again elsewhere", async (t) => {
     const queue = queueName(t);
     const c = new Client({ url: server.grpcUrl, apiKey: server.apiKey });
