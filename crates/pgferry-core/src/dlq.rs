@@ -40,6 +40,8 @@ pub struct DeadJob {
     pub max_attempts: i32,
     pub error: Option<String>,
     pub died_at: SystemTime,
+    /// When the job was enqueued (its oldest row in the log when it died).
+    pub enqueued_at: Option<SystemTime>,
     pub priority: i16,
 }
 
@@ -127,6 +129,7 @@ impl Engine {
                 max_attempts: r.get("max_attempts"),
                 error: r.get("error"),
                 died_at: r.get("died_at"),
+                enqueued_at: r.get("enqueued_at"),
                 priority: r.get("priority"),
             })
             .collect();

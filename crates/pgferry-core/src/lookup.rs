@@ -127,25 +127,42 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
     let attempt: Option<i32> = first.get("attempt");
     let unique_key: Option<String> = first.get("unique_key");
     if attempt.is_none() {
-        // Never promoted into the log: scheduled, cancelled while scheduled, or unknown.
+        // No row in the log: scheduled, cancelled while scheduled, dead-lettered with its
+        // segments reused since, or unknown. The side row carries the job and its times.
         let kind: String = first.get::<_, Option<String>>("side_kind")?;
+        let (state, run_at, attempts) = if run_at.is_some() {
+            (JobState::Scheduled, run_at, Vec::new())
+        } else if let Some(attempt) = dead_attempt {
+            let last = AttemptInfo {
+                attempt,
+                outcome: "dead",
+                error: first.get("d_error"),
+                duration_ms: None,
+                claimed_at: None,
+                worker: None,
+                finished_at: first.get("d_died_at"),
+            };
+            (JobState::Dead, None, vec![last])
+        } else {
+            (
+                JobState::Cancelled,
+                first.get("cancelled_run_at"),
+                Vec::new(),
+            )
+        };
         return Some(Detail {
             info: JobInfo {
                 id,
                 queue: first.get("queue"),
                 kind,
-                state: if run_at.is_some() {
-                    JobState::Scheduled
-                } else {
-                    JobState::Cancelled
-                },
+                state,
                 args: first.get("side_args"),
                 meta: first.get("side_meta"),
                 priority: first.get("priority"),
                 max_attempts: first.get("side_max_attempts"),
-                enqueued_at: None,
+                enqueued_at: first.get("side_enqueued_at"),
                 run_at,
-                attempts: Vec::new(),
+                attempts,
                 cancel_requested,
                 result: None,
                 unique_key,
@@ -191,6 +208,11 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
         // Closed by the next claim that meets it; never handed out.
         None if cancel_requested => JobState::Cancelled,
         None => JobState::Pending,
+    };
+    // Cancelled while waiting for a delayed retry: it keeps the time it was due.
+    let run_at = match state {
+        JobState::Cancelled => run_at.or(first.get("cancelled_run_at")),
+        _ => run_at,
     };
     if last_outcome.is_none() && !last.get::<_, bool>("claimed") {
         // The last row is an attempt waiting in the log, not started: not an attempt yet

@@ -97,6 +97,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0015_workflows.sql",
         sql: include_str!("../../migrations/0015_workflows.sql"),
     },
+    Migration {
+        version: 16,
+        name: "0016_side_rows_keep_times.sql",
+        sql: include_str!("../../migrations/0016_side_rows_keep_times.sql"),
+    },
 ];
 
 /// The engine's live functions, callees before SQL-language callers.

@@ -6,7 +6,7 @@
 -- $1 job id, $2 reason
 WITH sched AS (
     DELETE FROM pgferry.scheduled WHERE job_id = $1
-    RETURNING job_id, lane, attempt, max_attempts, kind, args, meta
+    RETURNING job_id, lane, attempt, max_attempts, kind, args, meta, run_at, enqueued_at
 ),
 found AS (
     -- A running attempt handed over to long_leases (ADR 0008) may have left the log.
@@ -17,9 +17,10 @@ found AS (
            EXISTS (SELECT 1 FROM pgferry.dead d WHERE d.job_id = $1) AS is_dead
 ),
 req AS (
-    INSERT INTO pgferry.cancels (job_id, reason, lane, attempt, max_attempts, kind, args, meta)
+    INSERT INTO pgferry.cancels (job_id, reason, lane, attempt, max_attempts, kind, args, meta,
+                                 run_at, enqueued_at)
     SELECT $1, $2, sched.lane, sched.attempt, sched.max_attempts, sched.kind, sched.args,
-           sched.meta
+           sched.meta, sched.run_at, sched.enqueued_at
       FROM found LEFT JOIN sched ON true
      WHERE (found.in_log OR sched.job_id IS NOT NULL) AND NOT found.is_dead
     ON CONFLICT (job_id) DO NOTHING

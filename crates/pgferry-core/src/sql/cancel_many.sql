@@ -11,7 +11,8 @@ sched AS (
     DELETE FROM pgferry.scheduled s
      USING ids i
      WHERE s.job_id = i.job_id
-    RETURNING s.job_id, s.lane, s.attempt, s.max_attempts, s.kind, s.args, s.meta
+    RETURNING s.job_id, s.lane, s.attempt, s.max_attempts, s.kind, s.args, s.meta, s.run_at,
+              s.enqueued_at
 ),
 found AS MATERIALIZED (
     SELECT i.job_id,
@@ -24,8 +25,10 @@ found AS MATERIALIZED (
       FROM ids i
 ),
 req AS (
-    INSERT INTO pgferry.cancels (job_id, reason, lane, attempt, max_attempts, kind, args, meta)
-    SELECT f.job_id, $2, s.lane, s.attempt, s.max_attempts, s.kind, s.args, s.meta
+    INSERT INTO pgferry.cancels (job_id, reason, lane, attempt, max_attempts, kind, args, meta,
+                                 run_at, enqueued_at)
+    SELECT f.job_id, $2, s.lane, s.attempt, s.max_attempts, s.kind, s.args, s.meta, s.run_at,
+           s.enqueued_at
       FROM found f
       LEFT JOIN sched s ON s.job_id = f.job_id
      WHERE (f.log_lane IS NOT NULL OR s.job_id IS NOT NULL) AND NOT f.is_dead

@@ -3,7 +3,7 @@
 -- $1 queue names text[] (NULL: all), $2 kind, $3 error substring, $4 cursor died_at,
 -- $5 cursor job_id, $6 limit (one more than the page, to know has_more)
 SELECT d.job_id, q.name AS queue, d.kind, d.args, d.meta, d.attempt, d.max_attempts, d.error, d.died_at,
-       l.priority
+       d.enqueued_at, l.priority
   FROM pgferry.dead d
   JOIN pgferry.lanes l ON l.lane = d.lane
   JOIN pgferry.queues q ON q.queue_id = l.queue_id

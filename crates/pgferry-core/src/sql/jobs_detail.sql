@@ -9,7 +9,9 @@
 --   - outcomes: only of claimed attempts, by array overlap in their segments' completions
 --     (one pass over each such partition for the whole set: completions hold one row per
 --     receipt batch and carry no per-job index, which would cost complete() an entry per job);
---   - side rows: primary keys of scheduled, cancels, dead; the unique key the job holds.
+--   - side rows: primary keys of scheduled, cancels, dead; the unique key the job holds. They
+--     carry the job (kind, args, times) when none of its rows is in the log any more: a job
+--     scheduled, cancelled while scheduled, or dead-lettered and its segments since reused.
 -- The result and the claiming receipt of each attempt come from jobs_extras.sql: kept apart,
 -- this statement plans in about the time of the three it replaced (cancel needs only it).
 -- $1 job ids
@@ -81,14 +83,18 @@ side AS MATERIALIZED (
     SELECT k.job_id, s.run_at, s.lane AS s_lane, s.kind AS s_kind, s.args AS s_args,
            s.meta AS s_meta, s.max_attempts AS s_max, x.job_id IS NOT NULL AS cancel_requested,
            x.lane AS x_lane, x.kind AS x_kind, x.args AS x_args, x.meta AS x_meta,
-           x.max_attempts AS x_max, d.attempt AS dead_attempt, u.key AS unique_key
+           x.max_attempts AS x_max, d.attempt AS dead_attempt, u.key AS unique_key,
+           coalesce(s.enqueued_at, x.enqueued_at, d.enqueued_at) AS side_enqueued_at,
+           x.run_at AS cancelled_run_at, d.lane AS d_lane, d.kind AS d_kind, d.args AS d_args,
+           d.meta AS d_meta, d.max_attempts AS d_max, d.error AS d_error,
+           d.died_at AS d_died_at
       FROM ids k
       LEFT JOIN LATERAL (
           SELECT s.* FROM pgferry.scheduled s WHERE s.job_id = k.job_id) s ON true
       LEFT JOIN LATERAL (
           SELECT x.* FROM pgferry.cancels x WHERE x.job_id = k.job_id) x ON true
       LEFT JOIN LATERAL (
-          SELECT d.attempt FROM pgferry.dead d WHERE d.job_id = k.job_id) d ON true
+          SELECT d.* FROM pgferry.dead d WHERE d.job_id = k.job_id) d ON true
       -- The unique key the job holds (index unique_keys_job); none once released.
       LEFT JOIN LATERAL (
           SELECT u.key FROM pgferry.unique_keys u WHERE u.job_id = k.job_id LIMIT 1) u ON true
@@ -96,15 +102,17 @@ side AS MATERIALIZED (
 SELECT k.job_id, a.attempt, a.claimed, a.last, o.outcome, o.error, o.duration_ms,
        o.finished_at, a.kind, CASE WHEN a.last THEN a.args END AS args,
        CASE WHEN a.last THEN a.meta END AS meta, a.max_attempts, a.enqueued_at,
-       k.run_at, coalesce(k.s_kind, k.x_kind) AS side_kind,
-       coalesce(k.s_args, k.x_args) AS side_args, coalesce(k.s_meta, k.x_meta) AS side_meta,
-       coalesce(k.s_max, k.x_max) AS side_max_attempts,
+       k.run_at, coalesce(k.s_kind, k.x_kind, k.d_kind) AS side_kind,
+       coalesce(k.s_args, k.x_args, k.d_args) AS side_args,
+       coalesce(k.s_meta, k.x_meta, k.d_meta) AS side_meta,
+       coalesce(k.s_max, k.x_max, k.d_max) AS side_max_attempts,
+       k.side_enqueued_at, k.cancelled_run_at, k.d_error, k.d_died_at,
        q.name AS queue, l.priority, k.dead_attempt, k.cancel_requested, o.receipt_id,
        k.unique_key,
-       coalesce(a.lane, k.s_lane, k.x_lane) AS lane
+       coalesce(a.lane, k.s_lane, k.x_lane, k.d_lane) AS lane
   FROM side k
   LEFT JOIN a2 a ON a.job_id = k.job_id
   LEFT JOIN outc o ON o.job_id = a.job_id AND o.attempt = a.attempt
-  LEFT JOIN pgferry.lanes l ON l.lane = coalesce(a.lane, k.s_lane, k.x_lane)
+  LEFT JOIN pgferry.lanes l ON l.lane = coalesce(a.lane, k.s_lane, k.x_lane, k.d_lane)
   LEFT JOIN pgferry.queues q ON q.queue_id = l.queue_id
  ORDER BY k.job_id, a.attempt

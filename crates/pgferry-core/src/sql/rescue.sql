@@ -61,9 +61,11 @@ freed AS (
      WHERE qr.queue_id = d.queue_id
 ),
 buried AS (
-    INSERT INTO pgferry.dead (job_id, lane, attempt, max_attempts, kind, args, meta, error)
-    SELECT job_id, lane, attempt, max_attempts, kind, args, meta, 'lease expired'
-      FROM open WHERE outcome = 6
+    INSERT INTO pgferry.dead (job_id, lane, attempt, max_attempts, kind, args, meta, error,
+                              enqueued_at)
+    SELECT o.job_id, o.lane, o.attempt, o.max_attempts, o.kind, o.args, o.meta, 'lease expired',
+           (SELECT min(r0.enqueued_at) FROM pgferry.ready_rows(o.job_id) r0)
+      FROM open o WHERE o.outcome = 6
     ON CONFLICT (job_id) DO UPDATE
        SET attempt = EXCLUDED.attempt, error = EXCLUDED.error, died_at = now()
 ),

@@ -19,7 +19,7 @@ open AS (
      WHERE ll.job_id = d.job_id AND ll.attempt = d.attempt
        AND ll.outcome IS NULL AND ll.lease_until < now()
     RETURNING ll.job_id, ll.attempt, ll.lane, ll.max_attempts, ll.kind, ll.args, ll.meta,
-              ll.outcome
+              ll.outcome, ll.enqueued_at
 ),
 again AS (
     INSERT INTO pgferry.ready (segment, lane, job_id, attempt, max_attempts, kind, args, meta)
@@ -37,9 +37,11 @@ freed AS (
      WHERE qr.queue_id = d.queue_id
 ),
 buried AS (
-    INSERT INTO pgferry.dead (job_id, lane, attempt, max_attempts, kind, args, meta, error)
-    SELECT job_id, lane, attempt, max_attempts, kind, args, meta, 'lease expired'
-      FROM open WHERE outcome = 6
+    INSERT INTO pgferry.dead (job_id, lane, attempt, max_attempts, kind, args, meta, error,
+                              enqueued_at)
+    SELECT o.job_id, o.lane, o.attempt, o.max_attempts, o.kind, o.args, o.meta, 'lease expired',
+           coalesce((SELECT min(r0.enqueued_at) FROM pgferry.ready_rows(o.job_id) r0), o.enqueued_at)
+      FROM open o WHERE o.outcome = 6
     ON CONFLICT (job_id) DO UPDATE
        SET attempt = EXCLUDED.attempt, error = EXCLUDED.error, died_at = now()
 ),

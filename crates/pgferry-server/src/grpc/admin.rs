@@ -344,6 +344,7 @@ impl pb::admin_server::Admin for AdminService {
                     args: d.args.to_string(),
                     priority: u32::try_from(d.priority).unwrap_or(0),
                     max_attempts: d.max_attempts,
+                    enqueued_at_unix_ms: d.enqueued_at.map_or(0, unix_ms),
                     attempts: vec![pb::AttemptInfo {
                         attempt: d.attempt,
                         outcome: "dead".into(),

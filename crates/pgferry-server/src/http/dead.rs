@@ -123,7 +123,7 @@ pub async fn list(
                 "meta": j.meta.clone().unwrap_or_else(|| json!({})),
                 "priority": j.priority,
                 "max_attempts": j.max_attempts,
-                "enqueued_at_unix_ms": null,
+                "enqueued_at_unix_ms": j.enqueued_at.map(unix_ms),
                 "run_at_unix_ms": null,
                 "cancel_requested": false,
                 "attempts": [{

@@ -294,15 +294,21 @@ BEGIN
           FROM rerun f WHERE coalesce(f.delay_ms, 0) <= 0
     ),
     later AS (
-        INSERT INTO pgferry.scheduled (job_id, lane, attempt, max_attempts, kind, args, meta, run_at)
+        INSERT INTO pgferry.scheduled (job_id, lane, attempt, max_attempts, kind, args, meta, run_at,
+                                       enqueued_at)
         SELECT f.job_id, f.job_lane, f.attempt + (f.outcome = 2 OR f.bump)::int,
                f.max_attempts + f.bump::int,
-               f.kind, f.args, f.meta, now() + f.delay_ms * interval '1 millisecond'
+               f.kind, f.args, f.meta, now() + f.delay_ms * interval '1 millisecond',
+               -- When the job was enqueued: its oldest row still in the log (a log row's
+               -- enqueued_at is when that attempt entered it). Failure path only.
+               (SELECT min(r0.enqueued_at) FROM pgferry.ready_rows(f.job_id) r0)
           FROM rerun f WHERE f.delay_ms > 0
     ),
     buried AS (
-        INSERT INTO pgferry.dead (job_id, lane, attempt, max_attempts, kind, args, meta, error)
-        SELECT f.job_id, f.job_lane, f.attempt, f.max_attempts, f.kind, f.args, f.meta, f.error
+        INSERT INTO pgferry.dead (job_id, lane, attempt, max_attempts, kind, args, meta, error,
+                                  enqueued_at)
+        SELECT f.job_id, f.job_lane, f.attempt, f.max_attempts, f.kind, f.args, f.meta, f.error,
+               (SELECT min(r0.enqueued_at) FROM pgferry.ready_rows(f.job_id) r0)
           FROM failed f WHERE f.outcome = 3
         ON CONFLICT (job_id) DO UPDATE
            SET attempt = EXCLUDED.attempt, error = EXCLUDED.error, died_at = now()

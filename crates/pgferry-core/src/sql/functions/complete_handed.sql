@@ -29,7 +29,7 @@ LANGUAGE sql VOLATILE AS $fn$
          WHERE ll.job_id = f.job_id AND ll.attempt = f.attempt
            AND ll.receipt_id = f.receipt_id AND ll.handed_over AND ll.outcome IS NULL
         RETURNING f.ord, f.outcome, f.delay_ms, f.error, ll.job_id, ll.attempt, ll.lane,
-                  ll.max_attempts, ll.kind, ll.args, ll.meta
+                  ll.max_attempts, ll.kind, ll.args, ll.meta, ll.enqueued_at
     ),
     again AS (
         INSERT INTO pgferry.ready (segment, lane, job_id, attempt, max_attempts, kind, args, meta)
@@ -39,14 +39,18 @@ LANGUAGE sql VOLATILE AS $fn$
           FROM win w WHERE w.outcome IN (2, 7, 8) AND coalesce(w.delay_ms, 0) <= 0
     ),
     later AS (
-        INSERT INTO pgferry.scheduled (job_id, lane, attempt, max_attempts, kind, args, meta, run_at)
+        INSERT INTO pgferry.scheduled (job_id, lane, attempt, max_attempts, kind, args, meta, run_at,
+                                       enqueued_at)
         SELECT w.job_id, w.lane, w.attempt + 1, w.max_attempts + (w.outcome IN (7, 8))::int,
-               w.kind, w.args, w.meta, now() + w.delay_ms * interval '1 millisecond'
+               w.kind, w.args, w.meta, now() + w.delay_ms * interval '1 millisecond',
+               coalesce((SELECT min(r0.enqueued_at) FROM pgferry.ready_rows(w.job_id) r0), w.enqueued_at)
           FROM win w WHERE w.outcome IN (2, 7, 8) AND w.delay_ms > 0
     ),
     buried AS (
-        INSERT INTO pgferry.dead (job_id, lane, attempt, max_attempts, kind, args, meta, error)
-        SELECT w.job_id, w.lane, w.attempt, w.max_attempts, w.kind, w.args, w.meta, w.error
+        INSERT INTO pgferry.dead (job_id, lane, attempt, max_attempts, kind, args, meta, error,
+                                  enqueued_at)
+        SELECT w.job_id, w.lane, w.attempt, w.max_attempts, w.kind, w.args, w.meta, w.error,
+               coalesce((SELECT min(r0.enqueued_at) FROM pgferry.ready_rows(w.job_id) r0), w.enqueued_at)
           FROM win w WHERE w.outcome = 3
         ON CONFLICT (job_id) DO UPDATE
            SET attempt = EXCLUDED.attempt, error = EXCLUDED.error, died_at = now()
