@@ -17,6 +17,7 @@ import {
   isServiceError,
 } from "./errors.js";
 import { HttpApi } from "./http.js";
+import { WorkflowAdmin } from "./wf-admin.js";
 import { currentTraceHeaders, loadTracing } from "./tracing.js";
 import { Backoff, authMetadata, method, openChannel, sleep } from "./transport.js";
 import {
@@ -190,8 +191,23 @@ export class Client {
     return this.stream?.helloAck.max_payload_bytes;
   }
 
+  private wfAdmin: WorkflowAdmin | null = null;
+
+  /** Workflow instances: start, signal, cancel, retry, get, list, result. */
+  get workflows(): WorkflowAdmin {
+    this.wfAdmin ??= new WorkflowAdmin({
+      url: this.url,
+      httpUrl: this.httpUrl,
+      apiKey: this.apiKey,
+      timeoutMs: this.timeoutMs,
+      defaultQueue: this.defaultQueue,
+    });
+    return this.wfAdmin;
+  }
+
   async close(): Promise<void> {
     this.closed = true;
+    this.wfAdmin?.close();
     this.stream?.close();
     this.stream = null;
     this.channel?.close();

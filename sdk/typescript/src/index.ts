@@ -1,4 +1,23 @@
-export { Pgferry, register, type PgferryOptions, type TaskWorkerOptions } from "./pgferry.js";
+export { Pgferry, register, type PgferryOptions, type TaskWorkerOptions, type WorkflowWorkerRunOptions } from "./pgferry.js";
+export { Workflow, Machine, type WorkflowDefinition, type WorkflowOf, type Registrable } from "./wf-define.js";
+export { WorkflowContext, StepFailed, ChildFailed, NONDETERMINISM, type StepOptions, type WorkflowRef } from "./wf-code.js";
+export { WorkflowAdmin, WorkflowHandle, WorkflowFailedError, NonDeterminismError, type Started, type SignalSent, type SignalTarget } from "./wf-admin.js";
+export { WorkflowWorker, type WorkflowWorkerOptions, type WorkflowWorkerStats, type StepRunner } from "./wf-worker.js";
+export {
+  Step,
+  type StepOutcome,
+  type ClaimedStep,
+  type ChildSpec,
+  type ChildEnd,
+  type SignalRecord,
+  type KindCaps,
+  type MachineDefinition,
+  type StepHandler,
+  type StartOptions,
+  type WorkflowInfo,
+  type WorkflowSummary,
+  type WorkflowStepRecord,
+} from "./wf-types.js";
 export { Client, type ClientOptions, type RetryPolicy, type WaitOptions } from "./client.js";
 export { Worker, type WorkerOptions, type WorkerStats, type Handler, type HandlerOptions, type Logger } from "./worker.js";
 export { JobContext } from "./context.js";
