@@ -20,7 +20,7 @@ import {
   ValidationError,
   WorkflowFailedError,
 } from "../dist/esm/index.js";
-import { Server } from "./helpers/server.mjs";
+import { Server, binary } from "./helpers/server.mjs";
 import { WAIT, pollUntil, queueName, quiet, running } from "./helpers/util.mjs";
 
 const APP = join(dirname(fileURLToPath(import.meta.url)), "apps/wf-kill-app.mjs");
@@ -470,5 +470,53 @@ describe("admin over HTTP", () => {
     } finally {
       await http.close();
     }
+  });
+});
+
+describe("the journal format is Rust's", () => {
+  // `pgferry workflow replay` replays recorded instances of its built-in code-first kinds
+  // against the Rust code: instances a TypeScript worker ran must read as consistent when
+  // the TypeScript code makes the same calls, and as divergent when it does not.
+  const replay = (kind) =>
+    new Promise((resolve) => {
+      const p = spawn(binary(), ["workflow", "replay", "--kind", kind, "--database-url", server.databaseUrl], { stdio: ["ignore", "pipe", "pipe"] });
+      let out = "";
+      let err = "";
+      p.stdout.on("data", (d) => (out += d));
+      p.stderr.on("data", (d) => (err += d));
+      p.on("exit", (code) => resolve({ code, out, err }));
+    });
+
+  it("Rust replays a TypeScript worker's code_three instances as consistent, and finds a divergence", async (t) => {
+    assert.ok(server.databaseUrl, "the dev server printed its database URL");
+    const queue = queueName(t);
+    const three = (second) =>
+      pg.workflow({
+        name: "code_three",
+        queue,
+        fn: async (ctx, input) => {
+          const a = await ctx.step("one", () => input.i);
+          const b = await ctx.step(second, () => a + 1);
+          return ctx.step("three", () => b + 1);
+        },
+      });
+    await running(wfWorker([three("two")], queue), async () => {
+      assert.equal(await three("two").run({ i: 5 }, { timeoutMs: WAIT }), 7);
+    });
+    const ok = await replay("code_three");
+    assert.equal(ok.code, 0, `${ok.out}\n${ok.err}`);
+    const report = JSON.parse(ok.out);
+    assert.equal(report.instances, 1, ok.out);
+    assert.equal(report.consistent, 1, ok.out);
+    await running(wfWorker([three("two_b")], queue), async () => {
+      assert.equal(await three("two_b").run({ i: 1 }, { timeoutMs: WAIT }), 3);
+    });
+    const bad = await replay("code_three");
+    assert.equal(bad.code, 3, `${bad.out}\n${bad.err}`);
+    const verdict = JSON.parse(bad.out);
+    assert.equal(verdict.instances, 2, bad.out);
+    assert.equal(verdict.consistent, 1, bad.out);
+    assert.equal(verdict.divergent.length, 1, bad.out);
+    assert.match(JSON.stringify(verdict.divergent[0]), /two_b/);
   });
 });
