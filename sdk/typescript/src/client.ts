@@ -17,6 +17,7 @@ import {
   isServiceError,
 } from "./errors.js";
 import { HttpApi } from "./http.js";
+import { Schedules } from "./schedules.js";
 import { WorkflowAdmin } from "./wf-admin.js";
 import { currentTraceHeaders, loadTracing } from "./tracing.js";
 import { Backoff, authMetadata, method, openChannel, sleep } from "./transport.js";
@@ -203,6 +204,14 @@ export class Client {
       defaultQueue: this.defaultQueue,
     });
     return this.wfAdmin;
+  }
+
+  private sched: Schedules | null = null;
+
+  /** Schedules (cron, intervals) over the HTTP API (needs httpUrl). */
+  get schedules(): Schedules {
+    this.sched ??= new Schedules(this.httpUrl, this.apiKey, this.timeoutMs);
+    return this.sched;
   }
 
   async close(): Promise<void> {

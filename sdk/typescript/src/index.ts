@@ -21,6 +21,7 @@ export {
 export { Client, type ClientOptions, type RetryPolicy, type WaitOptions } from "./client.js";
 export { Worker, type WorkerOptions, type WorkerStats, type Handler, type HandlerOptions, type Logger } from "./worker.js";
 export { JobContext } from "./context.js";
+export { Schedules, type ScheduleOptions, type ScheduleSpec, type ScheduleInfo, type Ensured } from "./schedules.js";
 export { Task, type TaskDefinition, type TaskOf, validate } from "./task.js";
 export type { StandardSchemaV1 } from "./standard-schema.js";
 export { Snooze, Cancel, Fail, JobAborted, Outcome, type FailOptions } from "./outcomes.js";
