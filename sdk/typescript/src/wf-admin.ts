@@ -2,7 +2,7 @@
 // service, or the HTTP API (/v1/workflows) when the client has only an HTTP address or the
 // server does not offer the service.
 import type * as grpc from "@grpc/grpc-js";
-import { PgferryError, Unimplemented, fromServiceError } from "./errors.js";
+import { PgferryError, Unavailable, Unimplemented, fromServiceError } from "./errors.js";
 import { HttpApi } from "./http.js";
 import { authMetadata, method, openChannel, sleep } from "./transport.js";
 import { fromJson } from "./types.js";
@@ -220,12 +220,22 @@ export class WorkflowAdmin {
   }
 
   /** Wait until the instance ended: its result when done; WorkflowFailedError (or
-   * NonDeterminismError) when failed or cancelled. Polls with backoff (20 ms to 500 ms). */
+   * NonDeterminismError) when failed or cancelled. Polls with backoff (20 ms to 500 ms);
+   * an unreachable server (Unavailable) is waited out until the timeout. */
   async result<T = unknown>(id: number, o: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<T> {
     const deadline = o.timeoutMs === undefined ? Infinity : Date.now() + o.timeoutMs;
     let pause = 20;
     for (;;) {
-      const i = await this.get(id);
+      let i: WorkflowInfo;
+      try {
+        i = await this.get(id);
+      } catch (e) {
+        // A server restarting (or a dropped connection) is no answer: keep waiting.
+        if (!(e instanceof Unavailable) || Date.now() + pause > deadline || o.signal?.aborted) throw e;
+        await sleep(pause, o.signal);
+        pause = Math.min(pause * 2, 500);
+        continue;
+      }
       if (ENDED.has(i.status)) {
         if (i.status === "done") return i.result as T;
         const msg = `workflow ${id} (${i.kind}) ended ${i.status}${i.error ? `: ${i.error}` : ""}`;
