@@ -2,6 +2,7 @@ export { Pgferry, register, type PgferryOptions, type TaskWorkerOptions, type Wo
 export { Workflow, Machine, type WorkflowDefinition, type WorkflowOf, type Registrable } from "./wf-define.js";
 export { WorkflowContext, StepFailed, ChildFailed, NONDETERMINISM, type StepOptions, type WorkflowRef } from "./wf-code.js";
 export { WorkflowAdmin, WorkflowHandle, WorkflowFailedError, NonDeterminismError, type Started, type SignalSent, type SignalTarget } from "./wf-admin.js";
+export { HttpWorkflowWorker, type HttpWorkflowWorkerOptions, type HttpWorkflowWorkerStats } from "./wf-http-worker.js";
 export { WorkflowWorker, type WorkflowWorkerOptions, type WorkflowWorkerStats, type StepRunner } from "./wf-worker.js";
 export {
   Step,

@@ -4,6 +4,7 @@ import type { StandardSchemaV1 } from "./standard-schema.js";
 import { Task, type TaskDefinition, type TaskOf, validate } from "./task.js";
 import { Machine, type Registrable, type WorkflowDefinition, type WorkflowOf, Workflow } from "./wf-define.js";
 import type { MachineDefinition } from "./wf-types.js";
+import { HttpWorkflowWorker, type HttpWorkflowWorkerOptions } from "./wf-http-worker.js";
 import { WorkflowWorker, type WorkflowWorkerOptions } from "./wf-worker.js";
 import { Worker, type WorkerOptions } from "./worker.js";
 
@@ -65,6 +66,16 @@ export class Pgferry {
     const { workflows, queues, ...rest } = opts;
     const q = queues ?? [...new Set(workflows.map((w) => w.queue ?? this.client.defaultQueue))];
     const worker = new WorkflowWorker({ ...rest, url: this.opts.url, apiKey: this.opts.apiKey, queues: q });
+    for (const w of workflows) w.registerOn(worker);
+    return worker;
+  }
+
+  /** A workflow worker over the HTTP API (/v1/workflow-steps): no HTTP/2 stream needed. */
+  httpWorkflowWorker(opts: Omit<HttpWorkflowWorkerOptions, "httpUrl" | "apiKey" | "queues"> & { workflows: Registrable[]; queues?: string[] }): HttpWorkflowWorker {
+    if (!this.opts.httpUrl) throw new TypeError("pgferry: an HTTP workflow worker needs the server's httpUrl");
+    const { workflows, queues, ...rest } = opts;
+    const q = queues ?? [...new Set(workflows.map((w) => w.queue ?? this.client.defaultQueue))];
+    const worker = new HttpWorkflowWorker({ ...rest, httpUrl: this.opts.httpUrl, apiKey: this.opts.apiKey, queues: q });
     for (const w of workflows) w.registerOn(worker);
     return worker;
   }

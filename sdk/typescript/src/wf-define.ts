@@ -7,7 +7,7 @@ import { validate } from "./task.js";
 import { WorkflowHandle } from "./wf-admin.js";
 import { type WorkflowContext, type WorkflowRef, driveClaim } from "./wf-code.js";
 import type { ClaimedStep, MachineDefinition, StartOptions, StepOutcome } from "./wf-types.js";
-import type { StepRunner, WorkflowWorker } from "./wf-worker.js";
+import type { StepRegistry, StepRunner } from "./wf-worker.js";
 
 type InputOf<S> = S extends StandardSchemaV1 ? StandardSchemaV1.InferInput<S> : unknown;
 type ParsedOf<S> = S extends StandardSchemaV1 ? StandardSchemaV1.InferOutput<S> : unknown;
@@ -28,7 +28,7 @@ export interface Registrable {
   readonly name: string;
   readonly queue: string | undefined;
   /** @internal */
-  registerOn(worker: WorkflowWorker): void;
+  registerOn(worker: StepRegistry): void;
 }
 
 abstract class Startable<I, O> {
@@ -74,7 +74,7 @@ export class Workflow<I, P, O> extends Startable<I, O> implements Registrable, W
   }
 
   /** @internal */
-  registerOn(worker: WorkflowWorker): void {
+  registerOn(worker: StepRegistry): void {
     worker.register(this.name, (s) => this.runClaim(s), { inbox: true, children: true });
   }
 }
@@ -88,7 +88,7 @@ export class Machine<I> extends Startable<I, unknown> implements Registrable {
   }
 
   /** @internal */
-  registerOn(worker: WorkflowWorker): void {
+  registerOn(worker: StepRegistry): void {
     const run: StepRunner = async (s) => {
       const handler = this.def.steps[s.step];
       if (!handler) return { outcome: "fail", reason: `machine "${this.name}" has no step "${s.step}"` };

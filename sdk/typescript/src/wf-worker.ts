@@ -77,9 +77,11 @@ const key = (r: WireRef): string => `${r.id}:${r.seq}`;
 const isFatal = (e: unknown): boolean =>
   e instanceof AuthError || e instanceof InvalidArgument || e instanceof NotFound || e instanceof Conflict;
 
-function toWire(ref: WireRef, o: StepOutcome): Record<string, unknown> {
-  const w: Record<string, unknown> = { ref, outcome: o.outcome };
-  const st = (s: unknown) => (s === undefined ? {} : { state: JSON.stringify(s) });
+/** The fields of an outcome as the server takes them: `encode` turns a JSON value into
+ * what the transport carries (gRPC: JSON text; HTTP: the value itself). */
+export function outcomeFields(o: StepOutcome, encode: (v: unknown) => unknown): Record<string, unknown> {
+  const w: Record<string, unknown> = { outcome: o.outcome };
+  const st = (s: unknown) => (s === undefined ? {} : { state: encode(s) });
   switch (o.outcome) {
     case "next":
       return { ...w, step: o.step, ...st(o.state) };
@@ -102,7 +104,7 @@ function toWire(ref: WireRef, o: StepOutcome): Record<string, unknown> {
         on_child_failure: o.onChildFailure ?? "fail_parent",
         children: o.children.map((c) => ({
           kind: c.kind,
-          input: c.input === undefined ? "" : JSON.stringify(c.input),
+          input: c.input === undefined ? encode(null) : encode(c.input),
           ...(c.step !== undefined ? { step: c.step } : {}),
           ...(c.queue !== undefined ? { queue: c.queue } : {}),
           ...(c.concurrencyKey !== undefined ? { concurrency_key: c.concurrencyKey } : {}),
@@ -114,10 +116,24 @@ function toWire(ref: WireRef, o: StepOutcome): Record<string, unknown> {
         ...st(o.state),
       };
     case "done":
-      return { ...w, result: JSON.stringify(o.result === undefined ? null : o.result) };
+      return { ...w, result: encode(o.result === undefined ? null : o.result) };
     case "fail":
       return { ...w, reason: o.reason };
   }
+}
+
+const toWire = (ref: WireRef, o: StepOutcome): Record<string, unknown> => ({ ref, ...outcomeFields(o, (v) => JSON.stringify(v)) });
+
+/** A handler that throws: the same step again after a backoff (1 s doubling to 60 s; past
+ * the instance's max attempts the server fails it). */
+export function retryAfterThrow(e: unknown, attempt: number): StepOutcome {
+  const ceiling = Math.min(60_000, 1_000 * 2 ** Math.min(Math.max(attempt - 1, 0), 16));
+  return { outcome: "retry", delayMs: Math.round(ceiling / 2 + (Math.random() * ceiling) / 2), reason: e instanceof Error ? e.message : String(e) };
+}
+
+/** Where workflows and machines register their kinds (gRPC and HTTP workers). */
+export interface StepRegistry {
+  register(kind: string, run: StepRunner, caps?: KindCaps): unknown;
 }
 
 function fromWire(s: WireStep, signal: AbortSignal): ClaimedStep {
@@ -144,7 +160,7 @@ function fromWire(s: WireStep, signal: AbortSignal): ClaimedStep {
   };
 }
 
-export class WorkflowWorker {
+export class WorkflowWorker implements StepRegistry {
   readonly queues: string[];
   readonly concurrency: number;
   readonly workerId: string;
@@ -386,10 +402,7 @@ export class WorkflowWorker {
       if (!entry) throw new Error(`no workflow registered for kind "${s.kind}" on this worker`);
       outcome = await entry.run(fromWire(s, abort.signal));
     } catch (e) {
-      // A handler that throws: the same step again after a backoff (attempt + 1; past its
-      // max attempts the server fails the instance).
-      const ceiling = Math.min(60_000, 1_000 * 2 ** Math.min(Math.max(s.attempt - 1, 0), 16));
-      outcome = { outcome: "retry", delayMs: Math.round(ceiling / 2 + (Math.random() * ceiling) / 2), reason: e instanceof Error ? e.message : String(e) };
+      outcome = retryAfterThrow(e, s.attempt);
     }
     this.running.delete(key(ref));
     this.outcomes.push(toWire(ref, outcome));
