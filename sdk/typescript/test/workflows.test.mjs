@@ -322,6 +322,68 @@ describe("code-first workflows", () => {
     assert.deepEqual(ran, ["reserve", "charge"]);
   });
 
+  it("now() and random() are recorded: every replay sees the first run's values", async (t) => {
+    const queue = queueName(t);
+    const seen = [];
+    const wf = pg.workflow({
+      name: `recorded_${queue}`,
+      queue,
+      fn: async (ctx) => {
+        const at = await ctx.now();
+        const r = await ctx.random();
+        seen.push([at.getTime(), r]);
+        await ctx.sleep(50);
+        await ctx.step("s", () => 1);
+        return [at.getTime(), r];
+      },
+    });
+    await running(wfWorker([wf], queue), async () => {
+      const [at, r] = await wf.run(null, { timeoutMs: WAIT });
+      assert.equal(seen.length, 2, "the first run and one replay after the sleep");
+      for (const v of seen) assert.deepEqual(v, [at, r]);
+      assert.ok(Number.isInteger(r) && r >= 0);
+    });
+  });
+
+  it("patched(): instances from before the change keep the old path, new ones take the new", async (t) => {
+    const queue = queueName(t);
+    const name = `patched_${queue}`;
+    const ran = [];
+    const before = pg.workflow({
+      name,
+      queue,
+      fn: async (ctx) => {
+        await ctx.step("reserve", () => ran.push("reserve"));
+        await ctx.waitForSignal("go");
+        return "old";
+      },
+    });
+    const after = pg.workflow({
+      name,
+      queue,
+      fn: async (ctx) => {
+        const v2 = await ctx.patched("reserve-v2");
+        await ctx.step(v2 ? "reserve_v2" : "reserve", () => ran.push(v2 ? "reserve_v2" : "reserve"));
+        await ctx.waitForSignal("go");
+        return v2 ? "new" : "old path";
+      },
+    });
+    const old = await before.start(null);
+    await running(wfWorker([before], queue), async () => {
+      await waitStatus(old.id, ["awaiting"]);
+    });
+    await running(wfWorker([after], queue), async () => {
+      const fresh = await after.start(null);
+      await waitStatus(fresh.id, ["awaiting"]);
+      await old.signal("go");
+      await fresh.signal("go");
+      assert.equal(await old.result({ timeoutMs: WAIT }), "old path");
+      assert.equal(await fresh.result({ timeoutMs: WAIT }), "new");
+      assert.deepEqual((await fresh.describe()).state.journal[0], { t: "patch", name: "reserve-v2" });
+    });
+    assert.deepEqual(ran, ["reserve", "reserve_v2"]);
+  });
+
   it("a worker SIGKILLed in the middle of a step: the next worker replays, journaled steps do not run again", async (t) => {
     const queue = queueName(t);
     const log = join(server.dataDir, `wf-kill-${queue}.log`);
