@@ -64,6 +64,27 @@ describe("workflow worker lifecycle", () => {
     assert.deepEqual(ran, ["slow", "after"], "no step ran twice");
   });
 
+  it("heartbeats keep a step longer than its lease: it runs once and its outcome is applied", async (t) => {
+    const queue = queueName(t);
+    let runs = 0;
+    const wf = pg.workflow({
+      name: `long_${queue}`,
+      queue,
+      fn: async (ctx) =>
+        ctx.step("long", async () => {
+          runs++;
+          await sleep(1_500);
+          return "ok";
+        }),
+    });
+    const w = pg.workflowWorker({ workflows: [wf], handleSignals: false, logger: quiet, leaseMs: 300 });
+    await running(w, async () => {
+      assert.equal(await wf.run(null, { timeoutMs: WAIT }), "ok");
+    });
+    assert.equal(runs, 1, "the lease never lapsed, so the step was never claimed again");
+    assert.equal(w.stats.stale, 0);
+  });
+
   it("a server restart mid-run: the worker reconnects and every instance ends done", async (t) => {
     const queue = queueName(t);
     const n = 40;
