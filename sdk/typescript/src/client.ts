@@ -17,6 +17,8 @@ import {
   isServiceError,
 } from "./errors.js";
 import { HttpApi } from "./http.js";
+import { Schedules } from "./schedules.js";
+import { WorkflowAdmin } from "./wf-admin.js";
 import { currentTraceHeaders, loadTracing } from "./tracing.js";
 import { Backoff, authMetadata, method, openChannel, sleep } from "./transport.js";
 import {
@@ -190,8 +192,31 @@ export class Client {
     return this.stream?.helloAck.max_payload_bytes;
   }
 
+  private wfAdmin: WorkflowAdmin | null = null;
+
+  /** Workflow instances: start, signal, cancel, retry, get, list, result. */
+  get workflows(): WorkflowAdmin {
+    this.wfAdmin ??= new WorkflowAdmin({
+      url: this.url,
+      httpUrl: this.httpUrl,
+      apiKey: this.apiKey,
+      timeoutMs: this.timeoutMs,
+      defaultQueue: this.defaultQueue,
+    });
+    return this.wfAdmin;
+  }
+
+  private sched: Schedules | null = null;
+
+  /** Schedules (cron, intervals) over the HTTP API (needs httpUrl). */
+  get schedules(): Schedules {
+    this.sched ??= new Schedules(this.httpUrl, this.apiKey, this.timeoutMs);
+    return this.sched;
+  }
+
   async close(): Promise<void> {
     this.closed = true;
+    this.wfAdmin?.close();
     this.stream?.close();
     this.stream = null;
     this.channel?.close();

@@ -5,6 +5,7 @@
 import type { Client, WaitOptions } from "./client.js";
 import type { JobContext } from "./context.js";
 import { ValidationError } from "./errors.js";
+import type { Ensured, ScheduleOptions } from "./schedules.js";
 import type { StandardSchemaV1 } from "./standard-schema.js";
 import type { EnqueueOptions, EnqueuedJob, JobRequest } from "./types.js";
 
@@ -115,6 +116,35 @@ export class Task<I, P, O, R = Awaited<O>> {
     const { timeoutMs, signal, ...enqueue } = opts;
     const job = await this.enqueue(input, enqueue);
     return this.result(job, { ...(timeoutMs !== undefined ? { timeoutMs } : {}), ...(signal ? { signal } : {}) });
+  }
+
+  /** Declare a schedule that enqueues this task with `input` at every fire of `cron`
+   * (5 or 6 fields, or @daily …; docs/schedules.md). Idempotent: an identical schedule of
+   * that name is left alone, a different one is replaced. Needs the client's httpUrl. */
+  async cron(
+    name: string,
+    cron: string,
+    input: I,
+    opts: ScheduleOptions & { queue?: string; priority?: number; maxAttempts?: number } = {},
+  ): Promise<Ensured> {
+    const def = this.definition;
+    if (def.input) await validate(def.input, input, `task "${this.name}": invalid input`);
+    const { queue, priority, maxAttempts, ...rest } = opts;
+    const attempts = maxAttempts ?? (def.retries !== undefined ? def.retries + 1 : undefined);
+    const prio = priority ?? def.priority;
+    return this.client.schedules.ensure({
+      ...rest,
+      name,
+      cron,
+      target: {
+        type: "job",
+        queue: queue ?? def.queue ?? this.client.defaultQueue,
+        kind: this.name,
+        args: input,
+        ...(prio !== undefined ? { priority: prio } : {}),
+        ...(attempts !== undefined ? { maxAttempts: attempts } : {}),
+      },
+    });
   }
 
   /** The result of a job of this task (waits for it). */

@@ -20,7 +20,7 @@ export interface Method {
   deserialize: (bytes: Buffer) => unknown;
 }
 
-export function method(service: "Producer" | "Worker" | "Admin", name: string): Method {
+export function method(service: "Producer" | "Worker" | "Admin" | "WorkflowWorker" | "WorkflowAdmin", name: string): Method {
   const svc = definitions[`pgferry.v1.${service}`] as grpc.ServiceDefinition | undefined;
   const m = svc?.[name];
   if (!m) throw new Error(`pgferry: no method ${service}.${name} in the protocol descriptor`);

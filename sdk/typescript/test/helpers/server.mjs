@@ -78,12 +78,15 @@ export class Server {
         const g = /pgferry: listening grpc=(\S+)/.exec(out);
         const h = /pgferry: listening http=(\S+)/.exec(out);
         const k = /pgferry: dev api key=(\S+)/.exec(out);
+        const db = /pgferry: embedded postgres (\S+)/.exec(out);
         if (g && h && k) {
           clearTimeout(timer);
           proc.off("exit", onExit);
           this.grpcUrl = g[1];
           this.httpUrl = h[1];
           this.apiKey = k[1];
+          // The embedded database (tests that use SQL directly: replay, transactions).
+          this.databaseUrl = db ? db[1] : "";
           resolve(this);
         }
       });
