@@ -469,3 +469,45 @@ async fn queue_durability_is_set_kept_and_validated() {
     assert_eq!(durability(&q), ("sync".into(), Some("sync".into())));
     server.stop().await;
 }
+
+/// The dead-letter filter is checked by the one admin use case both transports call: over
+/// gRPC as over HTTP, a bad id or a NUL in the error text is INVALID_ARGUMENT naming the
+/// field, before anything is retried or purged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letter_filters_are_checked_as_over_http() {
+    let db = pgferry_testkit::test_db().await;
+    let (_, key) = common::tenant_key(&db, "a").await;
+    let server = common::Server::start(&db, common::loopback(), Default::default()).await;
+    let mut c = AdminClient::connect(server.url.clone()).await.unwrap();
+    let bad = [
+        (
+            pb::DeadFilter {
+                ids: vec![5, -1],
+                ..Default::default()
+            },
+            "ids",
+        ),
+        (
+            pb::DeadFilter {
+                error_contains: "a\0b".into(),
+                ..Default::default()
+            },
+            "error_contains",
+        ),
+        (
+            pb::DeadFilter {
+                kind: "no spaces allowed".into(),
+                ..Default::default()
+            },
+            "kind",
+        ),
+    ];
+    for (f, field) in bad {
+        let e = c.purge_dead(authed(&key, f.clone())).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{field}: {e:?}");
+        assert!(e.message().contains(field), "{field}: {}", e.message());
+        let e = c.retry_dead(authed(&key, f)).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{field}: {e:?}");
+    }
+    server.stop().await;
+}

@@ -682,3 +682,26 @@ async fn retention_removes_only_ended_instances_with_their_rows() {
         .get(0);
     assert_eq!(left, 0);
 }
+
+/// An outcome that does not set the state keeps it: Rust sends `"state": null` for "no
+/// state" (as an SDK may), and that must not wipe what an earlier step wrote.
+#[tokio::test]
+async fn outcomes_without_state_keep_the_state() {
+    let (_s, wf) = wf().await;
+    let id = start(&wf, "k", "q", json!({})).await;
+    let s = claim_one(&wf, "q").await;
+    assert!(finish(&wf, &s, Outcome::next("two", json!({"kept": 1}))).await);
+    let s = claim_one(&wf, "q").await;
+    assert!(finish(&wf, &s, Outcome::sleep_for(Duration::ZERO, "three")).await);
+    assert_eq!(wf.get(id).await.unwrap().state, json!({"kept": 1}));
+    let s = loop {
+        if let Some(s) = claim(&wf, "q", 10).await.pop() {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!((s.step.as_str(), &s.state), ("three", &json!({"kept": 1})));
+    let await_ = Outcome::await_signals(&["go"], "four", None);
+    assert!(finish(&wf, &s, await_).await);
+    assert_eq!(wf.get(id).await.unwrap().state, json!({"kept": 1}));
+}

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use pgferry_core::{DeadFilter, JobFilter, JobInfo, JobState, QueueSettings};
+use pgferry_core::{DeadFilter, JobFilter, JobInfo, QueueSettings};
 use tonic::{Request, Response, Status};
 
 use super::admin_pb::{
@@ -21,6 +21,7 @@ use super::GrpcState;
 use crate::auth::namespace::tenant_prefix;
 use crate::auth::{user_queue, Principal, Scope};
 use crate::proto::v1 as pb;
+use crate::service::admin::{self, Via};
 
 /// The tenant's queues with their settings (shared with the HTTP queue listing).
 const QUEUES_LIST: &str = include_str!("../http/sql/queues_list.sql");
@@ -37,31 +38,11 @@ impl AdminService {
     }
 
     /// The job, if it belongs to the caller's tenant (else NOT_FOUND, like an unknown id).
-    async fn own_job(&self, p: &Principal, id: i64) -> Result<(JobInfo, String), Status> {
-        let info = self
-            .state
-            .engine
-            .get_job(id)
-            .await
-            .map_err(|e| status(&e, ""))?;
-        let queue = user_queue(p.tenant_id, &info.queue)
-            .ok_or_else(|| not_found("job"))?
-            .to_string();
-        Ok((info, queue))
-    }
-
     async fn job_info(&self, p: &Principal, id: i64) -> Result<pb::JobInfo, Status> {
-        let (info, queue) = self.own_job(p, id).await?;
-        Ok(job_pb(info, queue))
-    }
-
-    async fn tenant_queues(&self, p: &Principal) -> Result<Vec<String>, Status> {
-        let client = self.db().await?;
-        let rows = client
-            .query(QUEUES_LIST, &[&tenant_prefix(p.tenant_id)])
+        let info = admin::own_job(&self.state.engine, p, id)
             .await
-            .map_err(|e| status(&e.into(), ""))?;
-        Ok(rows.iter().map(|r| r.get("name")).collect())
+            .map_err(job_status)?;
+        Ok(own_job_pb(p, info))
     }
 
     async fn db(&self) -> Result<deadpool_postgres::Object, Status> {
@@ -91,17 +72,32 @@ impl AdminService {
 
     /// A dead-letter filter limited to the caller's queues.
     async fn dead_filter(&self, p: &Principal, f: pb::DeadFilter) -> Result<DeadFilter, Status> {
-        let queues = if f.queue.is_empty() {
-            self.tenant_queues(p).await?
-        } else {
-            vec![p.queue(&f.queue).map_err(|e| status(&e, ""))?]
-        };
-        Ok(DeadFilter {
-            queues: Some(queues),
+        let q = admin::DeadQuery {
+            queue: (!f.queue.is_empty()).then_some(f.queue),
             kind: (!f.kind.is_empty()).then_some(f.kind),
             error_contains: (!f.error_contains.is_empty()).then_some(f.error_contains),
             ids: (!f.ids.is_empty()).then_some(f.ids),
-        })
+        };
+        admin::dead_filter(&self.state.engine, p, q)
+            .await
+            .map_err(|e| status(&e, ""))
+    }
+}
+
+/// One of the caller's jobs on the wire (its queue by the name the tenant knows).
+fn own_job_pb(p: &Principal, info: JobInfo) -> pb::JobInfo {
+    let queue = user_queue(p.tenant_id, &info.queue)
+        .unwrap_or_default()
+        .to_string();
+    job_pb(info, queue)
+}
+
+/// An admin use case's error: an unknown (or another tenant's) job is the plain
+/// `not_found: job not found`.
+fn job_status(e: pgferry_core::Error) -> Status {
+    match e {
+        pgferry_core::Error::NotFound { what: "job", .. } => not_found("job"),
+        e => status(&e, ""),
     }
 }
 
@@ -209,13 +205,10 @@ impl pb::admin_server::Admin for AdminService {
     ) -> Result<Response<pb::JobInfo>, Status> {
         let p = self.principal(&req, Scope::Produce).await?;
         let id = req.into_inner().id;
-        self.own_job(&p, id).await?;
-        self.state
-            .engine
-            .cancel(id, Some("cancelled over gRPC"))
+        let info = admin::cancel_job(&self.state.engine, &p, id, "cancelled over gRPC")
             .await
-            .map_err(|e| status(&e, ""))?;
-        Ok(Response::new(self.job_info(&p, id).await?))
+            .map_err(job_status)?;
+        Ok(Response::new(own_job_pb(&p, info)))
     }
 
     async fn retry_job(
@@ -224,23 +217,10 @@ impl pb::admin_server::Admin for AdminService {
     ) -> Result<Response<pb::JobInfo>, Status> {
         let p = self.principal(&req, Scope::Produce).await?;
         let id = req.into_inner().id;
-        let (info, _) = self.own_job(&p, id).await?;
-        if info.state != JobState::Dead {
-            return Err(Status::failed_precondition(format!(
-                "conflict: job {id} is {}, only dead jobs are retried",
-                info.state.as_str()
-            )));
-        }
-        let f = DeadFilter {
-            ids: Some(vec![id]),
-            ..Default::default()
-        };
-        self.state
-            .engine
-            .retry_dead(&f, 1)
+        let info = admin::retry_job(&self.state.engine, &p, id)
             .await
-            .map_err(|e| status(&e, ""))?;
-        Ok(Response::new(self.job_info(&p, id).await?))
+            .map_err(job_status)?;
+        Ok(Response::new(own_job_pb(&p, info)))
     }
 
     async fn list_queues(
@@ -369,13 +349,9 @@ impl pb::admin_server::Admin for AdminService {
     ) -> Result<Response<pb::CountResponse>, Status> {
         let p = self.principal(&req, Scope::Admin).await?;
         let f = self.dead_filter(&p, req.into_inner()).await?;
-        let count = self
-            .state
-            .engine
-            .retry_dead(&f, pgferry_core::dlq::MAX_PAGE)
+        let count = admin::retry_dead(&self.state.engine, &p, &f, Via::Grpc)
             .await
             .map_err(|e| status(&e, ""))?;
-        self.audit(&p, "dead.retry", &count.to_string()).await?;
         Ok(Response::new(pb::CountResponse { count }))
     }
 
@@ -385,13 +361,9 @@ impl pb::admin_server::Admin for AdminService {
     ) -> Result<Response<pb::CountResponse>, Status> {
         let p = self.principal(&req, Scope::Admin).await?;
         let f = self.dead_filter(&p, req.into_inner()).await?;
-        let count = self
-            .state
-            .engine
-            .purge_dead(&f)
+        let count = admin::purge_dead(&self.state.engine, &p, &f, Via::Grpc)
             .await
             .map_err(|e| status(&e, ""))?;
-        self.audit(&p, "dead.purge", &count.to_string()).await?;
         Ok(Response::new(pb::CountResponse { count }))
     }
 
@@ -401,17 +373,15 @@ impl pb::admin_server::Admin for AdminService {
     ) -> Result<Response<pb::CancelJobsResponse>, Status> {
         let p = self.principal(&req, Scope::Admin).await?;
         let r = req.into_inner();
-        let name = p.queue(&r.queue).map_err(|e| status(&e, "queue"))?;
+        p.queue(&r.queue).map_err(|e| status(&e, "queue"))?;
         let (f, limit) = super::cancel::filter(&r)?;
-        // An unknown queue is NOT_FOUND, as for its other RPCs.
-        self.queue_info(&p, &name).await?;
-        let done = self
-            .state
-            .engine
-            .cancel_matching(&name, &f, Some("api"), limit)
+        // An unknown queue is NOT_FOUND, as for its other RPCs (decided by the use case).
+        let done = admin::cancel_matching(&self.state.engine, &p, &r.queue, &f, limit, Via::Grpc)
             .await
-            .map_err(|e| status(&e, ""))?;
-        self.audit(&p, "queue.cancel", &r.queue).await?;
+            .map_err(|e| match e {
+                pgferry_core::Error::NotFound { .. } => not_found("queue"),
+                e => status(&e, ""),
+            })?;
         Ok(Response::new(pb::CancelJobsResponse {
             scheduled: done.scheduled,
             pending: done.pending,
@@ -429,19 +399,9 @@ impl AdminService {
     ) -> Result<Response<pb::QueueInfo>, Status> {
         let p = self.principal(&req, Scope::Admin).await?;
         let user = req.into_inner().name;
-        let name = p.queue(&user).map_err(|e| status(&e, ""))?;
-        let r = if paused {
-            self.state.engine.pause_queue(&name).await
-        } else {
-            self.state.engine.resume_queue(&name).await
-        };
-        r.map_err(|e| status(&e, ""))?;
-        let action = if paused {
-            "queue.pause"
-        } else {
-            "queue.resume"
-        };
-        self.audit(&p, action, &user).await?;
+        let name = admin::set_paused(&self.state.engine, &p, &user, paused, Via::Grpc)
+            .await
+            .map_err(|e| status(&e, ""))?;
         Ok(Response::new(self.queue_info(&p, &name).await?))
     }
 

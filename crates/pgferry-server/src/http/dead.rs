@@ -12,10 +12,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{no_nul, Authed, JsonBody, Objects};
+use super::extract::{Authed, JsonBody, Objects};
 use super::jobs::unix_ms;
-use super::queues::tenant_queues;
-use crate::auth::{admin, user_queue, Principal, Scope};
+use crate::auth::{user_queue, Principal, Scope};
+use crate::service::admin::{self, Via};
 use crate::AppState;
 
 /// Which dead jobs (body of retry and purge).
@@ -35,39 +35,13 @@ pub struct Filter {
 impl Objects for Filter {}
 
 async fn engine_filter(state: &AppState, p: &Principal, f: Filter) -> ApiResult<DeadFilter> {
-    let queues = match &f.queue {
-        Some(q) => vec![p.queue(q)?],
-        None => tenant_queues(state, p).await?,
-    };
-    if let Some(k) = &f.kind {
-        pgferry_core::job::validate_kind(k)?;
-    }
-    if let Some(e) = &f.error_contains {
-        no_nul("error_contains", e)?;
-    }
-    if f.error_contains.as_ref().is_some_and(|e| e.len() > 1024) {
-        return Err(ApiError::bad_request(
-            "error_contains",
-            "must be at most 1024 bytes",
-        ));
-    }
-    if let Some(ids) = &f.ids {
-        if ids.len() > MAX_PAGE as usize {
-            return Err(ApiError::bad_request("ids", "at most 1000 ids"));
-        }
-        if let Some(i) = ids.iter().position(|id| *id < 1) {
-            return Err(ApiError::bad_request(
-                format!("ids[{i}]"),
-                "job ids are positive",
-            ));
-        }
-    }
-    Ok(DeadFilter {
-        queues: Some(queues),
+    let q = admin::DeadQuery {
+        queue: f.queue,
         kind: f.kind,
         error_contains: f.error_contains,
         ids: f.ids,
-    })
+    };
+    Ok(admin::dead_filter(&state.engine, p, q).await?)
 }
 
 pub async fn list(
@@ -142,19 +116,6 @@ pub async fn list(
     Ok(Json(out))
 }
 
-async fn audit(state: &AppState, p: &Principal, action: &str, detail: Value) -> ApiResult<()> {
-    let client = state
-        .engine
-        .pool()
-        .get()
-        .await
-        .map_err(pgferry_core::Error::from)?;
-    admin::audit_api(&**client, p, action, "dead", detail)
-        .await
-        .map_err(pgferry_core::Error::from)?;
-    Ok(())
-}
-
 pub async fn retry(
     State(state): State<AppState>,
     Authed(p): Authed,
@@ -162,8 +123,7 @@ pub async fn retry(
 ) -> ApiResult<Json<Value>> {
     p.require(Scope::Admin)?;
     let filter = engine_filter(&state, &p, f).await?;
-    let n = state.engine.retry_dead(&filter, MAX_PAGE).await?;
-    audit(&state, &p, "dead.retry", json!({ "count": n })).await?;
+    let n = admin::retry_dead(&state.engine, &p, &filter, Via::Http).await?;
     Ok(Json(json!({ "count": n })))
 }
 
@@ -174,7 +134,6 @@ pub async fn purge(
 ) -> ApiResult<Json<Value>> {
     p.require(Scope::Admin)?;
     let filter = engine_filter(&state, &p, f).await?;
-    let n = state.engine.purge_dead(&filter).await?;
-    audit(&state, &p, "dead.purge", json!({ "count": n })).await?;
+    let n = admin::purge_dead(&state.engine, &p, &filter, Via::Http).await?;
     Ok(Json(json!({ "count": n })))
 }

@@ -8,9 +8,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::Json;
 use pgferry_core::listing::MAX_LIST_PAGE;
-use pgferry_core::{
-    Acked, DeadFilter, EnqueueRequest, IdempotencyKey, JobFilter, JobInfo, JobState, NewJob,
-};
+use pgferry_core::{Acked, EnqueueRequest, IdempotencyKey, JobFilter, JobInfo, JobState, NewJob};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -18,6 +16,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{no_nul, no_nul_json, Authed, JsonBody, Objects};
 use crate::auth::namespace::tenant_scope;
 use crate::auth::{user_queue, Principal, Scope};
+use crate::service::admin;
 use crate::AppState;
 
 /// A job as submitted. Unknown fields are rejected (a typo must not be silently ignored).
@@ -294,11 +293,17 @@ pub(super) fn job_id(raw: &str) -> ApiResult<i64> {
 /// The job `id` if it belongs to the caller's tenant; another tenant's job is "not found",
 /// exactly like an id that does not exist.
 pub(super) async fn own_job(state: &AppState, p: &Principal, id: i64) -> ApiResult<JobInfo> {
-    match state.engine.get_job(id).await {
-        Ok(job) if user_queue(p.tenant_id, &job.queue).is_some() => Ok(job),
-        Ok(_) => Err(ApiError::not_found("job")),
-        Err(pgferry_core::Error::NotFound { .. }) => Err(ApiError::not_found("job")),
-        Err(e) => Err(e.into()),
+    admin::own_job(&state.engine, p, id)
+        .await
+        .map_err(job_error)
+}
+
+/// An admin use case's error as the answer: an unknown (or another tenant's) job is the
+/// plain `job not found`.
+fn job_error(e: pgferry_core::Error) -> ApiError {
+    match e {
+        pgferry_core::Error::NotFound { what: "job", .. } => ApiError::not_found("job"),
+        e => e.into(),
     }
 }
 
@@ -430,9 +435,9 @@ pub async fn cancel(
 ) -> ApiResult<Json<Value>> {
     p.require(Scope::Produce)?;
     let id = job_id(&id)?;
-    own_job(&state, &p, id).await?;
-    state.engine.cancel(id, Some("api")).await?;
-    let job = own_job(&state, &p, id).await?;
+    let job = admin::cancel_job(&state.engine, &p, id, "api")
+        .await
+        .map_err(job_error)?;
     Ok(Json(job_json(&p, &job)))
 }
 
@@ -446,25 +451,8 @@ pub async fn retry(
 ) -> ApiResult<Json<Value>> {
     p.require(Scope::Produce)?;
     let id = job_id(&id)?;
-    let job = own_job(&state, &p, id).await?;
-    if job.state != JobState::Dead {
-        return Err(conflict(format!(
-            "job {id} is {}; only dead-lettered jobs can be retried",
-            job.state.as_str()
-        )));
-    }
-    let filter = DeadFilter {
-        queues: Some(vec![job.queue.clone()]),
-        ids: Some(vec![id]),
-        ..DeadFilter::default()
-    };
-    if state.engine.retry_dead(&filter, 1).await? == 0 {
-        return Err(conflict(format!("job {id} is no longer dead-lettered")));
-    }
-    let job = own_job(&state, &p, id).await?;
+    let job = admin::retry_job(&state.engine, &p, id)
+        .await
+        .map_err(job_error)?;
     Ok(Json(job_json(&p, &job)))
-}
-
-fn conflict(message: String) -> ApiError {
-    ApiError::new(StatusCode::CONFLICT, "conflict", message)
 }

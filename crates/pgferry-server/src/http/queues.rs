@@ -20,6 +20,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{Authed, JsonBody, Objects};
 use crate::auth::namespace::{tenant_prefix, user_queue};
 use crate::auth::{admin, Principal, Scope};
+use crate::service::{self, admin::Via};
 use crate::AppState;
 
 const QUEUES_LIST: &str = include_str!("sql/queues_list.sql");
@@ -91,15 +92,6 @@ async fn load_existing(state: &AppState, p: &Principal, name: &str) -> ApiResult
 }
 
 /// Engine names of every queue of the caller's tenant.
-pub(super) async fn tenant_queues(state: &AppState, p: &Principal) -> ApiResult<Vec<String>> {
-    let client = state.engine.pool().get().await.map_err(db)?;
-    let rows = client
-        .query(QUEUES_LIST, &[&tenant_prefix(p.tenant_id)])
-        .await
-        .map_err(db)?;
-    Ok(rows.iter().map(|r| r.get("name")).collect())
-}
-
 pub async fn list(State(state): State<AppState>, Authed(p): Authed) -> ApiResult<Json<Value>> {
     p.require(Scope::Read)?;
     let client = state.engine.pool().get().await.map_err(db)?;
@@ -249,21 +241,7 @@ impl Settings {
 }
 
 async fn set_paused(state: &AppState, p: &Principal, name: &str, paused: bool) -> ApiResult<()> {
-    let engine_name = p.queue(name)?;
-    if paused {
-        state.engine.pause_queue(&engine_name).await?;
-    } else {
-        state.engine.resume_queue(&engine_name).await?;
-    }
-    let client = state.engine.pool().get().await.map_err(db)?;
-    let action = if paused {
-        "queue.pause"
-    } else {
-        "queue.resume"
-    };
-    admin::audit_api(&**client, p, action, name, json!({}))
-        .await
-        .map_err(db)?;
+    service::admin::set_paused(&state.engine, p, name, paused, Via::Http).await?;
     Ok(())
 }
 
@@ -312,7 +290,7 @@ pub async fn cancel_jobs(
     JsonBody(b): JsonBody<CancelBody>,
 ) -> ApiResult<Json<Value>> {
     p.require(Scope::Admin)?;
-    let engine_name = p.queue(&name)?;
+    p.queue(&name)?;
     if b.states.as_ref().is_some_and(|s| s.len() > 3) {
         return Err(ApiError::bad_request("states", "at most 3 states"));
     }
@@ -338,27 +316,18 @@ pub async fn cancel_jobs(
         Some(l) if (1..=MAX_CANCEL).contains(&l) => l,
         Some(_) => return Err(ApiError::bad_request("limit", "must be 1 to 100000")),
     };
-    if load(&state, &p, &name).await?.is_none() {
-        return Err(ApiError::not_found("queue"));
-    }
+    // An unknown queue is NOT_FOUND (decided by the use case).
     let f = CancelFilter {
         kind: b.kind.clone(),
         states,
     };
-    let done = state
-        .engine
-        .cancel_matching(&engine_name, &f, Some("api"), limit)
-        .await?;
+    let done =
+        service::admin::cancel_matching(&state.engine, &p, &name, &f, limit, Via::Http).await?;
     let cancelled = json!({
         "scheduled": done.scheduled,
         "pending": done.pending,
         "running": done.running,
     });
-    let client = state.engine.pool().get().await.map_err(db)?;
-    let detail = json!({ "kind": b.kind, "states": b.states, "cancelled": cancelled });
-    admin::audit_api(&**client, &p, "queue.cancel", &name, detail)
-        .await
-        .map_err(db)?;
     Ok(Json(
         json!({ "cancelled": cancelled, "has_more": done.has_more }),
     ))

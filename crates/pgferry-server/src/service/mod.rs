@@ -7,7 +7,10 @@
 //!   keys) → counted as enqueued once committed, duplicates excluded.
 //! - [`outcome`]: a worker's report about an attempt → the engine's outcome
 //!   ([`pgferry_core::Report::decide`]); counted once the outcome is recorded.
+//! - [`admin`]: a caller's jobs, dead letters and queues — tenant checks, filter
+//!   validation and the audit record.
 
+pub mod admin;
 pub mod enqueue;
 pub mod outcome;
 

@@ -7,6 +7,8 @@
 --
 -- o: {id, seq, outcome: next|retry|sleep|await|spawn|done|fail, step, state, delay_ms,
 --     until_ms, signals, timeout_ms, children, join, on_child_failure, result, reason}
+-- A `state` that is absent or JSON null keeps the instance's state (clients send null for
+-- "no state"); a child's defaults to {}.
 CREATE OR REPLACE FUNCTION pgferry.wf_apply(o jsonb) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -60,7 +62,7 @@ BEGIN
     IF v_kind = 'next' THEN
         e := pgferry.wf_emit(v.id, v.queue, v.priority, v.concurrency_key, v.rate_key, now());
         UPDATE pgferry.wf_instances
-           SET step = o->>'step', state = coalesce(o->'state', state), status = e.status,
+           SET step = o->>'step', state = coalesce(nullif(o->'state', 'null'::jsonb), state), status = e.status,
                has_slot = e.has_slot, attempt = 1, wake = NULL, updated_at = now()
          WHERE id = v.id;
     ELSIF v_kind = 'retry' THEN
@@ -75,7 +77,7 @@ BEGIN
         UPDATE pgferry.wf_ready SET visible_at = to_timestamp((o->>'until_ms')::float8 / 1000)
          WHERE instance_id = v.id;
         UPDATE pgferry.wf_instances
-           SET step = o->>'step', state = coalesce(o->'state', state), status = 'sleeping',
+           SET step = o->>'step', state = coalesce(nullif(o->'state', 'null'::jsonb), state), status = 'sleeping',
                has_slot = false, attempt = 1, wake = NULL, updated_at = now()
          WHERE id = v.id;
     ELSIF v_kind = 'await' THEN
@@ -91,7 +93,7 @@ BEGIN
         IF v_sig IS NOT NULL THEN
             e := pgferry.wf_emit(v.id, v.queue, v.priority, v.concurrency_key, v.rate_key, now());
             UPDATE pgferry.wf_instances
-               SET step = o->>'step', state = coalesce(o->'state', state), status = e.status,
+               SET step = o->>'step', state = coalesce(nullif(o->'state', 'null'::jsonb), state), status = e.status,
                    has_slot = e.has_slot, attempt = 1, wake = 'signal', await_gen = v.step_seq,
                    awaits = NULL, await_deadline = NULL, updated_at = now()
              WHERE id = v.id;
@@ -104,7 +106,7 @@ BEGIN
                 DELETE FROM pgferry.wf_ready WHERE instance_id = v.id;
             END IF;
             UPDATE pgferry.wf_instances
-               SET step = o->>'step', state = coalesce(o->'state', state), status = 'awaiting',
+               SET step = o->>'step', state = coalesce(nullif(o->'state', 'null'::jsonb), state), status = 'awaiting',
                    has_slot = false, attempt = 1, wake = NULL, await_gen = v.step_seq,
                    awaits = ARRAY(SELECT jsonb_array_elements_text(o->'signals')),
                    await_deadline = now() + make_interval(secs => (o->>'timeout_ms')::float8 / 1000),
@@ -119,7 +121,7 @@ BEGIN
                    (kind, queue, step, status, state, input, parent_id, parent_gen,
                     concurrency_key, rate_key, priority, max_attempts)
             VALUES (c->>'kind', coalesce(c->>'queue', v.queue), coalesce(c->>'step', 'start'),
-                    'runnable', coalesce(c->'state', '{}'), coalesce(c->'input', '{}'), v.id,
+                    'runnable', coalesce(nullif(c->'state', 'null'::jsonb), '{}'), coalesce(c->'input', '{}'), v.id,
                     v.step_seq, c->>'concurrency_key', c->>'rate_key',
                     coalesce((c->>'priority')::smallint, v.priority),
                     coalesce((c->>'max_attempts')::int, 25))
@@ -144,7 +146,7 @@ BEGIN
             v_slot := e.has_slot;
         END IF;
         UPDATE pgferry.wf_instances
-           SET step = o->>'step', state = coalesce(o->'state', state), status = v_status,
+           SET step = o->>'step', state = coalesce(nullif(o->'state', 'null'::jsonb), state), status = v_status,
                has_slot = v_slot, attempt = 1,
                wake = CASE WHEN v_n = 0 THEN 'children' END,
                join_mode = coalesce(o->>'join', 'all'), join_gen = v.step_seq,
