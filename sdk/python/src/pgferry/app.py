@@ -26,14 +26,20 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from pgferry._backends import Backend, Eager, Remote
 from pgferry._signature import Signature
+from pgferry.errors import PgferryError
 from pgferry._types import DEFAULT_QUEUE, EnqueuedJob, SpecSource
 from pgferry.context import JobContext
 from pgferry.tasks import Backoff, JobHandle, Task, TaskCall, TaskOptions
 from pgferry.worker import Worker
+from pgferry.workflows import Machine, Workflow, WorkflowHandle
+from pgferry._journal import WorkflowContext
+from pgferry._wf_worker import WorkflowWorker
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741
+O = TypeVar("O")
 
 Hook = Callable[[dict[str, Any]], Awaitable[None] | None]
 """A startup/shutdown hook: gets the App's `resources` dict (async or sync)."""
@@ -81,6 +87,8 @@ class App:
         self.default_queue = default_queue
         self.client_options = dict(client_options or {})
         self.tasks: dict[str, Task[Any, Any]] = {}
+        # Workflow kinds: code-first (`@app.workflow`) and state machines (`app.machine`).
+        self.workflows: dict[str, Workflow[Any, Any] | Machine] = {}
         # Shared by every task run: what startup hooks put here (a DB pool, an HTTP session).
         self.resources: dict[str, Any] = {}
         self._startup: list[Hook] = []
@@ -192,6 +200,56 @@ class App:
         t: Task[Any, Any] = Task(self, fn, opts)
         self.tasks[kind] = t
         return t
+
+    def workflow(
+        self, kind: str | None = None, *, queue: str | None = None
+    ) -> Callable[[Callable[[WorkflowContext, I], Awaitable[O]]], Workflow[I, O]]:
+        """Register an async function `fn(ctx, input) -> result` as a code-first workflow
+        kind (default: the function's name); `await wf.start(input)` returns a typed handle."""
+
+        def deco(fn: Callable[[WorkflowContext, I], Awaitable[O]]) -> Workflow[I, O]:
+            k = kind or fn.__name__
+            self._check_kind(k)
+            wf: Workflow[I, O] = Workflow(self, k, queue or self.default_queue, fn)
+            self.workflows[k] = wf
+            return wf
+
+        return deco
+
+    def machine(
+        self,
+        kind: str,
+        *,
+        queue: str | None = None,
+        inbox: bool = False,
+        children: bool = False,
+        retry_delay: float = 1.0,
+    ) -> Machine:
+        """A state-machine workflow kind: register its steps with `@m.step("name")`.
+        inbox / children: steps resumed by a signal / a join see the signals / the
+        children's ends."""
+        self._check_kind(kind)
+        m = Machine(self, kind, queue or self.default_queue, inbox=inbox, children=children, retry_delay=retry_delay)
+        self.workflows[kind] = m
+        return m
+
+    def _check_kind(self, kind: str) -> None:
+        if kind in self.workflows or kind in self.tasks:
+            raise ValueError(f"a task or workflow named {kind!r} is already registered")
+
+    def _workflow_client(self) -> Any:
+        backend = self._backend()
+        if not isinstance(backend, Remote):
+            raise PgferryError("workflows need a server: app.eager() runs tasks only", code="not_configured")
+        return backend.client
+
+    async def start_workflow(self, kind: str, input: Any = None, **options: Any) -> WorkflowHandle[Any]:
+        """Start a workflow by kind name (see Client.start_workflow for the options)."""
+        h: WorkflowHandle[Any] = await self._workflow_client().start_workflow(kind, input, **options)
+        return h
+
+    def workflow_handle(self, id: int) -> WorkflowHandle[Any]:
+        return WorkflowHandle(self._workflow_client(), int(id))
 
     def on_startup(self, fn: Hook) -> Hook:
         """Decorator: run before the first task (worker start, or first eager run) with the
@@ -330,14 +388,29 @@ class App:
         if not self.url or not self.api_key:
             raise ValueError("pgferry.App.worker needs url= and api_key= (or PGFERRY_URL / PGFERRY_API_KEY)")
         qs = list(queues) if queues else sorted({t.opts.queue for t in self.tasks.values()})
+        wf_queues = sorted({w.queue for w in self.workflows.values()})
         if not qs:
-            raise ValueError("pgferry.App.worker: no tasks registered (and no queues given)")
+            qs = wf_queues
+        if not qs:
+            raise ValueError("pgferry.App.worker: no tasks or workflows registered (and no queues given)")
+        wf_options = {k: options.pop(k) for k in ("lease_ms",) if k in options}
         w = Worker(self.url, self.api_key, queues=qs, concurrency=concurrency, auto_heartbeat=auto_heartbeat, **options)
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="pgferry-task")
         for kind, t in self.tasks.items():
             w.register(kind, t.worker_handler(), is_async=True)
         w._app = self
+        if self.workflows:
+            # Jobs and workflow steps run together: the workflow worker is the job
+            # worker's companion (started, stopped and drained with it).
+            w._companion = WorkflowWorker(
+                self.url,
+                self.api_key,
+                queues=list(queues) if queues else wf_queues,
+                kinds={k: wf.kind_entry() for k, wf in self.workflows.items()},
+                concurrency=concurrency,
+                **wf_options,
+            )
         return w
 
     async def run_worker_async(self, **options: Any) -> None:

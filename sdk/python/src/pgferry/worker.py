@@ -113,6 +113,8 @@ class Worker:
         # The pgferry.App whose tasks this worker runs (its startup/shutdown hooks run
         # around run_async), if any.
         self._app: Any = None
+        # A pgferry WorkflowWorker run alongside (an App with workflows), if any.
+        self._companion: Any = None
         self._handlers: dict[str, Handler] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.stats: collections.Counter[str] = collections.Counter()
@@ -196,7 +198,7 @@ class Worker:
         try:
             if self._app is not None:
                 await self._app.startup()
-            await self._serve(channel)
+            await self._serve_all(channel)
         finally:
             if ticker is not None:
                 ticker.cancel()
@@ -210,9 +212,30 @@ class Worker:
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = None
 
+    async def _serve_all(self, channel: grpc.aio.Channel) -> None:
+        """The job stream, and the workflow worker alongside when there is one (a worker
+        with workflows alone serves no job stream)."""
+        companion = self._companion
+        if companion is None:
+            await self._serve(channel)
+            return
+        if not self._handlers:
+            self._ready.set()
+            await companion.run_async()
+            return
+        wf = asyncio.create_task(companion.run_async())
+        try:
+            await self._serve(channel)
+        finally:
+            companion.stop()
+            await wf
+
     async def wait_ready(self, timeout: float | None = None) -> None:
-        """Wait until the worker stream is open (hello acknowledged and credits sent)."""
+        """Wait until the worker stream is open (hello acknowledged and credits sent), and
+        the workflow worker's too when there is one."""
         await asyncio.wait_for(self._ready.wait(), timeout)
+        if self._companion is not None:
+            await self._companion.wait_ready(timeout)
 
     @property
     def in_flight(self) -> int:
@@ -221,6 +244,8 @@ class Worker:
     def stop(self) -> None:
         """Start a graceful drain. Call it on the worker's event loop (signals do); from
         another thread use `loop.call_soon_threadsafe(app.stop)`."""
+        if self._companion is not None:
+            self._companion.stop()
         if not self._stopping.is_set():
             log.info("pgferry worker %s: draining (%d in flight)", self.worker_id, len(self._running))
             self._draining = True

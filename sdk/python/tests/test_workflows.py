@@ -1,0 +1,255 @@
+"""Code-first workflows and decorator state machines against the real server: journaled
+steps run once, sleep and signal resume, children fan out and in, cancel mid-workflow,
+non-determinism parks the instance until a fixed deploy retries it, typed handles."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any
+
+import pytest
+
+import pgferry
+from pgferry import workflows as wf
+from helpers import WAIT, running
+from server import Server
+
+
+def make_app(server: Server, queue: str) -> pgferry.App:
+    return pgferry.App(server.grpc_url, server.api_key, http_url=server.http_url, default_queue=queue)
+
+
+def test_three_steps_run_once_each_and_the_journal_is_the_state(server: Server, queue: str) -> None:
+    app = make_app(server, queue)
+    runs: collections.Counter[str] = collections.Counter()
+
+    @app.workflow("py_three")
+    async def three(ctx: pgferry.WorkflowContext, n: int) -> dict[str, Any]:
+        async def bump(name: str, v: int) -> int:
+            runs[name] += 1
+            return v + 1
+
+        a = await ctx.step("a", lambda: bump("a", n))
+        b = await ctx.step("b", lambda: bump("b", a))
+        c = await ctx.step("c", lambda: bump("c", b))
+        at = await ctx.now()
+        r = await ctx.random()
+        return {"c": c, "at": at.isoformat(), "r": r}
+
+    async def main() -> None:
+        async with app, running(app.worker(concurrency=4)):
+            h = await three.start(10)
+            out = await h.result(timeout=WAIT)
+            assert out["c"] == 13
+            assert 0 <= out["r"] < 1
+            info = await h.describe()
+            assert info.status == "done"
+            # Every step ran exactly once, though the function was replayed per claim.
+            assert runs == {"a": 1, "b": 1, "c": 1}
+            # One claim per step: three outcomes (next, next, done), as the Rust runtime.
+            assert [x.outcome for x in info.history] == ["next", "next", "done"]
+            journal = info.state["journal"]
+            assert [e["t"] for e in journal] == ["step", "step"]
+            assert journal[0] == {"t": "step", "name": "a", "ok": 11}
+
+    asyncio.run(main())
+
+
+def test_sleep_and_signal_with_timeout_resume(server: Server, queue: str) -> None:
+    app = make_app(server, queue)
+
+    @app.workflow("py_order")
+    async def order(ctx: pgferry.WorkflowContext, o: dict[str, Any]) -> dict[str, Any]:
+        await ctx.sleep(0.2)
+        paid = await ctx.wait_for_signal(["paid"], timeout=o["timeout"])
+        return {"paid": None if paid is None else paid.payload}
+
+    async def main() -> None:
+        async with app, running(app.worker(concurrency=4)):
+            h = await order.start({"timeout": 60}, correlation_key="o-1")
+            again = await order.start({"timeout": 60}, correlation_key="o-1")
+            assert again.id == h.id and again.duplicate
+            # Parked on the signal: status awaiting, no slot held.
+            for _ in range(400):
+                info = await h.describe()
+                if info.status == "awaiting":
+                    break
+                await asyncio.sleep(0.05)
+            assert info.status == "awaiting" and info.awaits == ["paid"]
+            assert await h.signal("paid", {"amount": 30}) is True
+            assert await h.result(timeout=WAIT) == {"paid": {"amount": 30}}
+            # A timeout resumes with None.
+            h2 = await order.start({"timeout": 0.3})
+            assert await h2.result(timeout=WAIT) == {"paid": None}
+            # A signal that arrives before the wait is kept in the inbox and consumed.
+            h3 = await order.start({"timeout": 60})
+            await app._workflow_client().signal_workflow("paid", 7, id=h3.id)
+            assert await h3.result(timeout=WAIT) == {"paid": 7}
+
+    asyncio.run(main())
+
+
+def test_children_fan_out_and_in_and_a_failed_child_is_delivered(server: Server, queue: str) -> None:
+    app = make_app(server, queue)
+
+    @app.workflow("py_pack")
+    async def pack(ctx: pgferry.WorkflowContext, item: int) -> int:
+        if item < 0:
+            raise ValueError("negative item")
+        return await ctx.step("pack", lambda: item * 10)
+
+    @app.workflow("py_ship")
+    async def ship(ctx: pgferry.WorkflowContext, items: list[int]) -> dict[str, Any]:
+        results = await ctx.fan_out(pack, items)
+        one = await ctx.child(pack, 5)
+        return {
+            "packed": [r if not isinstance(r, pgferry.ChildError) else r.status for r in results],
+            "one": one,
+        }
+
+    async def main() -> None:
+        async with app, running(app.worker(concurrency=8)):
+            h = await ship.start([1, 2, -1])
+            assert await h.result(timeout=WAIT) == {"packed": [10, 20, "failed"], "one": 50}
+
+    asyncio.run(main())
+
+
+def test_cancel_mid_workflow_stops_it_and_result_raises(server: Server, queue: str) -> None:
+    app = make_app(server, queue)
+    ran: list[str] = []
+
+    @app.workflow("py_cancel")
+    async def slow(ctx: pgferry.WorkflowContext, _: None) -> str:
+        await ctx.step("first", lambda: ran.append("first"))
+        await ctx.wait_for_signal("go")
+        await ctx.step("after", lambda: ran.append("after"))
+        return "done"
+
+    async def main() -> None:
+        async with app, running(app.worker(concurrency=2)):
+            h = await slow.start(None)
+            for _ in range(400):
+                if (await h.describe()).status == "awaiting":
+                    break
+                await asyncio.sleep(0.05)
+            info = await h.cancel("changed my mind")
+            assert info.status == "cancelled"
+            with pytest.raises(pgferry.WorkflowCancelled):
+                await h.result(timeout=WAIT)
+            await asyncio.sleep(0.3)
+            assert ran == ["first"]
+
+    asyncio.run(main())
+
+
+def test_non_determinism_parks_the_instance_until_a_fixed_deploy_retries_it(server: Server, queue: str) -> None:
+    runs: collections.Counter[str] = collections.Counter()
+
+    def build(version: int) -> tuple[pgferry.App, pgferry.Workflow[None, str]]:
+        app = make_app(server, queue)
+
+        @app.workflow("py_versioned")
+        async def versioned(ctx: pgferry.WorkflowContext, _: None) -> str:
+            await ctx.step("reserve", lambda: runs.update(["reserve"]))
+            if version == 2:
+                await ctx.step("charge_v2", lambda: runs.update(["charge_v2"]))  # renamed: diverges
+            else:
+                await ctx.step("charge", lambda: runs.update(["charge"]))
+            await ctx.wait_for_signal("ship")
+            return f"v{version}"
+
+        return app, versioned
+
+    async def main() -> None:
+        app1, v1 = build(1)
+        async with app1, running(app1.worker(concurrency=2)):
+            h = await v1.start(None)
+            for _ in range(400):
+                if (await h.describe()).status == "awaiting":
+                    break
+                await asyncio.sleep(0.05)
+        assert runs == {"reserve": 1, "charge": 1}
+        app2, v2 = build(2)
+        async with app2, running(app2.worker(concurrency=2)):
+            await v2.handle(h.id).signal("ship")
+            with pytest.raises(pgferry.NonDeterminismError) as e:
+                await v2.handle(h.id).result(timeout=WAIT)
+            assert "journal position 1" in e.value.error and "charge_v2" in e.value.error
+        assert runs["charge_v2"] == 0  # nothing ran on the diverged code
+        app3, v3 = build(1)  # the fixed deploy
+        async with app3, running(app3.worker(concurrency=2)):
+            await v3.handle(h.id).retry()
+            assert await v3.handle(h.id).result(timeout=WAIT) == "v1"
+        assert runs == {"reserve": 1, "charge": 1}
+
+    asyncio.run(main())
+
+
+def test_step_retries_then_records_the_error(server: Server, queue: str) -> None:
+    app = make_app(server, queue)
+    tries: list[int] = []
+
+    @app.workflow("py_flaky")
+    async def flaky(ctx: pgferry.WorkflowContext, fail_times: int) -> str:
+        def attempt() -> str:
+            tries.append(1)
+            if len(tries) <= fail_times:
+                raise RuntimeError(f"boom {len(tries)}")
+            return "ok"
+
+        try:
+            return await ctx.step("flaky", attempt, retries=2, backoff=0.05)
+        except pgferry.StepError as e:
+            return f"gave up: {e.message}"
+
+    async def main() -> None:
+        async with app, running(app.worker(concurrency=2)):
+            assert await (await flaky.start(1)).result(timeout=WAIT) == "ok"
+            tries.clear()
+            assert await (await flaky.start(10)).result(timeout=WAIT) == "gave up: boom 3"
+            assert len(tries) == 3
+
+    asyncio.run(main())
+
+
+def test_state_machine_decorators(server: Server, queue: str) -> None:
+    app = make_app(server, queue)
+    refund = app.machine("py_refund", inbox=True, children=True)
+    part = app.machine("py_part")
+
+    @part.step("start")
+    async def part_start(s: pgferry.ClaimedStep) -> wf.Outcome:
+        return wf.Done(s.input * 2)
+
+    @refund.step("start")
+    async def start(s: pgferry.ClaimedStep) -> wf.Outcome:
+        return wf.Next("split", state={"amount": s.input["amount"]})
+
+    @refund.step("split")
+    async def split(s: pgferry.ClaimedStep) -> wf.Outcome:
+        return wf.Spawn([part.child(1), part.child(2)], step="approve")
+
+    @refund.step("approve")
+    async def approve(s: pgferry.ClaimedStep) -> wf.Outcome:
+        parts = sorted(c["result"] for c in s.children or [])
+        return wf.Await(["approved"], step="pay", timeout=60, state={**s.state, "parts": parts})
+
+    @refund.step("pay")
+    async def pay(s: pgferry.ClaimedStep) -> wf.Outcome:
+        if s.timed_out:
+            return wf.Fail("not approved")
+        return wf.Done({"amount": s.state["amount"], "parts": s.state["parts"], "by": (s.inbox or [{}])[0].get("payload")})
+
+    async def main() -> None:
+        async with app, running(app.worker(concurrency=4)):
+            h = await refund.start({"amount": 12})
+            for _ in range(400):
+                if (await h.describe()).status == "awaiting":
+                    break
+                await asyncio.sleep(0.05)
+            await h.signal("approved", "ann")
+            assert await h.result(timeout=WAIT) == {"amount": 12, "parts": [2, 4], "by": "ann"}
+
+    asyncio.run(main())
