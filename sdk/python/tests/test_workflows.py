@@ -253,3 +253,54 @@ def test_state_machine_decorators(server: Server, queue: str) -> None:
             assert await h.result(timeout=WAIT) == {"amount": 12, "parts": [2, 4], "by": "ann"}
 
     asyncio.run(main())
+
+
+def test_a_worker_killed_mid_step_replays_without_running_journaled_steps_again(server: Server, queue: str, tmp_path: Any) -> None:
+    import os
+    import pathlib
+    import signal
+    import subprocess
+    import sys
+
+    counts = tmp_path / "counts"
+    counts.write_text("")
+    app_path = pathlib.Path(__file__).parent / "apps" / "wf_crash_app.py"
+
+    def spawn(hang: bool) -> subprocess.Popen[bytes]:
+        env = dict(os.environ, PGFERRY_URL=server.grpc_url, PGFERRY_API_KEY=server.api_key,
+                   WF_QUEUE=queue, WF_COUNTS=str(counts), WF_HANG="1" if hang else "0")
+        return subprocess.Popen([sys.executable, str(app_path)], env=env)
+
+    def runs() -> list[str]:
+        return counts.read_text().split()
+
+    async def main() -> None:
+        app = make_app(server, queue)
+        async with app:
+            h = await app.start_workflow("py_crash", None)
+            first = spawn(hang=True)
+            try:
+                for _ in range(1200):
+                    if runs() == ["a", "b"]:
+                        break
+                    await asyncio.sleep(0.05)
+                assert runs() == ["a", "b"], runs()
+                # Killed in the middle of step b: a is journaled, b is in flight.
+                first.send_signal(signal.SIGKILL)
+                first.wait(30)
+            finally:
+                if first.poll() is None:
+                    first.kill()
+            second = spawn(hang=False)
+            try:
+                out = await h.result(timeout=WAIT)
+            finally:
+                second.terminate()
+                second.wait(30)
+            assert out == ["a", "b", "c"]
+            # a ran once (journaled before the kill); b, in flight, ran exactly once more.
+            assert collections.Counter(runs()) == {"a": 1, "b": 2, "c": 1}
+            info = await h.describe()
+            assert any(x.attempt == 2 for x in info.history), info.history
+
+    asyncio.run(main())

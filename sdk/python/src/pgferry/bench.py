@@ -158,6 +158,14 @@ def main(argv: list[str] | None = None) -> int:
         "client and reports the means and their ratio",
     )
     p.add_argument(
+        "--workflows",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: N instances of a 3-step workflow, code-first and as a state machine "
+        "(machine, code, code, machine); reports steps/s of each and their ratio",
+    )
+    p.add_argument(
         "--compare-rust",
         action="store_true",
         help="then run `pgferry bench cycle --via grpc` (32 producers, 128 slots) and report the ratio",
@@ -183,7 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         def once(api: str) -> dict[str, Any]:
             return asyncio.run(run(url, key, a.jobs, a.concurrency, a.batch, a.pipeline, a.preload, api=api))
 
-        if not a.tasks:
+        if a.workflows:
+            from pgferry._bench_workflows import run_workflows
+
+            report = run_workflows(url, key, a.workflows, a.concurrency)
+        elif not a.tasks:
             report = once("client")
         else:
             # Client, tasks, tasks, client on the same server: neither API always runs on
@@ -214,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                 os.killpg(proc.pid, signal.SIGKILL)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-    if a.compare_rust:
+    if a.compare_rust and not a.workflows:
         binary = os.environ.get("PGFERRY_BIN") or shutil.which("pgferry")
         if not binary:
             print("pgferry.bench: --compare-rust needs PGFERRY_BIN or pgferry on PATH", file=sys.stderr)
