@@ -18,6 +18,7 @@ import concurrent.futures
 import contextlib
 import inspect
 import itertools
+import logging
 import os
 import threading
 import weakref
@@ -33,7 +34,11 @@ from pgferry.tasks import Backoff, JobHandle, Task, TaskCall, TaskOptions
 from pgferry.worker import Worker
 from pgferry.workflows import Machine, Workflow, WorkflowHandle
 from pgferry._journal import WorkflowContext
+from pgferry._schedules import CronSpec, ScheduleSync
+from pgferry._schedules import sync as _sync_schedules
 from pgferry._wf_worker import WorkflowWorker
+
+log = logging.getLogger("pgferry.app")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -87,6 +92,8 @@ class App:
         self.default_queue = default_queue
         self.client_options = dict(client_options or {})
         self.tasks: dict[str, Task[Any, Any]] = {}
+        # Periodic tasks (`@app.task(cron=...)`), by kind.
+        self.cron_tasks: dict[str, CronSpec] = {}
         # Workflow kinds: code-first (`@app.workflow`) and state machines (`app.machine`).
         self.workflows: dict[str, Workflow[Any, Any] | Machine] = {}
         # Shared by every task run: what startup hooks put here (a DB pool, an HTTP session).
@@ -123,6 +130,9 @@ class App:
         dont_retry_on: tuple[type[BaseException], ...] = (),
         priority: int = 0,
         unique: bool | Callable[..., str] = False,
+        cron: str | None = None,
+        tz: str = "UTC",
+        cron_args: dict[str, Any] | None = None,
     ) -> TaskDecorator: ...
 
     def task(
@@ -138,6 +148,9 @@ class App:
         dont_retry_on: tuple[type[BaseException], ...] = (),
         priority: int = 0,
         unique: bool | Callable[..., str] = False,
+        cron: str | None = None,
+        tz: str = "UTC",
+        cron_args: dict[str, Any] | None = None,
     ) -> Any:
         """Register a function as a task: `@app.task` or `@app.task(queue=..., retries=...,
         backoff=..., timeout=..., retry_on=(...), dont_retry_on=(...), priority=...,
@@ -149,7 +162,10 @@ class App:
         cancelled and the attempt fails as TaskTimeout. retry_on: only these exceptions
         retry (others dead-letter at once); dont_retry_on: these dead-letter at once.
         unique: True (one job per distinct arguments while it is pending or running) or a
-        function of the arguments returning the key."""
+        function of the arguments returning the key. cron (with tz, an IANA zone): also a
+        periodic task, enqueued by the server's scheduler at each fire time with
+        `cron_args` (checked against the signature now); registered by
+        `app.sync_schedules()`, which the worker runs at startup."""
         options: dict[str, Any] = dict(
             name=name,
             queue=queue,
@@ -160,6 +176,9 @@ class App:
             dont_retry_on=dont_retry_on,
             priority=priority,
             unique=unique,
+            cron=cron,
+            tz=tz,
+            cron_args=cron_args,
         )
         if fn is not None:
             return self._register(fn, **options)
@@ -178,6 +197,9 @@ class App:
         dont_retry_on: tuple[type[BaseException], ...] = (),
         priority: int = 0,
         unique: bool | Callable[..., str] = False,
+        cron: str | None = None,
+        tz: str = "UTC",
+        cron_args: dict[str, Any] | None = None,
     ) -> Task[Any, Any]:
         kind = name or fn.__name__
         if kind in self.tasks:
@@ -198,8 +220,21 @@ class App:
             unique=unique,
         )
         t: Task[Any, Any] = Task(self, fn, opts)
+        if cron is not None:
+            # The arguments every fire enqueues, checked now (a typo fails at import).
+            args = t._sig.encode((), cron_args or {})
+            t._sig.check_json(args)
+            self.cron_tasks[kind] = CronSpec(kind, cron, tz, opts.queue, args)
+        elif cron_args is not None:
+            raise ValueError(f"task {kind}: cron_args without cron")
         self.tasks[kind] = t
         return t
+
+    async def sync_schedules(self, *, prune: bool = False) -> ScheduleSync:
+        """Make the server's `task:<kind>` schedules match this App's cron tasks: create
+        missing ones, replace changed ones, leave equal ones alone (idempotent); report
+        `task:` schedules with no cron task here as `removed` (deleted with prune=True)."""
+        return await _sync_schedules(self, prune=prune)
 
     def workflow(
         self, kind: str | None = None, *, queue: str | None = None
@@ -412,6 +447,17 @@ class App:
                 **wf_options,
             )
         return w
+
+    async def _startup_worker(self) -> None:
+        """What a worker does before its first job: startup hooks, then the cron tasks'
+        schedules (reported in the log)."""
+        await self.startup()
+        if self.cron_tasks:
+            r = await self.sync_schedules()
+            log.info(
+                "pgferry: schedules created=%s updated=%s unchanged=%s removed (not pruned)=%s",
+                r.created, r.updated, r.unchanged, r.removed,
+            )
 
     async def run_worker_async(self, **options: Any) -> None:
         """Startup hooks, the worker until stopped and drained, shutdown hooks."""

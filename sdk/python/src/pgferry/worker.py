@@ -197,7 +197,7 @@ class Worker:
         ticker = asyncio.create_task(auto_heartbeats(self)) if self.auto_heartbeat else None
         try:
             if self._app is not None:
-                await self._app.startup()
+                await self._app._startup_worker()
             await self._serve_all(channel)
         finally:
             if ticker is not None:
