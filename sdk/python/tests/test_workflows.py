@@ -304,3 +304,69 @@ def test_a_worker_killed_mid_step_replays_without_running_journaled_steps_again(
             assert any(x.attempt == 2 for x in info.history), info.history
 
     asyncio.run(main())
+
+
+def test_replay_finds_a_deliberate_divergence_without_running_anything(server: Server, queue: str, monkeypatch: Any) -> None:
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    import pgferry.replay
+
+    apps = pathlib.Path(__file__).parent / "apps"
+    monkeypatch.syspath_prepend(str(apps))
+    monkeypatch.setenv("WF_QUEUE", queue)
+    monkeypatch.setenv("WF_VERSION", "1")
+    import importlib
+
+    mod = importlib.import_module("wf_replay_app")
+    mod.app.url, mod.app.api_key = server.grpc_url, server.api_key
+    ran: list[int] = []
+
+    async def main() -> None:
+        async with mod.app, running(mod.app.worker(concurrency=2)):
+            hs = [await mod.replayed.start(i) for i in range(3)]
+            for h in hs:
+                for _ in range(400):
+                    if (await h.describe()).status == "awaiting":
+                        break
+                    await asyncio.sleep(0.05)
+        # The same code: every record is followed.
+        report = await pgferry.replay.replay_kind(mod.replayed)
+        assert report.ok and report.instances == 3 and report.consistent == 3, report
+        # A step renamed: every instance diverges at position 1, and nothing ran.
+        monkeypatch.setenv("WF_VERSION", "2")
+        real = mod.replayed.fn
+
+        async def counting(ctx: pgferry.WorkflowContext, n: int) -> int:
+            ran.append(n)
+            return await real(ctx, n)
+
+        mod.replayed.fn = counting
+        report = await pgferry.replay.replay_kind(mod.replayed)
+        mod.replayed.fn = real
+        assert not report.ok and report.instances == 3 and len(report.divergent) == 3, report
+        d = report.divergent[0]
+        assert d["verdict"] == "diverged" and d["position"] == 1
+        assert d["recorded"] == 'step "charge"' and d["found"] == 'step "charge_v2"'
+        async with mod.app:
+            for h in hs:
+                # Nothing was written: still awaiting, the journal as it was.
+                info = await mod.replayed.handle(h.id).describe()
+                assert info.status == "awaiting" and [e["name"] for e in info.state["journal"][:2]] == ["reserve", "charge"]
+
+    asyncio.run(main())
+    assert len(ran) == 3
+    env = dict(os.environ, PGFERRY_URL=server.grpc_url, PGFERRY_API_KEY=server.api_key, WF_QUEUE=queue,
+               WF_VERSION="2", PYTHONPATH=str(apps))
+    out = subprocess.run([sys.executable, "-m", "pgferry.replay", "wf_replay_app:app", "--kind", "py_replayed"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 3, out.stderr
+    import json
+
+    assert json.loads(out.stdout)["divergent"][0]["found"] == 'step "charge_v2"'
+    env["WF_VERSION"] = "1"
+    out = subprocess.run([sys.executable, "-m", "pgferry.replay", "wf_replay_app:app", "--kind", "py_replayed"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -327,6 +327,19 @@ class WorkflowCalls:
         r = await self._wf("Cancel", workflow_pb2.WorkflowCancelRequest(id=id, reason=reason), workflow_pb2.WorkflowCancelled)
         return _info(r.instance)
 
+    async def list_workflows(
+        self, *, queue: str | None = None, kind: str = "", status: str = "", correlation_key: str = "",
+        before: int = 0, limit: int = 50,
+    ) -> tuple[list[int], int | None]:
+        """Instance ids of a queue, newest first, and the `before` of the next page (None:
+        the last page). Filters: kind, status, correlation key."""
+        req = workflow_pb2.WorkflowListRequest(
+            queue=queue or self.default_queue, kind=kind, status=status, correlation_key=correlation_key,
+            before=before, limit=limit,
+        )
+        r = await self._wf("List", req, workflow_pb2.WorkflowList)
+        return [i.id for i in r.instances], (r.next if r.has_more and r.HasField("next") else None)
+
     async def retry_workflow(self, id: int) -> str:
         """Run a failed instance again from its failed step; returns that step."""
         r = await self._wf("Retry", workflow_pb2.WorkflowIdRequest(id=id), workflow_pb2.WorkflowRetried)
