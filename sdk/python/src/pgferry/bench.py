@@ -28,9 +28,9 @@ import grpc
 import pgferry
 
 
-def _start_dev(binary: str, data_dir: str) -> tuple[subprocess.Popen[str], str, str]:
+def _start_dev(binary: str, data_dir: str, extra: list[str] | None = None) -> tuple[subprocess.Popen[str], str, str]:
     proc = subprocess.Popen(
-        [binary, "dev", "--data-dir", data_dir, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"],
+        [binary, "dev", "--data-dir", data_dir, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", *(extra or [])],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -184,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         os.chmod(tmp, 0o755)
     try:
         if tmp is not None:
-            proc, url, key = _start_dev(str(binary), tmp)
+            # Workflows are started with one unary call each: above the key's default rate
+            # limit (1,000 calls/s, which also covers gRPC unary calls).
+            extra = ["--rate-limit", "1000000", "--rate-burst", "1000000"] if a.workflows else None
+            proc, url, key = _start_dev(str(binary), tmp, extra)
         if not key:
             print("pgferry.bench: --api-key (or PGFERRY_API_KEY) is required with --url", file=sys.stderr)
             return 2
