@@ -370,3 +370,26 @@ def test_replay_finds_a_deliberate_divergence_without_running_anything(server: S
     out = subprocess.run([sys.executable, "-m", "pgferry.replay", "wf_replay_app:app", "--kind", "py_replayed"],
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_one_worker_runs_tasks_and_workflows_together(server: Server, queue: str) -> None:
+    app = make_app(server, queue)
+
+    @app.task(queue=queue)
+    async def price(item: str) -> int:
+        return len(item) * 100
+
+    @app.workflow("py_quote")
+    async def quote(ctx: pgferry.WorkflowContext, items: list[str]) -> int:
+        # A step that enqueues a task and awaits its result: the same worker runs both.
+        prices = [await ctx.step(f"price:{i}", lambda i=i: price.run(i)) for i in items]  # type: ignore[misc]
+        return sum(prices)
+
+    async def main() -> None:
+        async with app, running(app.worker(concurrency=4)) as _:
+            h = await quote.start(["ab", "cde"])
+            assert await h.result(timeout=WAIT) == 500
+            info = await h.describe()
+            assert [e["name"] for e in info.state["journal"]] == ["price:ab"]  # the last is in no state: done wrote the result
+
+    asyncio.run(main())
