@@ -393,3 +393,44 @@ def test_one_worker_runs_tasks_and_workflows_together(server: Server, queue: str
             assert [e["name"] for e in info.state["journal"]] == ["price:ab"]  # the last is in no state: done wrote the result
 
     asyncio.run(main())
+
+
+def test_the_workflow_worker_reconnects_across_a_server_restart(tmp_path: Any) -> None:
+    from server import data_dir
+
+    srv = Server(data_dir("wf-restart"))
+    srv.start()
+    runs: collections.Counter[str] = collections.Counter()
+    try:
+        app = make_app(srv, "restart_q")
+
+        @app.workflow("py_restart")
+        async def flow(ctx: pgferry.WorkflowContext, _: None) -> str:
+            await ctx.step("before", lambda: runs.update(["before"]))
+            sig = await ctx.wait_for_signal("go")
+            await ctx.step("after", lambda: runs.update(["after"]))
+            return str(sig.payload if sig else None)
+
+        async def main() -> None:
+            worker = app.worker(concurrency=2)
+            async with running(worker):
+                h = await flow.start(None)
+                for _ in range(400):
+                    if (await h.describe()).status == "awaiting":
+                        break
+                    await asyncio.sleep(0.05)
+                await asyncio.to_thread(srv.restart)
+                # The admin client and the worker's stream both reconnect on their own.
+                for _ in range(200):
+                    try:
+                        await h.signal("go", "again")
+                        break
+                    except pgferry.Unavailable:
+                        await asyncio.sleep(0.1)
+                assert await h.result(timeout=WAIT) == "again"
+                assert worker._companion.stats["reconnects"] >= 1
+            assert runs == {"before": 1, "after": 1}
+
+        asyncio.run(main())
+    finally:
+        srv.cleanup()
