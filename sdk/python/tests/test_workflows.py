@@ -434,3 +434,43 @@ def test_the_workflow_worker_reconnects_across_a_server_restart(tmp_path: Any) -
         asyncio.run(main())
     finally:
         srv.cleanup()
+
+
+def test_cancel_reaches_a_step_that_is_running(server: Server, queue: str) -> None:
+    app = make_app(server, queue)
+    events: list[str] = []
+
+    @app.workflow("py_cancel_running")
+    async def long(ctx: pgferry.WorkflowContext, _: None) -> str:
+        async def forever() -> None:
+            events.append("started")
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                events.append("cancelled")
+                raise
+
+        await ctx.step("forever", forever)
+        return "never"
+
+    async def main() -> None:
+        worker = app.worker(concurrency=2)
+        async with app, running(worker):
+            h = await long.start(None)
+            for _ in range(400):
+                if events:
+                    break
+                await asyncio.sleep(0.05)
+            assert events == ["started"]
+            await h.cancel("stop it")
+            for _ in range(400):
+                if "cancelled" in events:
+                    break
+                await asyncio.sleep(0.05)
+            # The server's StepCancel cancelled the step's task: nothing runs on.
+            assert events == ["started", "cancelled"]
+            assert worker._companion.in_flight == 0
+            with pytest.raises(pgferry.WorkflowCancelled):
+                await h.result(timeout=WAIT)
+
+    asyncio.run(main())

@@ -124,8 +124,9 @@ class WorkflowWorker:
         self.worker_id = worker_id or f"py-wf-{socket.gethostname()}-{os.getpid()}"
         self._backoff = _conn.Backoff(base=0.1, cap=reconnect_cap)
         self.stats: collections.Counter[str] = collections.Counter()
-        # Steps running: id -> (ref, task).
-        self._running: dict[int, tuple[workflow_pb2.StepRef, asyncio.Task[None]]] = {}
+        # Steps running: (id, seq) -> (ref, task). By claim, not by instance: a claim whose
+        # lease lapsed may still run here while the instance's next claim arrives.
+        self._running: dict[tuple[int, int], tuple[workflow_pb2.StepRef, asyncio.Task[None]]] = {}
         self._outcomes: list[workflow_pb2.StepOutcome] = []
         self._unacked: dict[tuple[int, int], workflow_pb2.StepOutcome] = {}
         self._credits = 0
@@ -267,13 +268,13 @@ class WorkflowWorker:
             elif which == "drained":
                 self._drained = True
             elif which == "cancel":
-                entry = self._running.get(resp.cancel.ref.id)
-                if entry is not None and entry[0].seq == resp.cancel.ref.seq:
+                entry = self._running.get((resp.cancel.ref.id, resp.cancel.ref.seq))
+                if entry is not None:
                     entry[1].cancel()
             elif which == "heartbeat_ack":
                 for b in resp.heartbeat_ack.beats:
-                    entry = self._running.get(b.ref.id)
-                    if entry is not None and not b.held and entry[0].seq == b.ref.seq:
+                    entry = self._running.get((b.ref.id, b.ref.seq))
+                    if entry is not None and not b.held:
                         entry[1].cancel()  # answered, cancelled or claimed again: stop
 
     async def _write_loop(self, call: Any) -> None:
@@ -326,7 +327,7 @@ class WorkflowWorker:
         ref = workflow_pb2.StepRef()
         ref.CopyFrom(pb.ref)
         task = asyncio.get_running_loop().create_task(self._run(ref, step))
-        self._running[step.id] = (ref, task)
+        self._running[(step.id, step.seq)] = (ref, task)
 
     async def _run(self, ref: workflow_pb2.StepRef, step: ClaimedStep) -> None:
         try:
@@ -340,7 +341,7 @@ class WorkflowWorker:
         except asyncio.CancelledError:
             # Cancelled by the server (StepCancel, or a heartbeat saying the claim is gone)
             # or at shutdown: no outcome; the server already knows, or the lease hands it back.
-            self._running.pop(step.id, None)
+            self._running.pop((step.id, step.seq), None)
             self._credits += 1
             self._wake.set()
             return
@@ -348,7 +349,7 @@ class WorkflowWorker:
             log.warning("pgferry workflow worker: step %s/%s of %d raised", step.kind, step.step, step.id, exc_info=True)
             pb = _outcome_pb(ref, {"outcome": "retry", "delay_ms": 1000, "reason": f"{type(e).__name__}: {e}"[:1000]})
             self.stats["retry"] += 1
-        self._running.pop(step.id, None)
+        self._running.pop((step.id, step.seq), None)
         self._outcomes.append(pb)
         self._credits += 1
         self._wake.set()
