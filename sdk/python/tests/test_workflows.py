@@ -454,7 +454,8 @@ def test_cancel_reaches_a_step_that_is_running(server: Server, queue: str) -> No
         return "never"
 
     async def main() -> None:
-        worker = app.worker(concurrency=2)
+        # A long lease: heartbeats (every third of it) must not be what stops the step.
+        worker = app.worker(concurrency=2, lease_ms=600_000)
         async with app, running(worker):
             h = await long.start(None)
             for _ in range(400):
