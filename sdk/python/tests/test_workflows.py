@@ -8,12 +8,27 @@ import asyncio
 import collections
 from typing import Any
 
+import pydantic
 import pytest
 
 import pgferry
 from pgferry import workflows as wf
 from helpers import WAIT, running
 from server import Server
+
+
+class Parcel(pydantic.BaseModel):
+    sku: str
+    qty: int
+
+
+class Label(pydantic.BaseModel):
+    text: str
+
+
+class Receipt(pydantic.BaseModel):
+    labels: list[Label]
+    total: int
 
 
 def make_app(server: Server, queue: str) -> pgferry.App:
@@ -473,5 +488,34 @@ def test_cancel_reaches_a_step_that_is_running(server: Server, queue: str) -> No
             assert worker._companion.in_flight == 0
             with pytest.raises(pgferry.WorkflowCancelled):
                 await h.result(timeout=WAIT)
+
+    asyncio.run(main())
+
+
+def test_pydantic_models_as_input_result_and_child_result(server: Server, queue: str) -> None:
+    app = make_app(server, queue)
+    seen: list[Any] = []
+
+    @app.workflow("py_label")
+    async def label(ctx: pgferry.WorkflowContext, p: Parcel) -> Label:
+        seen.append(type(p))
+        return Label(text=f"{p.qty}x{p.sku}")
+
+    @app.workflow("py_receipt")
+    async def receipt(ctx: pgferry.WorkflowContext, ps: list[Parcel]) -> Receipt:
+        total = await ctx.step("total", lambda: sum(p["qty"] for p in ps))  # type: ignore[index]
+        first = await ctx.child(label, Parcel(sku="a", qty=1))
+        seen.append(type(first))
+        return Receipt(labels=[first], total=total)
+
+    async def main() -> None:
+        async with app, running(app.worker(concurrency=4)):
+            h = await label.start(Parcel(sku="b", qty=3))
+            out = await h.result(timeout=WAIT)
+            assert out == Label(text="3xb")
+            h2 = await receipt.start([{"sku": "x", "qty": 2}, {"sku": "y", "qty": 5}])  # type: ignore[list-item]
+            r = await h2.result(timeout=WAIT)
+            assert r == Receipt(labels=[Label(text="1xa")], total=7)
+        assert seen == [Parcel, Parcel, Label]
 
     asyncio.run(main())

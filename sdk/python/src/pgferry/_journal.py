@@ -243,7 +243,8 @@ class WorkflowContext:
             self._push({"t": "step", "name": name, "err": str(e) or type(e).__name__})
             raise StepError(name, str(e) or type(e).__name__) from e
         try:
-            ok = json.loads(json.dumps(value))
+            # JSON as it will come back on replay (a pydantic model as its JSON object).
+            ok = json.loads(json.dumps(value, default=_json_default))
         except (TypeError, ValueError) as e:
             msg = f"result does not serialize: {e}"
             self._push({"t": "step", "name": name, "err": msg})
@@ -309,28 +310,28 @@ class WorkflowContext:
     async def child(self, workflow: Any, input: Any = None) -> Any:
         """Starts one child workflow (a Workflow or a kind) and returns its result; raises
         ChildError when it failed or was cancelled."""
-        ends = await self.spawn_children([ChildSpec(_kind(workflow), input)])
-        return _child_result(ends[0] if ends else None, _kind(workflow))
+        ends = await self.spawn_children([ChildSpec(_kind(workflow), _encode(input))])
+        return _decoded(workflow, _child_result(ends[0] if ends else None, _kind(workflow)))
 
     async def fan_out(self, workflow: Any, inputs: Sequence[Any]) -> list[Any | ChildError]:
         """One child per input, together; the results in input order (a ChildError in
         place of a child that failed: a failed child does not fail the parent)."""
-        ends = await self.spawn_children([ChildSpec(_kind(workflow), i) for i in inputs])
+        ends = await self.spawn_children([ChildSpec(_kind(workflow), _encode(i)) for i in inputs])
         out: list[Any | ChildError] = []
         for c in ends:
             try:
-                out.append(_child_result(c, _kind(workflow)))
+                out.append(_decoded(workflow, _child_result(c, _kind(workflow))))
             except ChildError as e:
                 out.append(e)
         return out
 
     async def first_of(self, workflow: Any, inputs: Sequence[Any]) -> Any:
         """Children together; the result of the first to end (the others are cancelled)."""
-        ends = await self.spawn_children([ChildSpec(_kind(workflow), i) for i in inputs], any=True)
+        ends = await self.spawn_children([ChildSpec(_kind(workflow), _encode(i)) for i in inputs], any=True)
         first = next((c for c in ends if c.get("status") == "done"), None) or next(
             (c for c in ends if c.get("status") != "cancelled"), None
         )
-        return _child_result(first or (ends[0] if ends else None), _kind(workflow))
+        return _decoded(workflow, _child_result(first or (ends[0] if ends else None), _kind(workflow)))
 
     async def now(self) -> datetime:
         """The current time, journaled: a replay returns the same instant."""
@@ -368,6 +369,25 @@ class WorkflowContext:
             raise self._suspend(Suspend("end_of_record"))
         self._push({"t": "patch", "name": name})
         return True
+
+
+def _decoded(workflow: Any, result: Any) -> Any:
+    """A child's JSON result as its workflow's result type (a pydantic model, when it is
+    annotated with one)."""
+    codec = getattr(workflow, "_codec", None)
+    return codec.decode_result(result) if codec is not None else result
+
+
+def _encode(v: Any) -> Any:
+    dump = getattr(v, "model_dump", None)
+    return dump(mode="json") if callable(dump) else v
+
+
+def _json_default(v: Any) -> Any:
+    dump = getattr(v, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    raise TypeError(f"{type(v).__name__} is not JSON serializable")
 
 
 def _kind(workflow: Any) -> str:

@@ -47,7 +47,7 @@ async def replay_one(workflow: Workflow[Any, Any], id: int, input: Any, state: A
         return {"verdict": "unreadable", "reason": "journal: not a list"}
     ctx = WorkflowContext(id, list(journal or []), replay=True)
     try:
-        ending = await asyncio.wait_for(run(ctx, workflow.fn, input), 10)
+        ending = await asyncio.wait_for(run(ctx, workflow._body, input), 10)
     except asyncio.TimeoutError:
         return {"verdict": "unreadable", "reason": "the code did not reach its next context call within 10 s"}
     s = ending.suspend

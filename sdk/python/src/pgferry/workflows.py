@@ -25,7 +25,9 @@ State machines (the engine's handlers, one per step, each returning one outcome)
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
+import typing
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pgferry import _conn
 from pgferry._journal import NONDETERMINISM, ChildSpec, WorkflowContext, claimed
+from pgferry._signature import _BaseModel, _is_model
 from pgferry._types import _ms_to_dt
 from pgferry._wf_worker import ClaimedStep, KindEntry
 from pgferry.errors import PgferryError, ResultTimeout, from_rpc_error
@@ -349,10 +352,13 @@ class WorkflowCalls:
 class WorkflowHandle(Generic[O]):
     """A started instance: `await result(timeout)`, `signal`, `cancel`, `describe`, `retry`."""
 
-    def __init__(self, calls: WorkflowCalls, id: int, *, duplicate: bool = False) -> None:
+    def __init__(
+        self, calls: WorkflowCalls, id: int, *, duplicate: bool = False, decode: Callable[[Any], Any] | None = None
+    ) -> None:
         self._calls = calls
         self.id = id
         self.duplicate = duplicate
+        self._decode = decode
 
     def __repr__(self) -> str:
         return f"WorkflowHandle(id={self.id})"
@@ -379,7 +385,7 @@ class WorkflowHandle(Generic[O]):
         while True:
             info = await self.describe()
             if info.status == "done":
-                return info.result  # type: ignore[no-any-return]
+                return self._decode(info.result) if self._decode is not None else info.result  # type: ignore[no-any-return]
             if info.status == "failed":
                 cls = NonDeterminismError if info.error.startswith(NONDETERMINISM) else WorkflowFailed
                 raise cls(f"workflow {self.id} ({info.kind}) failed: {info.error}", instance=info)
@@ -394,6 +400,45 @@ class WorkflowHandle(Generic[O]):
 # -- kinds registered on an App --------------------------------------------------------------
 
 
+class _Codec:
+    """A workflow function's input and result on the wire: a pydantic model annotated as
+    the input (the second parameter) or the result is encoded to JSON and decoded back,
+    as task arguments are; other values travel as JSON as they are."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self._done = False
+        self.input_model: Any = None
+        self.result_model: Any = None
+
+    def _hints(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            hints = typing.get_type_hints(self.fn)
+            params = list(inspect.signature(self.fn).parameters)
+        except Exception:  # unresolvable annotations: plain JSON
+            return
+        if len(params) >= 2 and _is_model(hints.get(params[1])):
+            self.input_model = hints[params[1]]
+        if _is_model(hints.get("return")):
+            self.result_model = hints["return"]
+
+    @staticmethod
+    def encode(v: Any) -> Any:
+        model: Any = v
+        return model.model_dump(mode="json") if _BaseModel is not None and isinstance(v, _BaseModel) else v
+
+    def decode_input(self, v: Any) -> Any:
+        self._hints()
+        return self.input_model.model_validate(v) if self.input_model is not None and v is not None else v
+
+    def decode_result(self, v: Any) -> Any:
+        self._hints()
+        return self.result_model.model_validate(v) if self.result_model is not None and v is not None else v
+
+
 class Workflow(Generic[I, O]):
     """A code-first workflow kind (what `@app.workflow` returns). Calling it is not
     allowed; start it with `await wf.start(input)`."""
@@ -403,6 +448,12 @@ class Workflow(Generic[I, O]):
         self.kind = kind
         self.queue = queue
         self.fn = fn
+        self._codec = _Codec(fn)
+
+    async def _body(self, ctx: WorkflowContext, input: Any) -> Any:
+        """The function as the driver runs it: input decoded, result encoded."""
+        fn: Callable[[WorkflowContext, Any], Awaitable[Any]] = self.fn
+        return self._codec.encode(await fn(ctx, self._codec.decode_input(input)))
 
     async def start(
         self,
@@ -417,29 +468,27 @@ class Workflow(Generic[I, O]):
         client = self.app._workflow_client()
         h = await client.start_workflow(
             self.kind,
-            input,
+            self._codec.encode(input),
             queue=queue or self.queue,
             correlation_key=correlation_key,
             priority=priority,
             concurrency_key=concurrency_key,
             concurrency_limit=concurrency_limit,
         )
-        return WorkflowHandle(client, h.id, duplicate=h.duplicate)
+        return WorkflowHandle(client, h.id, duplicate=h.duplicate, decode=self._codec.decode_result)
 
     def handle(self, id: int) -> WorkflowHandle[O]:
         """A handle to an instance started elsewhere (its id stored in your database)."""
-        return WorkflowHandle(self.app._workflow_client(), int(id))
+        return WorkflowHandle(self.app._workflow_client(), int(id), decode=self._codec.decode_result)
 
     def child(self, input: I, **options: Any) -> ChildSpec:
         """A child spec of this kind (for `ctx.spawn_children` or a machine's Spawn)."""
-        return ChildSpec(self.kind, input, **options)
+        return ChildSpec(self.kind, self._codec.encode(input), **options)
 
     def kind_entry(self) -> KindEntry:
-        fn: Callable[[WorkflowContext, Any], Awaitable[Any]] = self.fn
-
         async def run(s: ClaimedStep) -> dict[str, Any]:
             return await claimed(
-                fn, id=s.id, state=s.state, input=s.input, attempt=s.attempt, wake=s.wake,
+                self._body, id=s.id, state=s.state, input=s.input, attempt=s.attempt, wake=s.wake,
                 inbox=s.inbox, children=s.children, queue=s.queue,
             )
 
