@@ -36,6 +36,7 @@ from pgferry.workflows import Machine, Workflow, WorkflowHandle
 from pgferry._journal import WorkflowContext
 from pgferry._schedules import CronSpec, ScheduleSync
 from pgferry._schedules import sync as _sync_schedules
+from pgferry._wf_eager import EagerWorkflows
 from pgferry._wf_worker import WorkflowWorker
 
 log = logging.getLogger("pgferry.app")
@@ -274,8 +275,15 @@ class App:
 
     def _workflow_client(self) -> Any:
         backend = self._backend()
+        if isinstance(backend, Eager):
+            # app.eager(): the workflows run in memory too (pgferry._wf_eager).
+            if backend.workflows is None:
+                backend.workflows = EagerWorkflows(
+                    {k: wf.kind_entry() for k, wf in self.workflows.items()}, self.default_queue
+                )
+            return backend.workflows
         if not isinstance(backend, Remote):
-            raise PgferryError("workflows need a server: app.eager() runs tasks only", code="not_configured")
+            raise PgferryError("workflows need a server or app.eager()", code="not_configured")
         return backend.client
 
     async def start_workflow(self, kind: str, input: Any = None, **options: Any) -> WorkflowHandle[Any]:

@@ -353,9 +353,10 @@ class WorkflowHandle(Generic[O]):
     """A started instance: `await result(timeout)`, `signal`, `cancel`, `describe`, `retry`."""
 
     def __init__(
-        self, calls: WorkflowCalls, id: int, *, duplicate: bool = False, decode: Callable[[Any], Any] | None = None
+        self, calls: Any, id: int, *, duplicate: bool = False, decode: Callable[[Any], Any] | None = None
     ) -> None:
-        self._calls = calls
+        # calls: a WorkflowCalls (the server) or the in-memory engine of app.eager().
+        self._calls: WorkflowCalls = calls
         self.id = id
         self.duplicate = duplicate
         self._decode = decode
