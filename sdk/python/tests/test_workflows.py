@@ -519,3 +519,25 @@ def test_pydantic_models_as_input_result_and_child_result(server: Server, queue:
         assert seen == [Parcel, Parcel, Label]
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("with_task", [False, True])
+def test_a_bad_key_stops_the_worker_with_auth_error(server: Server, queue: str, with_task: bool) -> None:
+    app = pgferry.App(server.grpc_url, "pgf_0000_not_a_key", default_queue=queue)
+
+    @app.workflow("py_badkey")
+    async def nothing(ctx: pgferry.WorkflowContext, _: None) -> None:
+        return None
+
+    if with_task:
+
+        @app.task(queue=queue)
+        async def t() -> None: ...
+
+    async def main() -> None:
+        w = app.worker()
+        w.handle_signals = False
+        await asyncio.wait_for(w.run_async(), WAIT)
+
+    with pytest.raises(pgferry.AuthError):
+        asyncio.run(main())

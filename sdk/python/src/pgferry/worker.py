@@ -224,6 +224,9 @@ class Worker:
             await companion.run_async()
             return
         wf = asyncio.create_task(companion.run_async())
+        # A workflow stream that fails for good (a bad key, a bad hello) stops the job stream
+        # too, and its error is raised below: a worker half running is worse than none.
+        wf.add_done_callback(lambda t: self.stop() if not t.cancelled() and t.exception() is not None else None)
         try:
             await self._serve(channel)
         finally:
