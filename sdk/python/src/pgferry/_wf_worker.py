@@ -353,3 +353,23 @@ class WorkflowWorker:
         self._outcomes.append(pb)
         self._credits += 1
         self._wake.set()
+
+
+async def serve_with_companion(worker: Any, channel: grpc.aio.Channel) -> None:
+    """A job Worker's run with its companion WorkflowWorker (an App with workflows): both
+    streams together, stopped and drained together; a worker with workflows alone serves
+    no job stream."""
+    companion: WorkflowWorker = worker._companion
+    if not worker._handlers:
+        worker._ready.set()
+        await companion.run_async()
+        return
+    wf = asyncio.create_task(companion.run_async())
+    # A workflow stream that fails for good (a bad key, a bad hello) stops the job stream
+    # too, and its error is raised below: a worker half running is worse than none.
+    wf.add_done_callback(lambda t: worker.stop() if not t.cancelled() and t.exception() is not None else None)
+    try:
+        await worker._serve(channel)
+    finally:
+        companion.stop()
+        await wf

@@ -34,6 +34,7 @@ from pgferry._handlers import Handler, argument_mismatch, call_args, result_not_
 from pgferry._heartbeats import Heartbeats, auto_heartbeats
 from pgferry._steps import OK_NONE, Key, Result, drive, first_step, outcome_of, result_pb
 from pgferry._types import dumps, loads
+from pgferry._wf_worker import serve_with_companion
 from pgferry.context import JobCancelled, JobContext
 from pgferry.errors import (
     AuthError,
@@ -213,25 +214,11 @@ class Worker:
                 self._pool = None
 
     async def _serve_all(self, channel: grpc.aio.Channel) -> None:
-        """The job stream, and the workflow worker alongside when there is one (a worker
-        with workflows alone serves no job stream)."""
-        companion = self._companion
-        if companion is None:
+        """The job stream, and the workflow worker alongside when there is one."""
+        if self._companion is None:
             await self._serve(channel)
-            return
-        if not self._handlers:
-            self._ready.set()
-            await companion.run_async()
-            return
-        wf = asyncio.create_task(companion.run_async())
-        # A workflow stream that fails for good (a bad key, a bad hello) stops the job stream
-        # too, and its error is raised below: a worker half running is worse than none.
-        wf.add_done_callback(lambda t: self.stop() if not t.cancelled() and t.exception() is not None else None)
-        try:
-            await self._serve(channel)
-        finally:
-            companion.stop()
-            await wf
+        else:
+            await serve_with_companion(self, channel)
 
     async def wait_ready(self, timeout: float | None = None) -> None:
         """Wait until the worker stream is open (hello acknowledged and credits sent), and
