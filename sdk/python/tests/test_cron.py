@@ -114,3 +114,33 @@ def test_the_worker_registers_cron_tasks_and_the_scheduler_runs_them(server: Ser
             await pgferry.App(server.grpc_url, server.api_key, http_url=server.http_url).sync_schedules(prune=True)
 
     asyncio.run(main())
+
+
+def test_a_cron_workflow_is_started_by_the_scheduler(server: Server, queue: str) -> None:
+    app = pgferry.App(server.grpc_url, server.api_key, http_url=server.http_url, default_queue=queue)
+    kind = f"wf_tick_{queue}"[:60]
+    seen: list[Any] = []
+
+    @app.workflow(kind, cron="* * * * * *", cron_input={"region": "eu"})
+    async def tick(ctx: pgferry.WorkflowContext, i: dict[str, Any]) -> None:
+        seen.append(i)
+
+    async def main() -> None:
+        try:
+            r = await app.sync_schedules()
+            assert f"task:{kind}" in r.created
+            s = schedule(server, f"task:{kind}")
+            assert s is not None and s["target"]["type"] == "workflow" and s["target"]["input"] == {"region": "eu"}
+            assert f"task:{kind}" in (await app.sync_schedules()).unchanged
+            async with app, running(app.worker(concurrency=2)):
+                for _ in range(int(WAIT * 10)):
+                    if len(seen) >= 2:
+                        break
+                    await asyncio.sleep(0.1)
+            assert len(seen) >= 2 and seen[0] == {"region": "eu"}, seen
+        finally:
+            app.cron_tasks.clear()
+            assert f"task:{kind}" in (await app.sync_schedules(prune=True)).removed
+            assert schedule(server, f"task:{kind}") is None
+
+    asyncio.run(main())

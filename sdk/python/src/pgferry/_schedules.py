@@ -29,7 +29,9 @@ class CronSpec:
     cron: str
     tz: str
     queue: str
-    args: dict[str, Any]
+    # A job's arguments, or a workflow's input (workflow=True).
+    args: Any
+    workflow: bool = False
 
     @property
     def name(self) -> str:
@@ -40,18 +42,22 @@ class CronSpec:
             "name": self.name,
             "cron": self.cron,
             "timezone": self.tz,
-            "target": {"type": "job", "queue": self.queue, "kind": self.kind, "args": self.args},
+            "target": self._target(),
         }
+
+    def _target(self) -> dict[str, Any]:
+        if self.workflow:
+            return {"type": "workflow", "queue": self.queue, "kind": self.kind, "input": self.args}
+        return {"type": "job", "queue": self.queue, "kind": self.kind, "args": self.args}
 
     def matches(self, s: dict[str, Any]) -> bool:
         t = s.get("target") or {}
+        want = self._target()
         return (
             s.get("cron") == self.cron
             and s.get("timezone") == self.tz
-            and t.get("type") == "job"
-            and t.get("queue") == self.queue
-            and t.get("kind") == self.kind
-            and (t.get("args") or {}) == self.args
+            and all(t.get(k) == v for k, v in want.items() if k not in ("args", "input"))
+            and (t.get("input") if self.workflow else (t.get("args") or {})) == want.get("input" if self.workflow else "args")
         )
 
 

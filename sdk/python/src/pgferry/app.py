@@ -238,16 +238,26 @@ class App:
         return await _sync_schedules(self, prune=prune)
 
     def workflow(
-        self, kind: str | None = None, *, queue: str | None = None
+        self,
+        kind: str | None = None,
+        *,
+        queue: str | None = None,
+        cron: str | None = None,
+        tz: str = "UTC",
+        cron_input: Any = None,
     ) -> Callable[[Callable[[WorkflowContext, I], Awaitable[O]]], Workflow[I, O]]:
         """Register an async function `fn(ctx, input) -> result` as a code-first workflow
-        kind (default: the function's name); `await wf.start(input)` returns a typed handle."""
+        kind (default: the function's name); `await wf.start(input)` returns a typed handle.
+        cron (with tz): the server's scheduler also starts one with `cron_input` at each
+        fire time (registered by `app.sync_schedules()`, like cron tasks)."""
 
         def deco(fn: Callable[[WorkflowContext, I], Awaitable[O]]) -> Workflow[I, O]:
             k = kind or fn.__name__
             self._check_kind(k)
             wf: Workflow[I, O] = Workflow(self, k, queue or self.default_queue, fn)
             self.workflows[k] = wf
+            if cron is not None:
+                self.cron_tasks[k] = CronSpec(k, cron, tz, wf.queue, wf._codec.encode(cron_input) if cron_input is not None else {}, workflow=True)
             return wf
 
         return deco
