@@ -541,3 +541,28 @@ def test_a_bad_key_stops_the_worker_with_auth_error(server: Server, queue: str, 
 
     with pytest.raises(pgferry.AuthError):
         asyncio.run(main())
+
+
+def test_heartbeats_keep_a_step_longer_than_its_lease(server: Server, queue: str) -> None:
+    app = make_app(server, queue)
+    runs: list[int] = []
+
+    @app.workflow("py_long_step")
+    async def long(ctx: pgferry.WorkflowContext, _: None) -> str:
+        async def slow() -> str:
+            runs.append(1)
+            await asyncio.sleep(3.5)  # 3.5 leases of 1 s
+            return "ok"
+
+        return await ctx.step("slow", slow)
+
+    async def main() -> None:
+        async with app, running(app.worker(concurrency=2, lease_ms=1000)):
+            h = await long.start(None)
+            assert await h.result(timeout=WAIT) == "ok"
+            info = await h.describe()
+        # Not claimed again while it ran: one run, attempt 1, no stale outcome.
+        assert runs == [1]
+        assert [x.attempt for x in info.history] == [1]
+
+    asyncio.run(main())
