@@ -91,7 +91,7 @@ class EagerWorkflows:
             for i in self.instances.values():
                 if i.queue == q and i.correlation_key == correlation_key and i.status not in _ENDED:
                     return WorkflowHandle(self, i.id, duplicate=True)
-        inst = self._new(kind, q, step or "start", _roundtrip(input if input is not None else {}), state, max_attempts, None)
+        inst = self._new(kind, q, step or "start", _roundtrip(input), state, max_attempts, None)
         inst.correlation_key = correlation_key or ""
         self._schedule(inst)
         return WorkflowHandle(self, inst.id)

@@ -296,7 +296,7 @@ class WorkflowCalls:
         """Start an instance of `kind`; with a correlation key an active instance with
         that key is returned instead (`handle.duplicate`)."""
         req = workflow_pb2.WorkflowStartRequest(
-            kind=kind, queue=queue or self.default_queue, input=_json(input if input is not None else {}), priority=priority
+            kind=kind, queue=queue or self.default_queue, input=_json(input), priority=priority
         )
         for f, v in (("step", step), ("correlation_key", correlation_key), ("concurrency_key", concurrency_key),
                      ("concurrency_limit", concurrency_limit), ("max_attempts", max_attempts)):
