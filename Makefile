@@ -36,7 +36,7 @@ test-python: setup
 	$(PY_VENV)/bin/pip install -q --disable-pip-version-check pydantic fastapi httpx django
 	$(PY_VENV)/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e sdk/python
 	cd sdk/python && .venv/bin/mypy
-	cd sdk/python && .venv/bin/mypy --strict examples/typed_app.py examples/fastapi_app.py
+	cd sdk/python && .venv/bin/mypy --strict examples/typed_app.py examples/fastapi_app.py examples/workflow_app.py
 	cd sdk/python && .venv/bin/python -m pytest -q -p no:cacheprovider --timeout 600
 
 # TypeScript SDK (sdk/typescript): `npm ci` from the committed lock file, strict tsc (ESM

@@ -23,12 +23,15 @@ def blocks(readme: str) -> dict[str, str]:
     m = re.search(r"```sh\npython enqueue.py\n(.*?)```", section, re.S)
     assert m, "the README shows enqueue.py's output"
     out["expected"] = "".join(line.removeprefix("# ") + "\n" for line in m.group(1).splitlines())
+    m = re.search(r"```sh\npgferry-worker workflow:app &.*?\npython workflow.py\n(.*?)```", section, re.S)
+    assert m, "the README shows workflow.py's output"
+    out["workflow_expected"] = "".join(line.removeprefix("# ") + "\n" for line in m.group(1).splitlines())
     return out
 
 
 def test_readme_python_quick_start_runs_as_pasted(server: Server, tmp_path: pathlib.Path) -> None:
     code = blocks((REPO / "README.md").read_text())
-    assert set(code) == {"tasks.py", "enqueue.py", "expected"}
+    assert set(code) == {"tasks.py", "enqueue.py", "workflow.py", "expected", "workflow_expected"}
     (tmp_path / "tasks.py").write_text(code["tasks.py"])
     (tmp_path / "enqueue.py").write_text(code["enqueue.py"])
     env = dict(
@@ -53,6 +56,29 @@ def test_readme_python_quick_start_runs_as_pasted(server: Server, tmp_path: path
         out, _ = worker.communicate(timeout=60)
     assert worker.returncode == 0, out
     assert "mail 'ada@example.com' about 'hi'" in out
+    # The cron task was registered with the server's scheduler at startup.
+    assert "task:report" in out
+
+
+def test_readme_python_workflow_quick_start_runs_as_pasted(server: Server, tmp_path: pathlib.Path) -> None:
+    code = blocks((REPO / "README.md").read_text())
+    (tmp_path / "workflow.py").write_text(code["workflow.py"])
+    env = dict(os.environ, PGFERRY_URL=server.grpc_url, PGFERRY_API_KEY=server.api_key)
+    bindir = pathlib.Path(sys.executable).parent
+    worker = subprocess.Popen(
+        [str(bindir / "pgferry-worker"), "workflow:app"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        run = subprocess.run(
+            [sys.executable, "workflow.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert run.returncode == 0, run.stderr
+        assert run.stdout == code["workflow_expected"], f"got:\n{run.stdout}\nREADME says:\n{code['workflow_expected']}"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        out, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, out
 
 
 def test_quick_starts_pass_mypy_strict(tmp_path: pathlib.Path) -> None:
@@ -60,7 +86,7 @@ def test_quick_starts_pass_mypy_strict(tmp_path: pathlib.Path) -> None:
     under `mypy --strict` (the SDK promises typed handles; its own examples must hold)."""
     code = blocks((REPO / "README.md").read_text())
     files = []
-    for name in ("tasks.py", "enqueue.py"):
+    for name in ("tasks.py", "enqueue.py", "workflow.py"):
         (tmp_path / name).write_text(code[name])
         files.append(name)
     docs = (REPO / "docs" / "python.md").read_text()

@@ -47,10 +47,37 @@ from pgferry.outcomes import Cancel, Fail, NonRetryable, Snooze
 from pgferry.sync import SyncClient
 from pgferry.tasks import JobHandle, Task, TaskCall, TaskTimeout
 from pgferry.worker import Worker
+from pgferry import workflows
+from pgferry._journal import ChildError, ChildSpec, Signal, StepError, WorkflowContext
+from pgferry._wf_worker import ClaimedStep, WorkflowWorker
+from pgferry.workflows import (
+    Machine,
+    NonDeterminismError,
+    Workflow,
+    WorkflowCancelled,
+    WorkflowFailed,
+    WorkflowHandle,
+    WorkflowInfo,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ChildError",
+    "ChildSpec",
+    "ClaimedStep",
+    "Machine",
+    "NonDeterminismError",
+    "Signal",
+    "StepError",
+    "Workflow",
+    "WorkflowCancelled",
+    "WorkflowContext",
+    "WorkflowFailed",
+    "WorkflowHandle",
+    "WorkflowInfo",
+    "WorkflowWorker",
+    "workflows",
     "App",
     "JobCancelledError",
     "JobDead",

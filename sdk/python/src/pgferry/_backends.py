@@ -107,6 +107,8 @@ class Eager:
     def __init__(self, app: App) -> None:
         self.app = app
         self.jobs: dict[int, JobInfo] = {}
+        # The App's workflows in memory (pgferry._wf_eager), made on first use.
+        self.workflows: Any = None
         self._ids = itertools.count(1)
         self._replies: dict[str, list[EnqueuedJob]] = {}  # idempotency key -> first answer
 

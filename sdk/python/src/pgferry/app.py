@@ -18,6 +18,7 @@ import concurrent.futures
 import contextlib
 import inspect
 import itertools
+import logging
 import os
 import threading
 import weakref
@@ -26,14 +27,25 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from pgferry._backends import Backend, Eager, Remote
 from pgferry._signature import Signature
+from pgferry.errors import PgferryError
 from pgferry._types import DEFAULT_QUEUE, EnqueuedJob, SpecSource
 from pgferry.context import JobContext
 from pgferry.tasks import Backoff, JobHandle, Task, TaskCall, TaskOptions
 from pgferry.worker import Worker
+from pgferry.workflows import Machine, Workflow, WorkflowHandle
+from pgferry._journal import WorkflowContext
+from pgferry._schedules import CronSpec, ScheduleSync
+from pgferry._schedules import sync as _sync_schedules
+from pgferry._wf_eager import EagerWorkflows
+from pgferry._wf_worker import WorkflowWorker
+
+log = logging.getLogger("pgferry.app")
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741
+O = TypeVar("O")
 
 Hook = Callable[[dict[str, Any]], Awaitable[None] | None]
 """A startup/shutdown hook: gets the App's `resources` dict (async or sync)."""
@@ -81,6 +93,10 @@ class App:
         self.default_queue = default_queue
         self.client_options = dict(client_options or {})
         self.tasks: dict[str, Task[Any, Any]] = {}
+        # Periodic tasks (`@app.task(cron=...)`), by kind.
+        self.cron_tasks: dict[str, CronSpec] = {}
+        # Workflow kinds: code-first (`@app.workflow`) and state machines (`app.machine`).
+        self.workflows: dict[str, Workflow[Any, Any] | Machine] = {}
         # Shared by every task run: what startup hooks put here (a DB pool, an HTTP session).
         self.resources: dict[str, Any] = {}
         self._startup: list[Hook] = []
@@ -115,6 +131,9 @@ class App:
         dont_retry_on: tuple[type[BaseException], ...] = (),
         priority: int = 0,
         unique: bool | Callable[..., str] = False,
+        cron: str | None = None,
+        tz: str = "UTC",
+        cron_args: dict[str, Any] | None = None,
     ) -> TaskDecorator: ...
 
     def task(
@@ -130,6 +149,9 @@ class App:
         dont_retry_on: tuple[type[BaseException], ...] = (),
         priority: int = 0,
         unique: bool | Callable[..., str] = False,
+        cron: str | None = None,
+        tz: str = "UTC",
+        cron_args: dict[str, Any] | None = None,
     ) -> Any:
         """Register a function as a task: `@app.task` or `@app.task(queue=..., retries=...,
         backoff=..., timeout=..., retry_on=(...), dont_retry_on=(...), priority=...,
@@ -141,7 +163,10 @@ class App:
         cancelled and the attempt fails as TaskTimeout. retry_on: only these exceptions
         retry (others dead-letter at once); dont_retry_on: these dead-letter at once.
         unique: True (one job per distinct arguments while it is pending or running) or a
-        function of the arguments returning the key."""
+        function of the arguments returning the key. cron (with tz, an IANA zone): also a
+        periodic task, enqueued by the server's scheduler at each fire time with
+        `cron_args` (checked against the signature now); registered by
+        `app.sync_schedules()`, which the worker runs at startup."""
         options: dict[str, Any] = dict(
             name=name,
             queue=queue,
@@ -152,6 +177,9 @@ class App:
             dont_retry_on=dont_retry_on,
             priority=priority,
             unique=unique,
+            cron=cron,
+            tz=tz,
+            cron_args=cron_args,
         )
         if fn is not None:
             return self._register(fn, **options)
@@ -170,6 +198,9 @@ class App:
         dont_retry_on: tuple[type[BaseException], ...] = (),
         priority: int = 0,
         unique: bool | Callable[..., str] = False,
+        cron: str | None = None,
+        tz: str = "UTC",
+        cron_args: dict[str, Any] | None = None,
     ) -> Task[Any, Any]:
         kind = name or fn.__name__
         if kind in self.tasks:
@@ -190,8 +221,88 @@ class App:
             unique=unique,
         )
         t: Task[Any, Any] = Task(self, fn, opts)
+        if cron is not None:
+            # The arguments every fire enqueues, checked now (a typo fails at import).
+            args = t._sig.encode((), cron_args or {})
+            t._sig.check_json(args)
+            self.cron_tasks[kind] = CronSpec(kind, cron, tz, opts.queue, args)
+        elif cron_args is not None:
+            raise ValueError(f"task {kind}: cron_args without cron")
         self.tasks[kind] = t
         return t
+
+    async def sync_schedules(self, *, prune: bool = False) -> ScheduleSync:
+        """Make the server's `task:<kind>` schedules match this App's cron tasks: create
+        missing ones, replace changed ones, leave equal ones alone (idempotent); report
+        `task:` schedules with no cron task here as `removed` (deleted with prune=True)."""
+        return await _sync_schedules(self, prune=prune)
+
+    def workflow(
+        self,
+        kind: str | None = None,
+        *,
+        queue: str | None = None,
+        cron: str | None = None,
+        tz: str = "UTC",
+        cron_input: Any = None,
+    ) -> Callable[[Callable[[WorkflowContext, I], Awaitable[O]]], Workflow[I, O]]:
+        """Register an async function `fn(ctx, input) -> result` as a code-first workflow
+        kind (default: the function's name); `await wf.start(input)` returns a typed handle.
+        cron (with tz): the server's scheduler also starts one with `cron_input` at each
+        fire time (registered by `app.sync_schedules()`, like cron tasks)."""
+
+        def deco(fn: Callable[[WorkflowContext, I], Awaitable[O]]) -> Workflow[I, O]:
+            k = kind or fn.__name__
+            self._check_kind(k)
+            wf: Workflow[I, O] = Workflow(self, k, queue or self.default_queue, fn)
+            self.workflows[k] = wf
+            if cron is not None:
+                self.cron_tasks[k] = CronSpec(k, cron, tz, wf.queue, wf._codec.encode(cron_input) if cron_input is not None else {}, workflow=True)
+            return wf
+
+        return deco
+
+    def machine(
+        self,
+        kind: str,
+        *,
+        queue: str | None = None,
+        inbox: bool = False,
+        children: bool = False,
+        retry_delay: float = 1.0,
+    ) -> Machine:
+        """A state-machine workflow kind: register its steps with `@m.step("name")`.
+        inbox / children: steps resumed by a signal / a join see the signals / the
+        children's ends."""
+        self._check_kind(kind)
+        m = Machine(self, kind, queue or self.default_queue, inbox=inbox, children=children, retry_delay=retry_delay)
+        self.workflows[kind] = m
+        return m
+
+    def _check_kind(self, kind: str) -> None:
+        if kind in self.workflows or kind in self.tasks:
+            raise ValueError(f"a task or workflow named {kind!r} is already registered")
+
+    def _workflow_client(self) -> Any:
+        backend = self._backend()
+        if isinstance(backend, Eager):
+            # app.eager(): the workflows run in memory too (pgferry._wf_eager).
+            if backend.workflows is None:
+                backend.workflows = EagerWorkflows(
+                    {k: wf.kind_entry() for k, wf in self.workflows.items()}, self.default_queue
+                )
+            return backend.workflows
+        if not isinstance(backend, Remote):
+            raise PgferryError("workflows need a server or app.eager()", code="not_configured")
+        return backend.client
+
+    async def start_workflow(self, kind: str, input: Any = None, **options: Any) -> WorkflowHandle[Any]:
+        """Start a workflow by kind name (see Client.start_workflow for the options)."""
+        h: WorkflowHandle[Any] = await self._workflow_client().start_workflow(kind, input, **options)
+        return h
+
+    def workflow_handle(self, id: int) -> WorkflowHandle[Any]:
+        return WorkflowHandle(self._workflow_client(), int(id))
 
     def on_startup(self, fn: Hook) -> Hook:
         """Decorator: run before the first task (worker start, or first eager run) with the
@@ -330,15 +441,41 @@ class App:
         if not self.url or not self.api_key:
             raise ValueError("pgferry.App.worker needs url= and api_key= (or PGFERRY_URL / PGFERRY_API_KEY)")
         qs = list(queues) if queues else sorted({t.opts.queue for t in self.tasks.values()})
+        wf_queues = sorted({w.queue for w in self.workflows.values()})
         if not qs:
-            raise ValueError("pgferry.App.worker: no tasks registered (and no queues given)")
+            qs = wf_queues
+        if not qs:
+            raise ValueError("pgferry.App.worker: no tasks or workflows registered (and no queues given)")
+        wf_options = {k: options.pop(k) for k in ("lease_ms",) if k in options}
         w = Worker(self.url, self.api_key, queues=qs, concurrency=concurrency, auto_heartbeat=auto_heartbeat, **options)
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="pgferry-task")
         for kind, t in self.tasks.items():
             w.register(kind, t.worker_handler(), is_async=True)
         w._app = self
+        if self.workflows:
+            # Jobs and workflow steps run together: the workflow worker is the job
+            # worker's companion (started, stopped and drained with it).
+            w._companion = WorkflowWorker(
+                self.url,
+                self.api_key,
+                queues=list(queues) if queues else wf_queues,
+                kinds={k: wf.kind_entry() for k, wf in self.workflows.items()},
+                concurrency=concurrency,
+                **wf_options,
+            )
         return w
+
+    async def _startup_worker(self) -> None:
+        """What a worker does before its first job: startup hooks, then the cron tasks'
+        schedules (reported in the log)."""
+        await self.startup()
+        if self.cron_tasks:
+            r = await self.sync_schedules()
+            log.info(
+                "pgferry: schedules created=%s updated=%s unchanged=%s removed (not pruned)=%s",
+                r.created, r.updated, r.unchanged, r.removed,
+            )
 
     async def run_worker_async(self, **options: Any) -> None:
         """Startup hooks, the worker until stopped and drained, shutdown hooks."""

@@ -28,9 +28,9 @@ import grpc
 import pgferry
 
 
-def _start_dev(binary: str, data_dir: str) -> tuple[subprocess.Popen[str], str, str]:
+def _start_dev(binary: str, data_dir: str, extra: list[str] | None = None) -> tuple[subprocess.Popen[str], str, str]:
     proc = subprocess.Popen(
-        [binary, "dev", "--data-dir", data_dir, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"],
+        [binary, "dev", "--data-dir", data_dir, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", *(extra or [])],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -158,6 +158,14 @@ def main(argv: list[str] | None = None) -> int:
         "client and reports the means and their ratio",
     )
     p.add_argument(
+        "--workflows",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: N instances of a 3-step workflow, code-first and as a state machine "
+        "(machine, code, code, machine); reports steps/s of each and their ratio",
+    )
+    p.add_argument(
         "--compare-rust",
         action="store_true",
         help="then run `pgferry bench cycle --via grpc` (32 producers, 128 slots) and report the ratio",
@@ -176,14 +184,21 @@ def main(argv: list[str] | None = None) -> int:
         os.chmod(tmp, 0o755)
     try:
         if tmp is not None:
-            proc, url, key = _start_dev(str(binary), tmp)
+            # Workflows are started with one unary call each: above the key's default rate
+            # limit (1,000 calls/s, which also covers gRPC unary calls).
+            extra = ["--rate-limit", "1000000", "--rate-burst", "1000000"] if a.workflows else None
+            proc, url, key = _start_dev(str(binary), tmp, extra)
         if not key:
             print("pgferry.bench: --api-key (or PGFERRY_API_KEY) is required with --url", file=sys.stderr)
             return 2
         def once(api: str) -> dict[str, Any]:
             return asyncio.run(run(url, key, a.jobs, a.concurrency, a.batch, a.pipeline, a.preload, api=api))
 
-        if not a.tasks:
+        if a.workflows:
+            from pgferry._bench_workflows import run_workflows
+
+            report = run_workflows(url, key, a.workflows, a.concurrency)
+        elif not a.tasks:
             report = once("client")
         else:
             # Client, tasks, tasks, client on the same server: neither API always runs on
@@ -214,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 os.killpg(proc.pid, signal.SIGKILL)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-    if a.compare_rust:
+    if a.compare_rust and not a.workflows:
         binary = os.environ.get("PGFERRY_BIN") or shutil.which("pgferry")
         if not binary:
             print("pgferry.bench: --compare-rust needs PGFERRY_BIN or pgferry on PATH", file=sys.stderr)

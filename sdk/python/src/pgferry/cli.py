@@ -67,9 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         app.concurrency = a.concurrency
     if a.grace is not None:
         app.grace_period = a.grace
+        if app._companion is not None:
+            app._companion.grace_period = a.grace
+    wf = app._companion
     logging.getLogger("pgferry").info(
-        "pgferry-worker: %s on %s, queues=%s kinds=%s concurrency=%d",
-        a.app, app.url, ",".join(app.queues), ",".join(app.kinds), app.concurrency,
+        "pgferry-worker: %s on %s, queues=%s kinds=%s workflows=%s concurrency=%d",
+        a.app, app.url, ",".join(app.queues), ",".join(app.kinds),
+        ",".join(sorted(wf.kinds)) if wf is not None else "", app.concurrency,
     )
     app.run()
     return 0

@@ -42,6 +42,7 @@ from pgferry.errors import (
     from_error,
     from_rpc_error,
 )
+from pgferry.workflows import WorkflowCalls
 from pgferry.v1 import admin_pb2, producer_pb2
 
 log = logging.getLogger("pgferry")
@@ -149,7 +150,7 @@ class _ProducerStream:
         await asyncio.gather(self.reader, self.writer, return_exceptions=True)
 
 
-class Client:
+class Client(WorkflowCalls):
     """Async pgferry client.
 
     >>> client = pgferry.Client("http://127.0.0.1:50051", api_key)

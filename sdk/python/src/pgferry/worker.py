@@ -34,6 +34,7 @@ from pgferry._handlers import Handler, argument_mismatch, call_args, result_not_
 from pgferry._heartbeats import Heartbeats, auto_heartbeats
 from pgferry._steps import OK_NONE, Key, Result, drive, first_step, outcome_of, result_pb
 from pgferry._types import dumps, loads
+from pgferry._wf_worker import serve_with_companion
 from pgferry.context import JobCancelled, JobContext
 from pgferry.errors import (
     AuthError,
@@ -113,6 +114,8 @@ class Worker:
         # The pgferry.App whose tasks this worker runs (its startup/shutdown hooks run
         # around run_async), if any.
         self._app: Any = None
+        # A pgferry WorkflowWorker run alongside (an App with workflows), if any.
+        self._companion: Any = None
         self._handlers: dict[str, Handler] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.stats: collections.Counter[str] = collections.Counter()
@@ -195,8 +198,8 @@ class Worker:
         ticker = asyncio.create_task(auto_heartbeats(self)) if self.auto_heartbeat else None
         try:
             if self._app is not None:
-                await self._app.startup()
-            await self._serve(channel)
+                await self._app._startup_worker()
+            await self._serve_all(channel)
         finally:
             if ticker is not None:
                 ticker.cancel()
@@ -210,9 +213,19 @@ class Worker:
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = None
 
+    async def _serve_all(self, channel: grpc.aio.Channel) -> None:
+        """The job stream, and the workflow worker alongside when there is one."""
+        if self._companion is None:
+            await self._serve(channel)
+        else:
+            await serve_with_companion(self, channel)
+
     async def wait_ready(self, timeout: float | None = None) -> None:
-        """Wait until the worker stream is open (hello acknowledged and credits sent)."""
+        """Wait until the worker stream is open (hello acknowledged and credits sent), and
+        the workflow worker's too when there is one."""
         await asyncio.wait_for(self._ready.wait(), timeout)
+        if self._companion is not None:
+            await self._companion.wait_ready(timeout)
 
     @property
     def in_flight(self) -> int:
@@ -221,6 +234,8 @@ class Worker:
     def stop(self) -> None:
         """Start a graceful drain. Call it on the worker's event loop (signals do); from
         another thread use `loop.call_soon_threadsafe(app.stop)`."""
+        if self._companion is not None:
+            self._companion.stop()
         if not self._stopping.is_set():
             log.info("pgferry worker %s: draining (%d in flight)", self.worker_id, len(self._running))
             self._draining = True
