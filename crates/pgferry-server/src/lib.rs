@@ -31,6 +31,9 @@ pub struct AppState {
     pub http: Arc<http::HttpState>,
     /// Group commit for enqueues and completions from every stream and HTTP request.
     pub coalescers: Arc<coalesce::Coalescers>,
+    /// Claim order of the receipts this server hands out (gRPC dispatchers and the HTTP
+    /// claim register them; the completion writers read them).
+    pub receipts: Arc<coalesce::ReceiptBook>,
 }
 
 /// Settings of the network front.
@@ -46,10 +49,16 @@ impl AppState {
     /// migrated; /readyz says when it is); async and fallible for what may need either.
     pub async fn new(engine: Arc<Engine>, config: ServerConfig) -> pgferry_core::Result<AppState> {
         let metrics = Arc::new(metrics::Metrics::default());
+        let receipts = Arc::new(coalesce::ReceiptBook::default());
         Ok(AppState {
             auth: Arc::new(auth::Auth::new(engine.pool().clone(), config.auth)),
             http: Arc::new(http::HttpState::new(config.http)),
-            coalescers: coalesce::Coalescers::new(engine.clone(), config.coalesce, metrics.clone()),
+            coalescers: coalesce::Coalescers::new(
+                engine.clone(),
+                config.coalesce,
+                receipts.clone(),
+            ),
+            receipts,
             metrics,
             engine,
         })

@@ -453,7 +453,7 @@ pub async fn handler(State(state): State<AppState>) -> impl IntoResponse {
             let _ = writeln!(
                 out,
                 "# HELP {name} Claimed batches completed whole in one statement (the engine's fast path).\n# TYPE {name} counter\n{name} {}",
-                state.coalescers.receipts.whole()
+                state.receipts.whole()
             );
             pgferry_schedules::metrics::render(&mut out);
             out

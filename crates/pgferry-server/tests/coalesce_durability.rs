@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use pgferry_core::db::Pools;
 use pgferry_core::{migrate, Durability, Engine, NewJob, Outcome, QueueSettings};
-use pgferry_server::coalesce::{CoalesceConfig, Coalescers};
-use pgferry_server::metrics::Metrics;
+use pgferry_server::coalesce::{CoalesceConfig, Coalescers, ReceiptBook};
 use serde_json::json;
 use tokio::sync::Barrier;
 use tokio_postgres::Client;
@@ -100,7 +99,7 @@ async fn async_queues_flush_apart_from_sync_ones() {
     }
     assert!(engine.commits_async("fast") && !engine.commits_async("safe"));
     assert!(!engine.commits_async("never-used"));
-    let co = Coalescers::new(engine.clone(), wide(), Arc::new(Metrics::default()));
+    let co = Coalescers::new(engine.clone(), wide(), Arc::new(ReceiptBook::default()));
     let since = db_now(&probe).await;
 
     // Enqueue: one request per queue at once -> one flush in each pair, the async one on

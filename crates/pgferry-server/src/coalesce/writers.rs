@@ -4,10 +4,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use pgferry_core::{Acked, Completed, Engine, EnqueueRequest, NewJob, Outcome};
-use tokio::time::Instant;
 
 use super::{wrong_count, CoalesceConfig, Coalescer, ReceiptBook, SubmitError, Writer};
-use crate::metrics::{Latency, Metrics};
 
 /// Postgres cannot store U+0000 in jsonb or text: refuse it with a precise error up front
 /// rather than failing the statement (and, merged, every other caller's request with it).
@@ -163,19 +161,16 @@ pub struct Coalescers {
     pub enqueue_async: Coalescer<EnqueueWriter>,
     pub complete: Coalescer<CompleteWriter>,
     pub complete_async: Coalescer<CompleteWriter>,
-    /// Claim order of the receipts handed out (dispatchers register their claims).
-    pub receipts: Arc<ReceiptBook>,
-    /// Commit latencies per request (what a caller waits, group-commit wait included).
-    pub metrics: Arc<Metrics>,
 }
 
 impl Coalescers {
+    /// `receipts`: the claim order of the receipts this server hands out (its dispatchers
+    /// and the HTTP claim register them), which the completion writers use as a hint.
     pub fn new(
         engine: Arc<Engine>,
         config: CoalesceConfig,
-        metrics: Arc<Metrics>,
+        receipts: Arc<ReceiptBook>,
     ) -> Arc<Coalescers> {
-        let receipts = Arc::new(ReceiptBook::default());
         let enqueue = || {
             let writer = EnqueueWriter {
                 engine: engine.clone(),
@@ -195,8 +190,6 @@ impl Coalescers {
             complete: complete(),
             complete_async: complete(),
             engine: engine.clone(),
-            receipts: receipts.clone(),
-            metrics,
         })
     }
 
@@ -210,17 +203,13 @@ impl Coalescers {
     /// key takeover takes several statements, which a merged flush cannot hold); the rest
     /// through group commit, async-durability queues through their own coalescer.
     pub async fn enqueue_request(&self, request: EnqueueRequest) -> Result<Acked, SubmitError> {
-        let started = Instant::now();
         if request.jobs.iter().any(|j| j.unique_key.is_some()) {
             validate_jobs(&self.engine, &request.jobs)?;
             let mut answers = self
                 .engine
                 .enqueue_requests(std::slice::from_ref(&request))
                 .await?;
-            let acked = answers.pop().expect("one answer per request")?;
-            self.metrics
-                .observe(Latency::EnqueueCommit, started.elapsed());
-            return Ok(acked);
+            return Ok(answers.pop().expect("one answer per request")?);
         }
         let mut queues = request.jobs.iter().map(|j| j.queue.as_str());
         // Jobs of one request usually share a queue: one cache probe per change of queue.
@@ -237,15 +226,11 @@ impl Coalescers {
             &self.enqueue
         };
         let mut answers = coalescer.submit(vec![request]).await?;
-        let acked = answers.pop().ok_or_else(wrong_count)??;
-        self.metrics
-            .observe(Latency::EnqueueCommit, started.elapsed());
-        Ok(acked)
+        answers.pop().ok_or_else(wrong_count)?
     }
 
     /// Records one request's outcomes; answers in order, after COMMIT.
     pub async fn complete(&self, outcomes: Vec<Outcome>) -> Result<Vec<Completed>, SubmitError> {
-        let started = Instant::now();
         let coalescer = if self
             .engine
             .lanes_commit_async(outcomes.iter().map(|o| o.lane))
@@ -257,8 +242,6 @@ impl Coalescers {
         let done = coalescer.submit(outcomes).await?;
         // Result long-polls (GET /v1/jobs/{id}/result) waiting on these jobs re-read them.
         crate::http::results::wake(done.iter().map(|c| c.job_id));
-        self.metrics
-            .observe(Latency::CompleteCommit, started.elapsed());
         Ok(done)
     }
 }

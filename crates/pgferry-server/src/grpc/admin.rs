@@ -144,7 +144,7 @@ impl pb::admin_server::Admin for AdminService {
             pgferry_core::EnqueueRequest::new(jobs),
         );
         let acked =
-            crate::service::enqueue(coalescers, &coalescers.metrics, &p.tenant, request, &queues)
+            crate::service::enqueue(coalescers, &self.state.metrics, &p.tenant, request, &queues)
                 .await
                 .map_err(|e| match e.engine() {
                     Some(e) => status(e, ""),

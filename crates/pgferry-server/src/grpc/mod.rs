@@ -91,6 +91,10 @@ pub struct GrpcState {
     pub engine: Arc<Engine>,
     pub auth: Arc<Auth>,
     pub coalescers: Arc<Coalescers>,
+    /// The server's metrics (shared with the HTTP API).
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Claim order of the receipts handed out (shared with the HTTP claim).
+    pub receipts: Arc<crate::coalesce::ReceiptBook>,
     pub tokens: Arc<TokenKey>,
     pub config: GrpcConfig,
     pub dispatchers: dispatch::Registry,
@@ -103,10 +107,13 @@ pub struct GrpcState {
 }
 
 impl GrpcState {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         engine: Arc<Engine>,
         auth: Arc<Auth>,
         coalescers: Arc<Coalescers>,
+        metrics: Arc<crate::metrics::Metrics>,
+        receipts: Arc<crate::coalesce::ReceiptBook>,
         tokens: Arc<TokenKey>,
         config: GrpcConfig,
         limiter: Arc<RateLimiter>,
@@ -116,6 +123,8 @@ impl GrpcState {
             dispatchers: dispatch::Registry::new(
                 engine.clone(),
                 coalescers.clone(),
+                metrics.clone(),
+                receipts.clone(),
                 tokens.clone(),
                 config.clone(),
                 stopping.clone(),
@@ -123,6 +132,8 @@ impl GrpcState {
             engine,
             auth,
             coalescers,
+            metrics,
+            receipts,
             tokens,
             config,
             limiter,
@@ -144,6 +155,8 @@ impl GrpcState {
             app.engine.clone(),
             app.auth.clone(),
             app.coalescers.clone(),
+            app.metrics.clone(),
+            app.receipts.clone(),
             Arc::new(tokens),
             config,
             app.http.limiter.clone(),

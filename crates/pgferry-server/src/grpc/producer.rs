@@ -184,7 +184,7 @@ async fn enqueue(
             Err(e) => return nack(seq, engine_error(&e, "")),
         }
     }
-    let metrics = &state.coalescers.metrics;
+    let metrics = &state.metrics;
     match crate::service::enqueue(&state.coalescers, metrics, &p.tenant, request, &queues).await {
         Ok(done) => pb::EnqueueAck {
             seq,

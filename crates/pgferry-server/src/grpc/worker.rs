@@ -369,9 +369,11 @@ impl Session {
         }
         if !outcomes.is_empty() {
             let kinds: Vec<OutcomeKind> = outcomes.iter().map(|o| o.kind).collect();
-            match self.state.coalescers.complete(outcomes).await {
+            let recorded =
+                crate::service::record(&self.state.coalescers, &self.state.metrics, outcomes).await;
+            match recorded {
                 Ok(done) => {
-                    self.state.coalescers.metrics.count_outcomes(
+                    self.state.metrics.count_outcomes(
                         &self.principal.tenant,
                         refs.iter()
                             .zip(&kinds)

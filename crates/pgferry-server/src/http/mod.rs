@@ -260,5 +260,5 @@ pub(crate) async fn write_complete(
     state: &AppState,
     outcomes: Vec<Outcome>,
 ) -> ApiResult<Vec<Completed>> {
-    Ok(state.coalescers.complete(outcomes).await?)
+    Ok(crate::service::record(&state.coalescers, &state.metrics, outcomes).await?)
 }

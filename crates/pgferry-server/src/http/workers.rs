@@ -77,7 +77,7 @@ pub async fn claim(
         let started = Instant::now();
         let jobs = state.engine.claim(&engine_queue, max, &worker).await?;
         state.metrics.observe(Latency::Claim, started.elapsed());
-        state.coalescers.receipts.register(&jobs);
+        state.receipts.register(&jobs);
         let left = deadline.saturating_duration_since(Instant::now());
         if !jobs.is_empty() || left.is_zero() {
             break jobs;

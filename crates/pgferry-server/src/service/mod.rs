@@ -15,4 +15,4 @@ pub mod enqueue;
 pub mod outcome;
 
 pub use enqueue::enqueue;
-pub use outcome::{count_recorded, outcome};
+pub use outcome::{count_recorded, outcome, record};

@@ -1,9 +1,12 @@
 //! The outcome use case: a worker's report about one attempt it holds.
 
-use pgferry_core::{Outcome, OutcomeKind, Report};
+use std::time::Instant;
+
+use pgferry_core::{Completed, Outcome, OutcomeKind, Report};
 
 use crate::auth::token::Attempt;
-use crate::metrics::Metrics;
+use crate::coalesce::{Coalescers, SubmitError};
+use crate::metrics::{Latency, Metrics};
 
 /// The engine outcome of `report` for attempt `a`: retried with the handler's delay or the
 /// queue's backoff (as it was when the job was claimed) while attempts remain, otherwise
@@ -11,6 +14,19 @@ use crate::metrics::Metrics;
 pub fn outcome(a: &Attempt, report: Report) -> Outcome {
     let (kind, error, result) = report.decide(a.attempt, a.max_attempts, a.backoff());
     a.outcome(kind, error, result)
+}
+
+/// Records a worker's outcomes through group commit, answered in order after COMMIT; the
+/// commit latency (what the worker waits) is observed here.
+pub async fn record(
+    coalescers: &Coalescers,
+    metrics: &Metrics,
+    outcomes: Vec<Outcome>,
+) -> Result<Vec<Completed>, SubmitError> {
+    let started = Instant::now();
+    let done = coalescers.complete(outcomes).await?;
+    metrics.observe(Latency::CompleteCommit, started.elapsed());
+    Ok(done)
 }
 
 /// Counts the outcomes that were recorded (`recorded[i]`: outcome i won, not stale) under

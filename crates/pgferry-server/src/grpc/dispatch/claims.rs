@@ -18,8 +18,8 @@ type Claim = Pin<
 >;
 
 fn start_claim(inner: &Inner, d: &Dispatcher, want: usize) -> Claim {
-    let (engine, metrics) = (inner.engine.clone(), inner.coalescers.metrics.clone());
-    let receipts = inner.coalescers.receipts.clone();
+    let (engine, metrics) = (inner.engine.clone(), inner.metrics.clone());
+    let receipts = inner.receipts.clone();
     let (queue, worker) = (d.queue.clone(), inner.worker.clone());
     let (tenant, user_queue) = (d.tenant.clone(), d.user_queue.clone());
     Box::pin(async move {

@@ -28,7 +28,8 @@ use tonic::Status;
 
 use super::GrpcConfig;
 use crate::auth::token::{Attempt, TokenKey};
-use crate::coalesce::Coalescers;
+use crate::coalesce::{Coalescers, ReceiptBook};
+use crate::metrics::Metrics;
 use crate::proto::v1 as pb;
 
 mod claims;
@@ -161,6 +162,10 @@ impl Drop for Subscription {
 struct Inner {
     engine: Arc<Engine>,
     coalescers: Arc<Coalescers>,
+    /// Claim latencies and counts.
+    metrics: Arc<Metrics>,
+    /// Where each claim's receipt is registered (the completion writers' claim-order hint).
+    receipts: Arc<ReceiptBook>,
     tokens: Arc<TokenKey>,
     config: GrpcConfig,
     stopping: watch::Receiver<bool>,
@@ -175,9 +180,12 @@ pub struct Registry {
 }
 
 impl Registry {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         engine: Arc<Engine>,
         coalescers: Arc<Coalescers>,
+        metrics: Arc<Metrics>,
+        receipts: Arc<ReceiptBook>,
         tokens: Arc<TokenKey>,
         config: GrpcConfig,
         stopping: watch::Receiver<bool>,
@@ -186,6 +194,8 @@ impl Registry {
             inner: Arc::new(Inner {
                 engine,
                 coalescers,
+                metrics,
+                receipts,
                 tokens,
                 config,
                 stopping,
