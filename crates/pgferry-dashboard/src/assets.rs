@@ -19,6 +19,11 @@ const FILES: &[(&str, &str, &str)] = &[
     ("js/live.js", JS, include_str!("../assets/js/live.js")),
     ("js/chart.js", JS, include_str!("../assets/js/chart.js")),
     (
+        "js/timeline.js",
+        JS,
+        include_str!("../assets/js/timeline.js"),
+    ),
+    (
         "js/pages/overview.js",
         JS,
         include_str!("../assets/js/pages/overview.js"),
@@ -52,6 +57,26 @@ const FILES: &[(&str, &str, &str)] = &[
         "js/pages/keys.js",
         JS,
         include_str!("../assets/js/pages/keys.js"),
+    ),
+    (
+        "js/pages/ash.js",
+        JS,
+        include_str!("../assets/js/pages/ash.js"),
+    ),
+    (
+        "js/pages/schedules.js",
+        JS,
+        include_str!("../assets/js/pages/schedules.js"),
+    ),
+    (
+        "js/pages/workflows.js",
+        JS,
+        include_str!("../assets/js/pages/workflows.js"),
+    ),
+    (
+        "js/pages/workflow.js",
+        JS,
+        include_str!("../assets/js/pages/workflow.js"),
     ),
     (
         "favicon.svg",

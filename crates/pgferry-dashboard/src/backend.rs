@@ -127,4 +127,22 @@ pub trait Backend: Send + Sync + 'static {
         before: Option<i64>,
         limit: u32,
     ) -> BoxFut<'a, Result<Value, BackendError>>;
+
+    /// The children of the caller's tenant's workflow instance `id` (read), oldest first,
+    /// at most `limit`: `{"children": [{id, kind, queue, step, status, ...}], "has_more"}`.
+    /// The `/v1` API lists instances by queue only; a parent's children come from the
+    /// engine's parent index. Another tenant's instance is "not found".
+    fn workflow_children<'a>(
+        &'a self,
+        who: &'a Identity,
+        id: i64,
+        limit: u32,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        let _ = (who, id, limit);
+        Box::pin(async {
+            Err(BackendError::unavailable(
+                "workflow children are not served",
+            ))
+        })
+    }
 }

@@ -166,6 +166,41 @@ pub async fn audit_list(
     answer(d.backend.audit_log(&signed.identity, q.before, limit).await)
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChildrenQuery {
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+/// A workflow instance's children (read): the graph on the instance page.
+pub async fn workflow_children(
+    State(d): State<Shared>,
+    signed: SignedIn,
+    Path(id): Path<String>,
+    q: Result<Query<ChildrenQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Some(id) = id.parse::<i64>().ok().filter(|i| *i > 0) else {
+        return BackendError::bad_request("id", "a workflow instance id is a positive integer")
+            .into_response();
+    };
+    let Ok(Query(q)) = q else {
+        return BackendError::bad_request("limit", "an integer").into_response();
+    };
+    let limit = q.limit.unwrap_or(200);
+    if !(1..=1000).contains(&limit) {
+        return BackendError::bad_request("limit", "must be 1 to 1000").into_response();
+    }
+    if !signed.identity.allows("read") {
+        return BackendError::forbidden("this API key lacks the `read` scope").into_response();
+    }
+    answer(
+        d.backend
+            .workflow_children(&signed.identity, id, limit)
+            .await,
+    )
+}
+
 /// `/ui/` (with the slash, which the nested `/` route does not match) is the index too.
 pub async fn not_found(uri: axum::http::Uri) -> Response {
     if uri.path() == "/" || uri.path().is_empty() {

@@ -92,6 +92,10 @@ where
         )
         .route("/api/keys/{prefix}/revoke", post(handlers::key_revoke))
         .route("/api/audit", get(handlers::audit_list))
+        .route(
+            "/api/workflows/{id}/children",
+            get(handlers::workflow_children),
+        )
         .route("/api/v1/{*path}", any(proxy::forward))
         .fallback(handlers::not_found)
         .layer(axum::middleware::from_fn(security::headers))

@@ -8,10 +8,11 @@ use axum::http::StatusCode;
 use pgferry_dashboard::{Backend, BackendError, BoxFut, Identity};
 use serde_json::{json, Value};
 
-use crate::auth::{admin, AuthError, Principal, Scopes};
+use crate::auth::{admin, user_queue, AuthError, Principal, Scopes};
 use crate::AppState;
 
 const AUDIT_LIST: &str = include_str!("sql/audit_list.sql");
+const WORKFLOW_CHILDREN: &str = include_str!("sql/workflow_children.sql");
 
 /// [`Backend`] over the server's state.
 pub struct DashboardBackend {
@@ -199,6 +200,58 @@ impl Backend for DashboardBackend {
                 .then(|| entries.last().and_then(|e| e["audit_id"].as_i64()))
                 .flatten();
             Ok(json!({ "entries": entries, "next_before": next }))
+        })
+    }
+
+    fn workflow_children<'a>(
+        &'a self,
+        who: &'a Identity,
+        id: i64,
+        limit: u32,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            if !who.allows("read") {
+                return Err(BackendError::forbidden(
+                    "this API key lacks the `read` scope",
+                ));
+            }
+            // The parent must be this tenant's (another tenant's id reads as missing).
+            let wf = pgferry_core::workflow::Workflows::of(&self.state.engine);
+            match wf.get(id).await {
+                Ok(i) if user_queue(who.tenant_id, &i.queue).is_some() => {}
+                Ok(_) | Err(pgferry_core::Error::NotFound { .. }) => {
+                    return Err(BackendError::not_found("workflow instance"))
+                }
+                Err(e) => return Err(unavailable(e)),
+            }
+            let client = self.state.engine.pool().get().await.map_err(unavailable)?;
+            let rows = client
+                .query(WORKFLOW_CHILDREN, &[&id, &(limit as i32 + 1)])
+                .await
+                .map_err(unavailable)?;
+            let has_more = rows.len() > limit as usize;
+            // Children are started in their parent's tenant; the queue check is a second
+            // guard, not a filter that is expected to drop anything.
+            let children: Vec<Value> = rows
+                .iter()
+                .take(limit as usize)
+                .filter_map(|r| {
+                    let queue: String = r.get("queue");
+                    let queue = user_queue(who.tenant_id, &queue)?.to_string();
+                    Some(json!({
+                        "id": r.get::<_, i64>("id"),
+                        "kind": r.get::<_, String>("kind"),
+                        "queue": queue,
+                        "step": r.get::<_, String>("step"),
+                        "status": r.get::<_, String>("status"),
+                        "attempt": r.get::<_, i32>("attempt"),
+                        "error": r.get::<_, Option<String>>("error"),
+                        "created_at_unix_ms": unix_ms(r.get("created_at")),
+                        "finished_at_unix_ms": r.get::<_, Option<SystemTime>>("finished_at").map(unix_ms),
+                    }))
+                })
+                .collect();
+            Ok(json!({ "children": children, "has_more": has_more }))
         })
     }
 }
