@@ -159,6 +159,43 @@ async fn operator_opens_a_workflow_signals_it_and_retries_a_failed_one() {
     })
     .await;
     screenshot(&c, "workflows").await;
+
+    // Start one from the page: input that is not JSON is refused before the API is asked.
+    wait_for(&c, "#st-kind")
+        .await
+        .send_keys("flaky")
+        .await
+        .unwrap();
+    wait_for(&c, "#st-key")
+        .await
+        .send_keys("restock-8")
+        .await
+        .unwrap();
+    let input = wait_for(&c, "#st-input").await;
+    input.clear().await.unwrap();
+    input.send_keys("{sku: 1").await.unwrap();
+    click(&c, "#start-form button[type=submit]").await;
+    wait_text(&c, "#start-error", |t| {
+        t.starts_with("input: not valid JSON")
+    })
+    .await;
+    input.clear().await.unwrap();
+    input.send_keys(r#"{"sku": 1}"#).await.unwrap();
+    click(&c, "#start-form button[type=submit]").await;
+    let started: i64 = wait_text(&c, "#started-link", |t| !t.is_empty())
+        .await
+        .parse()
+        .unwrap();
+    let i = wait_status(&s, &admin, started, "done").await;
+    assert_eq!(
+        (
+            i["kind"].clone(),
+            i["input"].clone(),
+            i["correlation_key"].clone()
+        ),
+        (json!("flaky"), json!({ "sku": 1 }), json!("restock-8"))
+    );
+    go(&c, &s.base, "workflows?queue=shop").await;
     let status = wait_for(&c, "#wff-status").await;
     status.select_by_value("awaiting").await.unwrap();
     click(&c, "form[role=search] button[type=submit]").await;

@@ -3,7 +3,7 @@
 // instances by queue, so the queue is asked for (and remembered in this browser).
 
 import { h, clear, time, field, select, stateBadge } from "../dom.js";
-import { get, qs, ApiError } from "../api.js";
+import { get, post, qs, can, ApiError } from "../api.js";
 
 export const STATUSES = ["", "runnable", "running", "sleeping", "awaiting", "waiting_children", "queued", "done", "failed", "cancelled"];
 const REMEMBER = "pgferry-wf-queue";
@@ -37,6 +37,7 @@ export async function render(root, { params }) {
   const table = h("div", { class: "scroll" });
   const pager = h("div", { class: "actions" });
   root.append(h("h1", {}, "Workflows"), form, h("section", { class: "card" }, status, table, pager));
+  if (can("produce")) root.append(startForm(f.queue));
   if (!f.queue) {
     table.append(h("p", { class: "muted" }, "Enter the queue whose workflow instances to list."));
     return null;
@@ -81,4 +82,43 @@ export async function render(root, { params }) {
   // Instances are not in the live counters: re-read the page on each tick while open.
   let tick = 0;
   return { onLive() { if (++tick % 2 === 0) load().catch(() => {}); } };
+}
+
+// Start a workflow: JSON input checked in the page first, then by the API (which names the
+// field it refuses). A correlation key makes the start idempotent (a second start answers
+// the first instance, `duplicate`).
+function startForm(queue) {
+  const i = {
+    queue: h("input", { type: "text", required: true, value: queue, size: 16 }),
+    kind: h("input", { type: "text", required: true, size: 16 }),
+    correlation_key: h("input", { type: "text", size: 18 }),
+    input: h("textarea", { spellcheck: "false" }),
+  };
+  i.input.value = "{}";
+  const err = h("p", { class: "error", role: "alert", id: "start-error" });
+  const out = h("p", { role: "status", id: "start-result" });
+  const form = h("form", { class: "card", id: "start-form", novalidate: true, "aria-label": "Start a workflow" },
+    h("h2", {}, "Start a workflow"),
+    h("div", { class: "filters" }, field("st-queue", "Queue", i.queue), field("st-kind", "Kind", i.kind),
+      field("st-key", "Correlation key (optional)", i.correlation_key)),
+    field("st-input", "Input (JSON)", i.input),
+    err, h("button", { type: "submit" }, "Start"), out);
+  const bad = (input, message) => { err.textContent = message; input.setAttribute("aria-invalid", "true"); input.focus(); };
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    err.textContent = ""; clear(out);
+    for (const x of Object.values(i)) x.removeAttribute("aria-invalid");
+    const body = { queue: i.queue.value.trim(), kind: i.kind.value.trim() };
+    if (!body.queue) return bad(i.queue, "queue: required");
+    if (!body.kind) return bad(i.kind, "kind: required");
+    try { body.input = JSON.parse(i.input.value || "null"); } catch (e) { return bad(i.input, `input: not valid JSON (${e.message})`); }
+    if (i.correlation_key.value.trim()) body.correlation_key = i.correlation_key.value.trim();
+    try {
+      const r = await post("v1/workflows", body);
+      out.append(r.duplicate ? "Already running: instance " : "Started instance ", h("a", { href: `#/workflow/${r.id}`, id: "started-link" }, String(r.id)));
+    } catch (e) {
+      bad(e instanceof ApiError && e.field && i[e.field] ? i[e.field] : i.kind, e instanceof ApiError ? e.describe() : String(e));
+    }
+  });
+  return form;
 }
