@@ -145,4 +145,38 @@ pub trait Backend: Send + Sync + 'static {
             ))
         })
     }
+
+    /// Starts a bulk operation of the caller's tenant (admin) on everything matching a
+    /// filter, run by the server as a durable operation: `{"op_id"}`. Body:
+    /// `{"action": "dead.retry" | "jobs.cancel", "queue", "kind"?, "error_contains"?,
+    /// "states"?}`.
+    fn start_bulk<'a>(
+        &'a self,
+        who: &'a Identity,
+        body: Value,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        let _ = (who, body);
+        Box::pin(async { Err(BackendError::unavailable("bulk operations are not served")) })
+    }
+
+    /// One bulk operation of the caller's tenant (read) with its progress, or with
+    /// `op_id` None the newest 20: `{"ops": [...]}`.
+    fn get_bulk<'a>(
+        &'a self,
+        who: &'a Identity,
+        op_id: Option<i64>,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        let _ = (who, op_id);
+        Box::pin(async { Err(BackendError::unavailable("bulk operations are not served")) })
+    }
+
+    /// Stops a running bulk operation of the caller's tenant after its current batch (admin).
+    fn cancel_bulk<'a>(
+        &'a self,
+        who: &'a Identity,
+        op_id: i64,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        let _ = (who, op_id);
+        Box::pin(async { Err(BackendError::unavailable("bulk operations are not served")) })
+    }
 }

@@ -93,6 +93,12 @@ where
         .route("/api/keys/{prefix}/revoke", post(handlers::key_revoke))
         .route("/api/audit", get(handlers::audit_list))
         .route(
+            "/api/bulk",
+            get(handlers::bulk_list).post(handlers::bulk_start),
+        )
+        .route("/api/bulk/{id}", get(handlers::bulk_get))
+        .route("/api/bulk/{id}/cancel", post(handlers::bulk_cancel))
+        .route(
             "/api/workflows/{id}/children",
             get(handlers::workflow_children),
         )

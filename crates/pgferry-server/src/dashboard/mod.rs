@@ -2,6 +2,9 @@
 //! tenant's keys and audit log, answered with the same auth code as the API. Everything
 //! else the dashboard shows comes from the `/v1` router itself.
 
+pub mod bulk;
+
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
@@ -17,6 +20,8 @@ const WORKFLOW_CHILDREN: &str = include_str!("sql/workflow_children.sql");
 /// [`Backend`] over the server's state.
 pub struct DashboardBackend {
     pub state: AppState,
+    /// Runs bulk operations (this server's share of them).
+    bulk: Arc<bulk::Runner>,
 }
 
 fn auth_error(e: AuthError) -> BackendError {
@@ -48,6 +53,12 @@ fn unix_ms(t: SystemTime) -> u64 {
 }
 
 impl DashboardBackend {
+    /// The backend, with its bulk-operation runner started (inside a Tokio runtime).
+    pub fn new(state: AppState) -> DashboardBackend {
+        let bulk = bulk::Runner::start(Arc::clone(&state.engine));
+        DashboardBackend { state, bulk }
+    }
+
     /// The caller as the API sees it, required to hold `admin` (checked here again, not
     /// only by the dashboard's handlers).
     async fn admin_principal(&self, who: &Identity) -> Result<Principal, BackendError> {
@@ -252,6 +263,95 @@ impl Backend for DashboardBackend {
                 })
                 .collect();
             Ok(json!({ "children": children, "has_more": has_more }))
+        })
+    }
+
+    fn start_bulk<'a>(
+        &'a self,
+        who: &'a Identity,
+        body: Value,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            let p = self.admin_principal(who).await?;
+            let (action, filter) =
+                bulk::check(&body).map_err(|(f, m)| BackendError::bad_request(f, m))?;
+            // The queue name is checked as the API would (the runner maps it again).
+            crate::auth::engine_queue(p.tenant_id, filter["queue"].as_str().unwrap_or(""))
+                .map_err(|e| BackendError::bad_request("queue", e.to_string()))?;
+            if let Some(k) = filter["kind"].as_str() {
+                pgferry_core::job::validate_kind(k)
+                    .map_err(|e| BackendError::bad_request("kind", e.to_string()))?;
+            }
+            let op_id = self
+                .bulk
+                .insert(p.tenant_id, p.key_id, action, &filter)
+                .await
+                .map_err(unavailable)?;
+            let client = self.state.engine.pool().get().await.map_err(unavailable)?;
+            admin::audit_api(
+                &**client,
+                &p,
+                "bulk.start",
+                &op_id.to_string(),
+                json!({ "action": action, "filter": filter, "via": "dashboard" }),
+            )
+            .await
+            .map_err(unavailable)?;
+            Ok(json!({ "op_id": op_id }))
+        })
+    }
+
+    fn get_bulk<'a>(
+        &'a self,
+        who: &'a Identity,
+        op_id: Option<i64>,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            if !who.allows("read") {
+                return Err(BackendError::forbidden(
+                    "this API key lacks the `read` scope",
+                ));
+            }
+            let client = self.state.engine.pool().get().await.map_err(unavailable)?;
+            match op_id {
+                Some(id) => {
+                    let row = client
+                        .query_opt(bulk::GET, &[&id, &who.tenant_id])
+                        .await
+                        .map_err(unavailable)?
+                        .ok_or_else(|| BackendError::not_found("bulk operation"))?;
+                    Ok(bulk::op_json(&row))
+                }
+                None => {
+                    let rows = client
+                        .query(bulk::LIST, &[&who.tenant_id, &20i64])
+                        .await
+                        .map_err(unavailable)?;
+                    Ok(json!({ "ops": rows.iter().map(bulk::op_json).collect::<Vec<_>>() }))
+                }
+            }
+        })
+    }
+
+    fn cancel_bulk<'a>(
+        &'a self,
+        who: &'a Identity,
+        op_id: i64,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            let p = self.admin_principal(who).await?;
+            let client = self.state.engine.pool().get().await.map_err(unavailable)?;
+            let stopped = client
+                .query_opt(bulk::CANCEL, &[&op_id, &p.tenant_id])
+                .await
+                .map_err(unavailable)?
+                .is_some();
+            let row = client
+                .query_opt(bulk::GET, &[&op_id, &p.tenant_id])
+                .await
+                .map_err(unavailable)?
+                .ok_or_else(|| BackendError::not_found("bulk operation"))?;
+            Ok(json!({ "stopped": stopped, "op": bulk::op_json(&row) }))
         })
     }
 }
