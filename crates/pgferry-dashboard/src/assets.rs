@@ -64,6 +64,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../assets/js/pages/ash.js"),
     ),
     (
+        "js/pages/http.js",
+        JS,
+        include_str!("../assets/js/pages/http.js"),
+    ),
+    (
         "js/pages/schedules.js",
         JS,
         include_str!("../assets/js/pages/schedules.js"),
