@@ -140,6 +140,8 @@ async fn operator_finds_retries_pauses_and_bulk_retries() {
     screenshot(&c, "job").await;
     click(&c, "#job-retry").await;
     wait_text(&c, "#job-state", |t| t == "completed").await;
+    // Its result (what the live worker returned) shows once it completed.
+    wait_text(&c, "#job-result", |t| t.contains("\"ok\": true")).await;
     let (st, job) = s
         .api(
             "GET",

@@ -33,6 +33,9 @@ const INSERT: &str = include_str!("sql/bulk_insert.sql");
 const CLAIM: &str = include_str!("sql/bulk_claim.sql");
 const PROGRESS: &str = include_str!("sql/bulk_progress.sql");
 const FINISH: &str = include_str!("sql/bulk_finish.sql");
+const PRUNE: &str = include_str!("sql/bulk_prune.sql");
+/// Ended operations are kept this long (shown in the dashboard's list meanwhile).
+const KEEP_SECS: f64 = 30.0 * 24.0 * 3600.0;
 pub const GET: &str = include_str!("sql/bulk_get.sql");
 pub const LIST: &str = include_str!("sql/bulk_list.sql");
 pub const CANCEL: &str = include_str!("sql/bulk_cancel.sql");
@@ -157,7 +160,14 @@ impl Runner {
     }
 
     async fn run(self: Arc<Self>) {
+        let mut pruned = tokio::time::Instant::now();
         loop {
+            if pruned.elapsed() > Duration::from_secs(3600) {
+                pruned = tokio::time::Instant::now();
+                if let Err(e) = self.prune().await {
+                    tracing::warn!(error = %e, "dashboard bulk operations not pruned");
+                }
+            }
             match self.run_one().await {
                 Ok(true) => continue,
                 Ok(false) => {}
@@ -165,6 +175,13 @@ impl Runner {
             }
             let _ = tokio::time::timeout(IDLE_POLL, self.wake.notified()).await;
         }
+    }
+
+    async fn prune(&self) -> Result<u64, String> {
+        let c = self.engine.pool().get().await.map_err(|e| e.to_string())?;
+        c.execute(PRUNE, &[&KEEP_SECS])
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// Takes one operation and runs it to its end; false when there was none.

@@ -14,8 +14,8 @@ export async function render(root, { arg }) {
   let shown = "";
   const load = async () => {
     job = await get(`v1/jobs/${encodeURIComponent(id)}`);
-    // An HTTP job's result is the final response (docs/http-jobs.md).
-    result = job.queue === "http" && job.state === "completed" ? (await get(`v1/jobs/${encodeURIComponent(id)}/result`)).result : null;
+    // A completed job's result (an HTTP job's is its final response, docs/http-jobs.md).
+    result = job.state === "completed" ? (await get(`v1/jobs/${encodeURIComponent(id)}/result`)).result : null;
     const fp = JSON.stringify([job, result]);
     if (fp !== shown) { shown = fp; draw(); }
   };
@@ -47,7 +47,8 @@ export async function render(root, { arg }) {
           h("dt", {}, "Enqueued"), h("dd", {}, time(j.enqueued_at_unix_ms)),
           h("dt", {}, "Run at"), h("dd", {}, time(j.run_at_unix_ms)),
           h("dt", {}, "Cancel requested"), h("dd", {}, j.cancel_requested ? "yes" : "no"))),
-        h("section", { class: "card" }, h("h2", {}, "Args"), pretty(j.args), h("h2", {}, "Meta"), pretty(j.meta))),
+        h("section", { class: "card" }, h("h2", {}, "Args"), pretty(j.args), h("h2", {}, "Meta"), pretty(j.meta),
+          j.state === "completed" ? [h("h2", {}, "Result"), h("div", { id: "job-result" }, pretty(result))] : null)),
       h("section", { class: "card" }, h("h2", {}, "Attempts"),
         j.attempts.length ? h("div", { class: "scroll" }, h("table", { id: "attempts" },
           h("thead", {}, h("tr", {}, ...["#", "Outcome", "Worker", "Claimed", "Finished", "Duration", "Error"].map((t) => h("th", { scope: "col" }, t)))),
