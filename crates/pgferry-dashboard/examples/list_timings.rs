@@ -339,6 +339,10 @@ async fn main() {
                 format!("/ui/api/v1/workflows/{middle}"),
             ),
             (
+                "workflow queues (workflows)".into(),
+                "/ui/api/workflow-queues".into(),
+            ),
+            (
                 "workflow children (workflow)".into(),
                 format!("/ui/api/workflows/{middle}/children"),
             ),

@@ -179,4 +179,10 @@ pub trait Backend: Send + Sync + 'static {
         let _ = (who, op_id);
         Box::pin(async { Err(BackendError::unavailable("bulk operations are not served")) })
     }
+
+    /// The caller's tenant's queues that hold workflow instances (read): `{"queues": [...]}`.
+    fn workflow_queues<'a>(&'a self, who: &'a Identity) -> BoxFut<'a, Result<Value, BackendError>> {
+        let _ = who;
+        Box::pin(async { Err(BackendError::unavailable("workflow queues are not served")) })
+    }
 }

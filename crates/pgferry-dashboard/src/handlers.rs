@@ -173,6 +173,11 @@ pub struct ChildrenQuery {
     limit: Option<u32>,
 }
 
+/// The tenant's workflow queues (read): the workflows page's queue choices.
+pub async fn workflow_queues(State(d): State<Shared>, signed: SignedIn) -> Response {
+    answer(d.backend.workflow_queues(&signed.identity).await)
+}
+
 /// A workflow instance's children (read): the graph on the instance page.
 pub async fn workflow_children(
     State(d): State<Shared>,

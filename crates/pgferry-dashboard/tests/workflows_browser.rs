@@ -142,7 +142,7 @@ async fn operator_opens_a_workflow_signals_it_and_retries_a_failed_one() {
                 "POST",
                 "/v1/workflows",
                 &other,
-                Some(json!({ "kind": "order", "queue": "shop", "input": {} })),
+                Some(json!({ "kind": "order", "queue": "ledger", "input": {} })),
             )
             .await;
         assert_eq!(st, 201, "{b}");
@@ -151,6 +151,19 @@ async fn operator_opens_a_workflow_signals_it_and_retries_a_failed_one() {
 
     let (_driver, c) = browser().await;
     sign_in(&c, &s.base, &admin).await;
+
+    // The page opens on the tenant's workflow queue (found by the server), and offers
+    // only the tenant's queues.
+    go(&c, &s.base, "workflows").await;
+    wait_text(&c, "#workflows-table tbody", |t| t.contains("order-42")).await;
+    let offered = c
+        .execute(
+            "return [...document.querySelectorAll('#wf-queue-names option')].map(o => o.value)",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(offered, json!(["shop"]), "not globex's `ledger`");
 
     // The list: parents and children of the queue; filtered to what awaits a signal.
     go(&c, &s.base, "workflows?queue=shop").await;

@@ -16,6 +16,7 @@ use crate::AppState;
 
 const AUDIT_LIST: &str = include_str!("sql/audit_list.sql");
 const WORKFLOW_CHILDREN: &str = include_str!("sql/workflow_children.sql");
+const WORKFLOW_QUEUES: &str = include_str!("sql/workflow_queues.sql");
 
 /// [`Backend`] over the server's state.
 pub struct DashboardBackend {
@@ -352,6 +353,30 @@ impl Backend for DashboardBackend {
                 .map_err(unavailable)?
                 .ok_or_else(|| BackendError::not_found("bulk operation"))?;
             Ok(json!({ "stopped": stopped, "op": bulk::op_json(&row) }))
+        })
+    }
+
+    fn workflow_queues<'a>(&'a self, who: &'a Identity) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            if !who.allows("read") {
+                return Err(BackendError::forbidden(
+                    "this API key lacks the `read` scope",
+                ));
+            }
+            let client = self.state.engine.pool().get().await.map_err(unavailable)?;
+            // Every tenant's queues are walked (one probe each); only the caller's are kept.
+            let rows = client
+                .query(WORKFLOW_QUEUES, &[&10_000i64])
+                .await
+                .map_err(unavailable)?;
+            let queues: Vec<String> = rows
+                .iter()
+                .filter_map(|r| {
+                    let q: String = r.get("queue");
+                    user_queue(who.tenant_id, &q).map(str::to_string)
+                })
+                .collect();
+            Ok(json!({ "queues": queues }))
         })
     }
 }

@@ -9,19 +9,22 @@ export const STATUSES = ["", "runnable", "running", "sleeping", "awaiting", "wai
 const REMEMBER = "pgferry-wf-queue";
 
 export async function render(root, { params }) {
+  const known = (await get("workflow-queues")).queues;
+  const remembered = localStorage.getItem(REMEMBER);
   const f = {
-    queue: params.queue || localStorage.getItem(REMEMBER) || "",
+    queue: params.queue || (known.includes(remembered) ? remembered : known[0]) || "",
     kind: params.kind || "",
     status: params.status || "",
     correlation_key: params.correlation_key || "",
   };
   const inputs = {
-    queue: h("input", { type: "text", value: f.queue, placeholder: "queue name", size: 16, required: true }),
+    queue: h("input", { type: "text", value: f.queue, placeholder: "queue name", size: 16, required: true, list: "wf-queue-names" }),
     kind: h("input", { type: "text", value: f.kind, placeholder: "any", size: 14 }),
     status: select(STATUSES.map((s) => [s, s || "any"]), f.status),
     correlation_key: h("input", { type: "search", value: f.correlation_key, placeholder: "exact", size: 18 }),
   };
   const form = h("form", { class: "filters card", role: "search", "aria-label": "Filter workflow instances" },
+    h("datalist", { id: "wf-queue-names" }, ...known.map((q) => h("option", { value: q }))),
     field("wff-queue", "Queue", inputs.queue),
     field("wff-kind", "Kind", inputs.kind),
     field("wff-status", "Status", inputs.status),
@@ -39,7 +42,7 @@ export async function render(root, { params }) {
   root.append(h("h1", {}, "Workflows"), form, h("section", { class: "card" }, status, table, pager));
   if (can("produce")) root.append(startForm(f.queue));
   if (!f.queue) {
-    table.append(h("p", { class: "muted" }, "Enter the queue whose workflow instances to list."));
+    table.append(h("p", { class: "muted" }, "No workflow instances yet: start one below, or enter a queue."));
     return null;
   }
   localStorage.setItem(REMEMBER, f.queue);
