@@ -18,6 +18,7 @@ const FILES: &[(&str, &str, &str)] = &[
     ("js/nav.js", JS, include_str!("../assets/js/nav.js")),
     ("js/live.js", JS, include_str!("../assets/js/live.js")),
     ("js/chart.js", JS, include_str!("../assets/js/chart.js")),
+    ("js/bulk.js", JS, include_str!("../assets/js/bulk.js")),
     (
         "js/timeline.js",
         JS,

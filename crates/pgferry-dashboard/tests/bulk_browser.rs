@@ -160,6 +160,39 @@ async fn bulk_retry_runs_on_the_server_with_progress_and_survives_its_server() {
         (json!(200), json!(3), json!("done")),
         "{r}"
     );
+    // Purge by error text over every queue of the tenant (no queue named): one batch.
+    let r = page_fetch(
+        &c,
+        "POST",
+        "/ui/api/bulk",
+        true,
+        json!({ "action": "dead.purge", "error_contains": "template missing" }),
+    )
+    .await;
+    assert_eq!(r["status"], json!(202), "{r}");
+    let purge = r["body"]["op_id"].as_i64().unwrap();
+    let mut purged = Value::Null;
+    for _ in 0..100 {
+        purged = page_fetch(
+            &c,
+            "GET",
+            &format!("/ui/api/bulk/{purge}"),
+            false,
+            Value::Null,
+        )
+        .await["body"]
+            .clone();
+        if purged["status"] != json!("running") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        (purged["status"].clone(), purged["done"].clone()),
+        (json!("done"), json!(5)),
+        "{purged}"
+    );
+    assert_eq!(dead_count(&s, &admin, TEMPLATE).await, 0);
     // A filter the engine would refuse is refused up front, naming the field.
     let r = page_fetch(
         &c,

@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use crate::auth::engine_queue;
+use crate::auth::namespace::tenant_prefix;
 
 pub const COMPONENT: Component<'static> = Component {
     name: "dashboard",
@@ -39,6 +40,8 @@ const KEEP_SECS: f64 = 30.0 * 24.0 * 3600.0;
 pub const GET: &str = include_str!("sql/bulk_get.sql");
 pub const LIST: &str = include_str!("sql/bulk_list.sql");
 pub const CANCEL: &str = include_str!("sql/bulk_cancel.sql");
+/// The tenant's queues (the API's own listing), for dead-job operations over all of them.
+const QUEUES_LIST: &str = include_str!("../http/sql/queues_list.sql");
 
 /// Jobs per batch: small enough that progress moves and a lease (below) is never near.
 pub const BATCH: u32 = 500;
@@ -64,19 +67,27 @@ pub fn check(body: &Value) -> Result<(&'static str, Value), (&'static str, Strin
             _ => Err((f, "a string of at most 1024 characters".into())),
         }
     };
-    let queue = text("queue")?.ok_or(("queue", "required".to_string()))?;
     let kind = text("kind")?;
     let action = match text("action")?.as_deref() {
         Some("dead.retry") => "dead.retry",
+        Some("dead.purge") => "dead.purge",
         Some("jobs.cancel") => "jobs.cancel",
-        _ => return Err(("action", "dead.retry or jobs.cancel".into())),
+        _ => return Err(("action", "dead.retry, dead.purge or jobs.cancel".into())),
     };
+    // Dead jobs may be matched across every queue of the tenant; a cancel names its queue.
+    let queue = text("queue")?;
+    if queue.is_none() && action == "jobs.cancel" {
+        return Err(("queue", "required".into()));
+    }
     let mut filter = json!({ "queue": queue, "kind": kind });
-    if action == "dead.retry" {
+    if action != "jobs.cancel" {
         filter["error_contains"] = json!(text("error_contains")?);
     } else {
         if obj.contains_key("error_contains") {
-            return Err(("error_contains", "only for dead.retry".into()));
+            return Err((
+                "error_contains",
+                "only for dead.retry and dead.purge".into(),
+            ));
         }
         let states: Vec<String> = match obj.get("states") {
             None | Some(Value::Null) => {
@@ -216,22 +227,40 @@ impl Runner {
     /// Runs batches until none is left (true) or the operation is no longer ours (false).
     async fn batches(&self, op: i64, tenant: i64, action: &str, f: &Value) -> Result<bool, String> {
         let s = |k: &str| f[k].as_str().map(str::to_string);
-        let queue =
-            engine_queue(tenant, &s("queue").unwrap_or_default()).map_err(|e| e.to_string())?;
+        let queues: Vec<String> = match s("queue") {
+            Some(q) => vec![engine_queue(tenant, &q).map_err(|e| e.to_string())?],
+            None => {
+                let c = self.engine.pool().get().await.map_err(|e| e.to_string())?;
+                c.query(QUEUES_LIST, &[&tenant_prefix(tenant)])
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .iter()
+                    .map(|r| r.get("name"))
+                    .collect()
+            }
+        };
+        let df = DeadFilter {
+            queues: Some(queues.clone()),
+            kind: s("kind"),
+            error_contains: s("error_contains"),
+            ids: None,
+        };
         loop {
             let (n, more) = if action == "dead.retry" {
-                let df = DeadFilter {
-                    queues: Some(vec![queue.clone()]),
-                    kind: s("kind"),
-                    error_contains: s("error_contains"),
-                    ids: None,
-                };
                 let n = self
                     .engine
                     .retry_dead(&df, BATCH)
                     .await
                     .map_err(|e| e.to_string())?;
                 (n, n == i64::from(BATCH))
+            } else if action == "dead.purge" {
+                // One statement removes every match.
+                let n = self
+                    .engine
+                    .purge_dead(&df)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                (n, false)
             } else {
                 let states = f["states"]
                     .as_array()
@@ -244,18 +273,16 @@ impl Runner {
                         _ => None,
                     })
                     .collect();
+                let Some(queue) = queues.first() else {
+                    return Ok(true);
+                };
                 let cf = CancelFilter {
                     kind: s("kind"),
                     states,
                 };
                 let m = self
                     .engine
-                    .cancel_matching(
-                        &queue,
-                        &cf,
-                        Some("bulk operation from the dashboard"),
-                        BATCH,
-                    )
+                    .cancel_matching(queue, &cf, Some("bulk operation from the dashboard"), BATCH)
                     .await
                     .map_err(|e| e.to_string())?;
                 (m.pending + m.scheduled + m.running, m.has_more)

@@ -277,8 +277,10 @@ impl Backend for DashboardBackend {
             let (action, filter) =
                 bulk::check(&body).map_err(|(f, m)| BackendError::bad_request(f, m))?;
             // The queue name is checked as the API would (the runner maps it again).
-            crate::auth::engine_queue(p.tenant_id, filter["queue"].as_str().unwrap_or(""))
-                .map_err(|e| BackendError::bad_request("queue", e.to_string()))?;
+            if let Some(q) = filter["queue"].as_str() {
+                crate::auth::engine_queue(p.tenant_id, q)
+                    .map_err(|e| BackendError::bad_request("queue", e.to_string()))?;
+            }
             if let Some(k) = filter["kind"].as_str() {
                 pgferry_core::job::validate_kind(k)
                     .map_err(|e| BackendError::bad_request("kind", e.to_string()))?;

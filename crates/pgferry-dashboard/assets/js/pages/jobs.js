@@ -5,6 +5,7 @@
 import { h, clear, time, toast, field, select, stateBadge } from "../dom.js";
 import { get, post, qs, can, ApiError } from "../api.js";
 import * as live from "../live.js";
+import { follow, OP_VERB } from "../bulk.js";
 
 const STATES = ["", "pending", "scheduled", "running", "completed", "dead", "cancelled"];
 
@@ -163,22 +164,6 @@ export async function render(root, { params }) {
       if (can("admin")) drawOps(ops).catch(() => {});
     },
   };
-}
-
-const OP_VERB = { "dead.retry": "retried", "jobs.cancel": "cancelled" };
-
-// Polls one bulk operation until it ends, showing its progress; then refreshes the page.
-async function follow(opId, el, reload) {
-  for (;;) {
-    const op = await get(`bulk/${opId}`);
-    el.textContent = `Bulk operation ${op.op_id}: ${op.status}, ${op.done} ${OP_VERB[op.action]} in ${op.batches} batches`;
-    if (op.status !== "running") {
-      toast(op.status === "done" ? `${op.done} jobs ${OP_VERB[op.action]}` : `Bulk operation ${op.status}${op.error ? `: ${op.error}` : ""}`, op.status === "failed");
-      return op;
-    }
-    await reload();
-    await new Promise((r) => setTimeout(r, 500));
-  }
 }
 
 // The tenant's newest bulk operations, with a stop button for those still running.
