@@ -7,6 +7,9 @@
 //! the path a browser's request takes, minus the network), `--samples` times each.
 //! Prints one JSON object per request with p50/p95/max in milliseconds.
 //!
+//! With `--workflows N`, also starts N workflow instances in another queue (through the
+//! engine's `pgferry.wf_start`, 10,000 per statement) and times the workflow pages' reads.
+//!
 //!     cargo run --release -p pgferry-dashboard --example list_timings -- --jobs 1000000
 
 use std::sync::Arc;
@@ -14,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::http::{header, Request};
-use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig, NewJob};
+use pgferry_core::{db, Engine, EngineConfig, Leader, LeaderConfig, NewJob};
 use pgferry_server::auth::{admin, Scopes};
 use pgferry_server::{AppState, ServerConfig};
 use serde_json::{json, Value};
@@ -117,6 +120,8 @@ async fn seed(engine: &Engine, queue: &str, jobs: u64, dead_every: u64, worker: 
     }
 }
 
+const SEED_WORKFLOWS: &str = include_str!("sql/seed_workflows.sql");
+
 fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -128,10 +133,14 @@ async fn main() {
     let dead_every = arg("--dead-every", 100);
     let samples = arg("--samples", 50) as usize;
     let seeders = arg("--seeders", 4) as usize;
+    let workflows = arg("--workflows", 0) as i64;
 
     let db = pgferry_testkit::test_db().await;
     let mut client = db.connect().await;
-    migrate::up(&mut client).await.expect("migrate");
+    // The server's migrations: the engine's plus auth, schedules and ASH.
+    pgferry_server::migrate::up(&mut client)
+        .await
+        .expect("migrate");
     let engine = Engine::new(db::pool(&db.config, "api", 16), EngineConfig::default());
     let (_stop, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(
@@ -206,8 +215,23 @@ async fn main() {
     for chunk in waiting.chunks(1000) {
         engine.enqueue(chunk).await.unwrap();
     }
+    let wf_started = Instant::now();
+    let mut from = 1i64;
+    while from <= workflows {
+        let n = 10_000.min(workflows - from + 1);
+        let row = client
+            .query_one(SEED_WORKFLOWS, &[&"t1.flows", &from, &n])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i64>("started"), n);
+        from += n;
+        if (from - 1) % 100_000 == 0 {
+            eprintln!("workflow instances: {}", from - 1);
+        }
+    }
+    let wf_secs = wf_started.elapsed().as_secs_f64();
     client.batch_execute("VACUUM ANALYZE").await.unwrap();
-    eprintln!("seeded {jobs} finished jobs in {seed_secs:.0} s (+{pending} pending)");
+    eprintln!("seeded {jobs} finished jobs in {seed_secs:.0} s (+{pending} pending), {workflows} workflow instances in {wf_secs:.0} s");
 
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -274,6 +298,56 @@ async fn main() {
         ("audit".into(), "/ui/api/audit?limit=50".into()),
     ];
     requests.extend(deep);
+    if workflows > 0 {
+        let (st, b, _) = ui
+            .send("GET", "/ui/api/v1/workflows?queue=flows&limit=50", None)
+            .await;
+        assert_eq!(st, 200, "{b}");
+        let next = b["next"].as_str().unwrap().to_string();
+        let newest = b["instances"][0]["id"].as_i64().unwrap();
+        let middle = newest - workflows / 2;
+        requests.extend([
+            (
+                "workflows newest 50 (workflows)".to_string(),
+                "/ui/api/v1/workflows?queue=flows&limit=50".to_string(),
+            ),
+            (
+                "workflows page 2".into(),
+                format!("/ui/api/v1/workflows?queue=flows&limit=50&before={next}"),
+            ),
+            (
+                "workflows kind=kind3".into(),
+                "/ui/api/v1/workflows?queue=flows&kind=kind3&limit=50".into(),
+            ),
+            (
+                "workflows status=runnable".into(),
+                "/ui/api/v1/workflows?queue=flows&status=runnable&limit=50".into(),
+            ),
+            (
+                "workflows status=failed (matches nothing: scans the queue)".into(),
+                "/ui/api/v1/workflows?queue=flows&status=failed&limit=50".into(),
+            ),
+            (
+                "workflows correlation_key (middle of history)".into(),
+                format!(
+                    "/ui/api/v1/workflows?queue=flows&correlation_key=order-{}&limit=50",
+                    workflows / 2
+                ),
+            ),
+            (
+                "workflow detail (workflow)".into(),
+                format!("/ui/api/v1/workflows/{middle}"),
+            ),
+            (
+                "workflow queues (workflows)".into(),
+                "/ui/api/workflow-queues".into(),
+            ),
+            (
+                "workflow children (workflow)".into(),
+                format!("/ui/api/workflows/{middle}/children"),
+            ),
+        ]);
+    }
     for (name, uri) in requests {
         let mut ms = Vec::with_capacity(samples);
         let mut rows = 0;
@@ -285,6 +359,8 @@ async fn main() {
                 .or(b["queues"].as_array())
                 .or(b["keys"].as_array())
                 .or(b["entries"].as_array())
+                .or(b["instances"].as_array())
+                .or(b["children"].as_array())
                 .map_or(0, Vec::len);
             ms.push(took.as_secs_f64() * 1000.0);
         }

@@ -18,6 +18,12 @@ const FILES: &[(&str, &str, &str)] = &[
     ("js/nav.js", JS, include_str!("../assets/js/nav.js")),
     ("js/live.js", JS, include_str!("../assets/js/live.js")),
     ("js/chart.js", JS, include_str!("../assets/js/chart.js")),
+    ("js/bulk.js", JS, include_str!("../assets/js/bulk.js")),
+    (
+        "js/timeline.js",
+        JS,
+        include_str!("../assets/js/timeline.js"),
+    ),
     (
         "js/pages/overview.js",
         JS,
@@ -52,6 +58,31 @@ const FILES: &[(&str, &str, &str)] = &[
         "js/pages/keys.js",
         JS,
         include_str!("../assets/js/pages/keys.js"),
+    ),
+    (
+        "js/pages/ash.js",
+        JS,
+        include_str!("../assets/js/pages/ash.js"),
+    ),
+    (
+        "js/pages/http.js",
+        JS,
+        include_str!("../assets/js/pages/http.js"),
+    ),
+    (
+        "js/pages/schedules.js",
+        JS,
+        include_str!("../assets/js/pages/schedules.js"),
+    ),
+    (
+        "js/pages/workflows.js",
+        JS,
+        include_str!("../assets/js/pages/workflows.js"),
+    ),
+    (
+        "js/pages/workflow.js",
+        JS,
+        include_str!("../assets/js/pages/workflow.js"),
     ),
     (
         "favicon.svg",

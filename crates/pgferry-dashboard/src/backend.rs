@@ -127,4 +127,62 @@ pub trait Backend: Send + Sync + 'static {
         before: Option<i64>,
         limit: u32,
     ) -> BoxFut<'a, Result<Value, BackendError>>;
+
+    /// The children of the caller's tenant's workflow instance `id` (read), oldest first,
+    /// at most `limit`: `{"children": [{id, kind, queue, step, status, ...}], "has_more"}`.
+    /// The `/v1` API lists instances by queue only; a parent's children come from the
+    /// engine's parent index. Another tenant's instance is "not found".
+    fn workflow_children<'a>(
+        &'a self,
+        who: &'a Identity,
+        id: i64,
+        limit: u32,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        let _ = (who, id, limit);
+        Box::pin(async {
+            Err(BackendError::unavailable(
+                "workflow children are not served",
+            ))
+        })
+    }
+
+    /// Starts a bulk operation of the caller's tenant (admin) on everything matching a
+    /// filter, run by the server as a durable operation: `{"op_id"}`. Body:
+    /// `{"action": "dead.retry" | "jobs.cancel", "queue", "kind"?, "error_contains"?,
+    /// "states"?}`.
+    fn start_bulk<'a>(
+        &'a self,
+        who: &'a Identity,
+        body: Value,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        let _ = (who, body);
+        Box::pin(async { Err(BackendError::unavailable("bulk operations are not served")) })
+    }
+
+    /// One bulk operation of the caller's tenant (read) with its progress, or with
+    /// `op_id` None the newest 20: `{"ops": [...]}`.
+    fn get_bulk<'a>(
+        &'a self,
+        who: &'a Identity,
+        op_id: Option<i64>,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        let _ = (who, op_id);
+        Box::pin(async { Err(BackendError::unavailable("bulk operations are not served")) })
+    }
+
+    /// Stops a running bulk operation of the caller's tenant after its current batch (admin).
+    fn cancel_bulk<'a>(
+        &'a self,
+        who: &'a Identity,
+        op_id: i64,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        let _ = (who, op_id);
+        Box::pin(async { Err(BackendError::unavailable("bulk operations are not served")) })
+    }
+
+    /// The caller's tenant's queues that hold workflow instances (read): `{"queues": [...]}`.
+    fn workflow_queues<'a>(&'a self, who: &'a Identity) -> BoxFut<'a, Result<Value, BackendError>> {
+        let _ = who;
+        Box::pin(async { Err(BackendError::unavailable("workflow queues are not served")) })
+    }
 }

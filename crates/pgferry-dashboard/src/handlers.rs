@@ -166,6 +166,100 @@ pub async fn audit_list(
     answer(d.backend.audit_log(&signed.identity, q.before, limit).await)
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChildrenQuery {
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+/// The tenant's workflow queues (read): the workflows page's queue choices.
+pub async fn workflow_queues(State(d): State<Shared>, signed: SignedIn) -> Response {
+    answer(d.backend.workflow_queues(&signed.identity).await)
+}
+
+/// A workflow instance's children (read): the graph on the instance page.
+pub async fn workflow_children(
+    State(d): State<Shared>,
+    signed: SignedIn,
+    Path(id): Path<String>,
+    q: Result<Query<ChildrenQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Some(id) = id.parse::<i64>().ok().filter(|i| *i > 0) else {
+        return BackendError::bad_request("id", "a workflow instance id is a positive integer")
+            .into_response();
+    };
+    let Ok(Query(q)) = q else {
+        return BackendError::bad_request("limit", "an integer").into_response();
+    };
+    let limit = q.limit.unwrap_or(200);
+    if !(1..=1000).contains(&limit) {
+        return BackendError::bad_request("limit", "must be 1 to 1000").into_response();
+    }
+    if !signed.identity.allows("read") {
+        return BackendError::forbidden("this API key lacks the `read` scope").into_response();
+    }
+    answer(
+        d.backend
+            .workflow_children(&signed.identity, id, limit)
+            .await,
+    )
+}
+
+fn op_id(raw: &str) -> Result<i64, BackendError> {
+    raw.parse::<i64>()
+        .ok()
+        .filter(|i| *i > 0)
+        .ok_or_else(|| BackendError::bad_request("op_id", "an operation id is a positive integer"))
+}
+
+/// Starts a bulk operation on everything matching a filter (admin).
+pub async fn bulk_start(State(d): State<Shared>, signed: SignedIn, body: String) -> Response {
+    if let Err(e) = admin_only(&signed) {
+        return e.into_response();
+    }
+    let body: Value = match serde_json::from_str(&body) {
+        Ok(v) => v,
+        Err(e) => return BackendError::bad_request("body", e.to_string()).into_response(),
+    };
+    match d.backend.start_bulk(&signed.identity, body).await {
+        Ok(v) => (StatusCode::ACCEPTED, Json(v)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The tenant's newest bulk operations (read).
+pub async fn bulk_list(State(d): State<Shared>, signed: SignedIn) -> Response {
+    answer(d.backend.get_bulk(&signed.identity, None).await)
+}
+
+/// One bulk operation and its progress (read).
+pub async fn bulk_get(
+    State(d): State<Shared>,
+    signed: SignedIn,
+    Path(id): Path<String>,
+) -> Response {
+    match op_id(&id) {
+        Ok(id) => answer(d.backend.get_bulk(&signed.identity, Some(id)).await),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Stops a running bulk operation after its current batch (admin).
+pub async fn bulk_cancel(
+    State(d): State<Shared>,
+    signed: SignedIn,
+    Path(id): Path<String>,
+) -> Response {
+    if let Err(e) = admin_only(&signed) {
+        return e.into_response();
+    }
+    match op_id(&id) {
+        Ok(id) => answer(d.backend.cancel_bulk(&signed.identity, id).await),
+        Err(e) => e.into_response(),
+    }
+}
+
 /// `/ui/` (with the slash, which the nested `/` route does not match) is the index too.
 pub async fn not_found(uri: axum::http::Uri) -> Response {
     if uri.path() == "/" || uri.path().is_empty() {

@@ -92,6 +92,17 @@ where
         )
         .route("/api/keys/{prefix}/revoke", post(handlers::key_revoke))
         .route("/api/audit", get(handlers::audit_list))
+        .route(
+            "/api/bulk",
+            get(handlers::bulk_list).post(handlers::bulk_start),
+        )
+        .route("/api/bulk/{id}", get(handlers::bulk_get))
+        .route("/api/bulk/{id}/cancel", post(handlers::bulk_cancel))
+        .route("/api/workflow-queues", get(handlers::workflow_queues))
+        .route(
+            "/api/workflows/{id}/children",
+            get(handlers::workflow_children),
+        )
         .route("/api/v1/{*path}", any(proxy::forward))
         .fallback(handlers::not_found)
         .layer(axum::middleware::from_fn(security::headers))

@@ -140,6 +140,8 @@ async fn operator_finds_retries_pauses_and_bulk_retries() {
     screenshot(&c, "job").await;
     click(&c, "#job-retry").await;
     wait_text(&c, "#job-state", |t| t == "completed").await;
+    // Its result (what the live worker returned) shows once it completed.
+    wait_text(&c, "#job-result", |t| t.contains("\"ok\": true")).await;
     let (st, job) = s
         .api(
             "GET",
@@ -210,11 +212,28 @@ async fn operator_finds_retries_pauses_and_bulk_retries() {
     )
     .await;
     wait_text(&c, "#dead-count", |t| t.starts_with("2 dead")).await;
+    // Run by the server as a bulk operation, with its progress shown.
+    wait_text(&c, "#bulk-progress", |t| t.contains("done, 3 retried")).await;
     click(&c, "#retry-all").await;
     wait_text(&c, "#dead-count", |t| t.starts_with("0 dead")).await;
+    wait_text(&c, "#bulk-progress", |t| t.contains("done, 2 retried")).await;
     assert_eq!(
         queue(&s, &seeded.admin, "emails").await["counts"]["dead"],
         json!(0)
+    );
+    // "All matching" with no queue chosen spans this tenant's queues only.
+    let (st, other) = s
+        .api(
+            "GET",
+            &format!("/v1/jobs/{}", seeded.other_job),
+            &seeded.other_admin,
+            None,
+        )
+        .await;
+    assert_eq!(
+        (st, other["state"].as_str()),
+        (200, Some("dead")),
+        "{other}"
     );
 
     // Enqueue: bad JSON is refused in the page, good JSON makes a job.

@@ -89,9 +89,7 @@ pub fn router(state: AppState) -> Router {
 /// The dashboard's `/ui` routes over this server's `/v1` router.
 fn dashboard_router(state: &AppState) -> Router<AppState> {
     let api = http::router(&state.http.config).with_state(state.clone());
-    let backend = std::sync::Arc::new(dashboard::DashboardBackend {
-        state: state.clone(),
-    });
+    let backend = std::sync::Arc::new(dashboard::DashboardBackend::new(state.clone()));
     pgferry_dashboard::router(backend, api, pgferry_dashboard::DashboardConfig::default())
 }
 

@@ -22,6 +22,7 @@ pub const ALL: &[Component<'static>] = &[
     SERVER,
     pgferry_ash::migrate::COMPONENT,
     pgferry_schedules::migrate::COMPONENT,
+    crate::dashboard::bulk::COMPONENT,
 ];
 
 /// Applies every component's pending migrations and changed functions.

@@ -57,7 +57,7 @@ function buildNav() {
 }
 
 function markNav(id) {
-  const active = id === "job" ? "jobs" : id;
+  const active = { job: "jobs", workflow: "workflows" }[id] || id;
   for (const a of $("nav").querySelectorAll("a")) {
     if (a.dataset.page === active) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");

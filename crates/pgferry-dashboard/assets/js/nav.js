@@ -10,14 +10,22 @@ import * as job from "./pages/job.js";
 import * as dead from "./pages/dead.js";
 import * as enqueue from "./pages/enqueue.js";
 import * as keys from "./pages/keys.js";
+import * as workflows from "./pages/workflows.js";
+import * as workflow from "./pages/workflow.js";
+import * as schedules from "./pages/schedules.js";
+import * as http from "./pages/http.js";
 
 export const pages = [
   { id: "overview", title: "Overview", module: overview },
   { id: "queues", title: "Queues", module: queues },
   { id: "jobs", title: "Jobs", module: jobs },
   { id: "dead", title: "Dead letters", module: dead },
+  { id: "workflows", title: "Workflows", module: workflows },
+  { id: "schedules", title: "Schedules", module: schedules },
+  { id: "http", title: "HTTP jobs", module: http },
   { id: "enqueue", title: "Enqueue", module: enqueue, scope: "produce" },
   { id: "keys", title: "Keys & audit", module: keys, scope: "admin" },
   // Not in the menu: reached from lists.
   { id: "job", title: "Job", module: job, hidden: true },
+  { id: "workflow", title: "Workflow", module: workflow, hidden: true },
 ];

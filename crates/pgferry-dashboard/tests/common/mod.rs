@@ -29,6 +29,11 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start() -> TestServer {
+        Self::start_with(ServerConfig::default()).await
+    }
+
+    /// A server with `config` (for example, HTTP jobs allowed to loopback).
+    pub async fn start_with(config: ServerConfig) -> TestServer {
         let db = pgferry_testkit::test_db().await;
         let mut client = db.connect().await;
         pgferry_server::migrate::up(&mut client)
@@ -45,7 +50,7 @@ impl TestServer {
             },
         );
         tokio::spawn(leader.run(stop_rx));
-        let state = AppState::new(Arc::clone(&engine), ServerConfig::default())
+        let state = AppState::new(Arc::clone(&engine), config)
             .await
             .expect("app state");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

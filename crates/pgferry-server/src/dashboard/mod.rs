@@ -2,20 +2,27 @@
 //! tenant's keys and audit log, answered with the same auth code as the API. Everything
 //! else the dashboard shows comes from the `/v1` router itself.
 
+pub mod bulk;
+
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
 use pgferry_dashboard::{Backend, BackendError, BoxFut, Identity};
 use serde_json::{json, Value};
 
-use crate::auth::{admin, AuthError, Principal, Scopes};
+use crate::auth::{admin, user_queue, AuthError, Principal, Scopes};
 use crate::AppState;
 
 const AUDIT_LIST: &str = include_str!("sql/audit_list.sql");
+const WORKFLOW_CHILDREN: &str = include_str!("sql/workflow_children.sql");
+const WORKFLOW_QUEUES: &str = include_str!("sql/workflow_queues.sql");
 
 /// [`Backend`] over the server's state.
 pub struct DashboardBackend {
     pub state: AppState,
+    /// Runs bulk operations (this server's share of them).
+    bulk: Arc<bulk::Runner>,
 }
 
 fn auth_error(e: AuthError) -> BackendError {
@@ -47,6 +54,12 @@ fn unix_ms(t: SystemTime) -> u64 {
 }
 
 impl DashboardBackend {
+    /// The backend, with its bulk-operation runner started (inside a Tokio runtime).
+    pub fn new(state: AppState) -> DashboardBackend {
+        let bulk = bulk::Runner::start(Arc::clone(&state.engine));
+        DashboardBackend { state, bulk }
+    }
+
     /// The caller as the API sees it, required to hold `admin` (checked here again, not
     /// only by the dashboard's handlers).
     async fn admin_principal(&self, who: &Identity) -> Result<Principal, BackendError> {
@@ -199,6 +212,173 @@ impl Backend for DashboardBackend {
                 .then(|| entries.last().and_then(|e| e["audit_id"].as_i64()))
                 .flatten();
             Ok(json!({ "entries": entries, "next_before": next }))
+        })
+    }
+
+    fn workflow_children<'a>(
+        &'a self,
+        who: &'a Identity,
+        id: i64,
+        limit: u32,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            if !who.allows("read") {
+                return Err(BackendError::forbidden(
+                    "this API key lacks the `read` scope",
+                ));
+            }
+            // The parent must be this tenant's (another tenant's id reads as missing).
+            let wf = pgferry_core::workflow::Workflows::of(&self.state.engine);
+            match wf.get(id).await {
+                Ok(i) if user_queue(who.tenant_id, &i.queue).is_some() => {}
+                Ok(_) | Err(pgferry_core::Error::NotFound { .. }) => {
+                    return Err(BackendError::not_found("workflow instance"))
+                }
+                Err(e) => return Err(unavailable(e)),
+            }
+            let client = self.state.engine.pool().get().await.map_err(unavailable)?;
+            let rows = client
+                .query(WORKFLOW_CHILDREN, &[&id, &(limit as i32 + 1)])
+                .await
+                .map_err(unavailable)?;
+            let has_more = rows.len() > limit as usize;
+            // Children are started in their parent's tenant; the queue check is a second
+            // guard, not a filter that is expected to drop anything.
+            let children: Vec<Value> = rows
+                .iter()
+                .take(limit as usize)
+                .filter_map(|r| {
+                    let queue: String = r.get("queue");
+                    let queue = user_queue(who.tenant_id, &queue)?.to_string();
+                    Some(json!({
+                        "id": r.get::<_, i64>("id"),
+                        "kind": r.get::<_, String>("kind"),
+                        "queue": queue,
+                        "step": r.get::<_, String>("step"),
+                        "status": r.get::<_, String>("status"),
+                        "attempt": r.get::<_, i32>("attempt"),
+                        "error": r.get::<_, Option<String>>("error"),
+                        "created_at_unix_ms": unix_ms(r.get("created_at")),
+                        "finished_at_unix_ms": r.get::<_, Option<SystemTime>>("finished_at").map(unix_ms),
+                    }))
+                })
+                .collect();
+            Ok(json!({ "children": children, "has_more": has_more }))
+        })
+    }
+
+    fn start_bulk<'a>(
+        &'a self,
+        who: &'a Identity,
+        body: Value,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            let p = self.admin_principal(who).await?;
+            let (action, filter) =
+                bulk::check(&body).map_err(|(f, m)| BackendError::bad_request(f, m))?;
+            // The queue name is checked as the API would (the runner maps it again).
+            if let Some(q) = filter["queue"].as_str() {
+                crate::auth::engine_queue(p.tenant_id, q)
+                    .map_err(|e| BackendError::bad_request("queue", e.to_string()))?;
+            }
+            if let Some(k) = filter["kind"].as_str() {
+                pgferry_core::job::validate_kind(k)
+                    .map_err(|e| BackendError::bad_request("kind", e.to_string()))?;
+            }
+            let op_id = self
+                .bulk
+                .insert(p.tenant_id, p.key_id, action, &filter)
+                .await
+                .map_err(unavailable)?;
+            let client = self.state.engine.pool().get().await.map_err(unavailable)?;
+            admin::audit_api(
+                &**client,
+                &p,
+                "bulk.start",
+                &op_id.to_string(),
+                json!({ "action": action, "filter": filter, "via": "dashboard" }),
+            )
+            .await
+            .map_err(unavailable)?;
+            Ok(json!({ "op_id": op_id }))
+        })
+    }
+
+    fn get_bulk<'a>(
+        &'a self,
+        who: &'a Identity,
+        op_id: Option<i64>,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            if !who.allows("read") {
+                return Err(BackendError::forbidden(
+                    "this API key lacks the `read` scope",
+                ));
+            }
+            let client = self.state.engine.pool().get().await.map_err(unavailable)?;
+            match op_id {
+                Some(id) => {
+                    let row = client
+                        .query_opt(bulk::GET, &[&id, &who.tenant_id])
+                        .await
+                        .map_err(unavailable)?
+                        .ok_or_else(|| BackendError::not_found("bulk operation"))?;
+                    Ok(bulk::op_json(&row))
+                }
+                None => {
+                    let rows = client
+                        .query(bulk::LIST, &[&who.tenant_id, &20i64])
+                        .await
+                        .map_err(unavailable)?;
+                    Ok(json!({ "ops": rows.iter().map(bulk::op_json).collect::<Vec<_>>() }))
+                }
+            }
+        })
+    }
+
+    fn cancel_bulk<'a>(
+        &'a self,
+        who: &'a Identity,
+        op_id: i64,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            let p = self.admin_principal(who).await?;
+            let client = self.state.engine.pool().get().await.map_err(unavailable)?;
+            let stopped = client
+                .query_opt(bulk::CANCEL, &[&op_id, &p.tenant_id])
+                .await
+                .map_err(unavailable)?
+                .is_some();
+            let row = client
+                .query_opt(bulk::GET, &[&op_id, &p.tenant_id])
+                .await
+                .map_err(unavailable)?
+                .ok_or_else(|| BackendError::not_found("bulk operation"))?;
+            Ok(json!({ "stopped": stopped, "op": bulk::op_json(&row) }))
+        })
+    }
+
+    fn workflow_queues<'a>(&'a self, who: &'a Identity) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            if !who.allows("read") {
+                return Err(BackendError::forbidden(
+                    "this API key lacks the `read` scope",
+                ));
+            }
+            let client = self.state.engine.pool().get().await.map_err(unavailable)?;
+            // Every tenant's queues are walked (one probe each); only the caller's are kept.
+            let rows = client
+                .query(WORKFLOW_QUEUES, &[&10_000i64])
+                .await
+                .map_err(unavailable)?;
+            let queues: Vec<String> = rows
+                .iter()
+                .filter_map(|r| {
+                    let q: String = r.get("queue");
+                    user_queue(who.tenant_id, &q).map(str::to_string)
+                })
+                .collect();
+            Ok(json!({ "queues": queues }))
         })
     }
 }

@@ -6,6 +6,7 @@
 import { h, clear, time, toast, field, select } from "../dom.js";
 import { get, post, qs, can, ApiError } from "../api.js";
 import * as live from "../live.js";
+import { run as runBulk } from "../bulk.js";
 
 const LOAD = 1000;
 
@@ -40,16 +41,17 @@ export async function render(root, { params }) {
   };
   let jobs = [], more = false, armed = false, shown = "";
 
-  // Retry/purge move at most 1000 jobs per call: repeat until a call moves fewer.
+  // One job: the API's call. A group or everything matching: a bulk operation the server
+  // runs (durable, with progress; across every queue of the tenant when none is chosen).
+  const progress = h("p", { role: "status", id: "bulk-progress" });
   const all = async (verb, filter, what) => {
-    let total = 0;
     try {
-      for (let i = 0; i < 10000; i++) {
+      if (filter.ids) {
         const r = await post(`v1/dead/${verb}`, filter);
-        total += r.count;
-        if (verb === "purge" || r.count < 1000) break;
+        toast(`${verb === "retry" ? "Retried" : "Purged"} ${r.count} ${what}`);
+      } else {
+        await runBulk({ action: `dead.${verb}`, ...filter }, progress, load);
       }
-      toast(`${verb === "retry" ? "Retried" : "Purged"} ${total} ${what}`);
     } catch (e) { toast(e instanceof ApiError ? e.describe() : String(e), true); }
     await load();
   };
@@ -75,6 +77,7 @@ export async function render(root, { params }) {
           armed = false; all("purge", base(), "dead jobs");
         } }, armed ? "Confirm: purge all matching" : "Purge all matching"));
     }
+    bar.append(progress);
     const groups = new Map();
     for (const j of jobs) {
       const e = (j.attempts[0] && j.attempts[0].error) || "(no error text)";

@@ -3,16 +3,20 @@
 
 import { h, clear, time, toast, pretty, stateBadge } from "../dom.js";
 import { get, post, can, ApiError } from "../api.js";
+import { delivery } from "./http.js";
 
 export async function render(root, { arg }) {
   const id = arg;
   const body = h("div");
   root.append(h("p", {}, h("a", { href: "#/jobs" }, "← Jobs")), body);
   let job = null;
+  let result = null;
   let shown = "";
   const load = async () => {
     job = await get(`v1/jobs/${encodeURIComponent(id)}`);
-    const fp = JSON.stringify(job);
+    // A completed job's result (an HTTP job's is its final response, docs/http-jobs.md).
+    result = job.state === "completed" ? (await get(`v1/jobs/${encodeURIComponent(id)}/result`)).result : null;
+    const fp = JSON.stringify([job, result]);
     if (fp !== shown) { shown = fp; draw(); }
   };
   const act = async (verb) => {
@@ -43,7 +47,8 @@ export async function render(root, { arg }) {
           h("dt", {}, "Enqueued"), h("dd", {}, time(j.enqueued_at_unix_ms)),
           h("dt", {}, "Run at"), h("dd", {}, time(j.run_at_unix_ms)),
           h("dt", {}, "Cancel requested"), h("dd", {}, j.cancel_requested ? "yes" : "no"))),
-        h("section", { class: "card" }, h("h2", {}, "Args"), pretty(j.args), h("h2", {}, "Meta"), pretty(j.meta))),
+        h("section", { class: "card" }, h("h2", {}, "Args"), pretty(j.args), h("h2", {}, "Meta"), pretty(j.meta),
+          j.state === "completed" ? [h("h2", {}, "Result"), h("div", { id: "job-result" }, pretty(result))] : null)),
       h("section", { class: "card" }, h("h2", {}, "Attempts"),
         j.attempts.length ? h("div", { class: "scroll" }, h("table", { id: "attempts" },
           h("thead", {}, h("tr", {}, ...["#", "Outcome", "Worker", "Claimed", "Finished", "Duration", "Error"].map((t) => h("th", { scope: "col" }, t)))),
@@ -54,8 +59,28 @@ export async function render(root, { arg }) {
             h("td", {}, time(a.claimed_at_unix_ms)),
             h("td", {}, time(a.finished_at_unix_ms)),
             h("td", { class: "num" }, a.duration_ms === null || a.duration_ms === undefined ? "—" : `${a.duration_ms} ms`),
-            h("td", { class: "errtext" }, a.error || "")))))) : h("p", { class: "muted" }, "Not run yet.")));
+            h("td", { class: "errtext" }, j.queue === "http" ? delivery(a.error).error : a.error || "")))))) : h("p", { class: "muted" }, "Not run yet.")),
+      j.queue === "http" ? deliveries(j, result) : null);
   };
   await load();
   return { onLive() { load().catch(() => {}); } };
+}
+
+// An HTTP job's deliveries: each attempt's response (status, time, body), then the final
+// response of a completed job (its result).
+function deliveries(j, result) {
+  const a = j.args || {};
+  const rows = j.attempts.map((t) => ({ n: t.attempt, outcome: t.outcome || "running", ...delivery(t.error) }));
+  if (result) rows.push({ n: j.attempts.length, outcome: "completed", error: "", response: result });
+  const body = (r) => (r ? `${r.body || ""}${r.truncated ? " …(truncated)" : ""}` : "");
+  return h("section", { class: "card" }, h("h2", {}, "Deliveries"),
+    h("p", { class: "mono" }, `${a.method || "GET"} ${a.url || ""}`),
+    h("div", { class: "scroll" }, h("table", { id: "deliveries" },
+      h("thead", {}, h("tr", {}, ...["#", "Outcome", "Status", "Time", "Response body", "Error"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, ...rows.map((r) => h("tr", { "data-status": r.response ? r.response.status : "" },
+        h("td", {}, String(r.n)), h("td", {}, stateBadge(r.outcome)),
+        h("td", { class: "num" }, r.response ? String(r.response.status) : "—"),
+        h("td", { class: "num" }, r.response && r.response.duration_ms !== undefined ? `${r.response.duration_ms} ms` : "—"),
+        h("td", {}, r.response ? h("pre", {}, body(r.response)) : ""),
+        h("td", { class: "errtext" }, r.error)))))));
 }

@@ -5,6 +5,7 @@
 import { h, clear, time, toast, field, select, stateBadge } from "../dom.js";
 import { get, post, qs, can, ApiError } from "../api.js";
 import * as live from "../live.js";
+import { follow, OP_VERB } from "../bulk.js";
 
 const STATES = ["", "pending", "scheduled", "running", "completed", "dead", "cancelled"];
 
@@ -42,6 +43,7 @@ export async function render(root, { params }) {
   const table = h("div", { class: "scroll" });
   const pager = h("div", { class: "actions" });
   const bulk = h("div", { class: "actions" });
+  const ops = h("div", { class: "scroll", id: "bulk-ops" });
   root.append(h("h1", {}, "Jobs"), form, h("section", { class: "card" }, note, bulk, status, table, pager));
   if (!f.queue) { note.textContent = "No queues yet: enqueue a job first."; return null; }
 
@@ -86,34 +88,20 @@ export async function render(root, { params }) {
     await load();
   };
 
-  // Everything matching the filter (admin), as the server's filtered operations: dead jobs
-  // by queue, kind and error text; waiting and running jobs by queue, kind and state. Both
-  // move up to 1000 jobs per call and are repeated until done. Not offered with an
-  // enqueue-time filter, which those operations do not take.
+  // Everything matching the filter (admin), as a durable bulk operation the server runs in
+  // batches (dead jobs by queue, kind and error text; waiting and running jobs by queue,
+  // kind and state): it goes on if this page closes, and its progress shows here and in
+  // "Bulk operations" below. Not offered with an enqueue-time filter, which the engine's
+  // filtered operations do not take.
   let armed = false;
+  const progress = h("p", { role: "status", id: "bulk-progress" });
   const allMatching = async () => {
-    let total = 0;
+    const body = { action: f.state === "dead" ? "dead.retry" : "jobs.cancel", queue: f.queue };
+    if (f.kind) body.kind = f.kind;
+    if (f.state === "dead") { if (f.error) body.error_contains = f.error; } else if (f.state) body.states = [f.state];
     try {
-      if (f.state === "dead") {
-        const body = { queue: f.queue };
-        if (f.kind) body.kind = f.kind;
-        if (f.error) body.error_contains = f.error;
-        for (let i = 0; i < 10000; i++) {
-          const r = await post("v1/dead/retry", body);
-          total += r.count;
-          if (r.count < 1000) break;
-        }
-        toast(`Retried ${total} dead jobs`);
-      } else {
-        const body = { states: f.state ? [f.state] : ["pending", "scheduled", "running"], limit: 1000 };
-        if (f.kind) body.kind = f.kind;
-        for (let i = 0; i < 10000; i++) {
-          const r = await post(`v1/queues/${encodeURIComponent(f.queue)}/cancel`, body);
-          total += r.cancelled.pending + r.cancelled.scheduled + r.cancelled.running;
-          if (!r.has_more) break;
-        }
-        toast(`Cancelled ${total} jobs`);
-      }
+      const { op_id } = await post("bulk", body);
+      await follow(op_id, progress, load);
     } catch (e) { toast(e instanceof ApiError ? e.describe() : String(e), true); }
     await load();
   };
@@ -135,6 +123,7 @@ export async function render(root, { params }) {
         armed = false; allMatching();
       } }, label));
     }
+    bulk.append(progress);
     const all = h("input", { type: "checkbox", "aria-label": "Select all jobs on this page", checked: jobs.length > 0 && jobs.every((j) => selected.has(j.id)) });
     all.addEventListener("change", () => { for (const j of jobs) all.checked ? selected.add(j.id) : selected.delete(j.id); draw(); });
     clear(table).append(h("table", { id: "jobs-table" },
@@ -162,12 +151,32 @@ export async function render(root, { params }) {
   };
 
   await load();
+  if (can("admin")) {
+    root.append(h("section", { class: "card", "aria-labelledby": "ops-h" }, h("h2", { id: "ops-h" }, "Bulk operations"), ops));
+    await drawOps(ops);
+  }
   let printed = "";
   return {
     onLive(snap) {
       const fp = live.fingerprint(snap, f.queue);
       if (printed && fp !== printed) load();
       printed = fp;
+      if (can("admin")) drawOps(ops).catch(() => {});
     },
   };
+}
+
+// The tenant's newest bulk operations, with a stop button for those still running.
+async function drawOps(el) {
+  const { ops } = await get("bulk");
+  const describe = (f) => Object.entries(f).filter(([, v]) => v !== null && v !== "").map(([k, v]) => `${k}=${Array.isArray(v) ? v.join(",") : v}`).join(" ");
+  clear(el).append(ops.length ? h("table", {},
+    h("thead", {}, h("tr", {}, ...["Id", "Action", "Filter", "Status", "Jobs", "Batches", "Started", "Ended", ""].map((t) => h("th", { scope: "col" }, t)))),
+    h("tbody", {}, ...ops.map((o) => h("tr", { "data-op": o.op_id },
+      h("td", {}, String(o.op_id)), h("td", {}, o.action), h("td", { class: "mono" }, describe(o.filter)),
+      h("td", {}, stateBadge(o.status)), h("td", { class: "num" }, String(o.done)), h("td", { class: "num" }, String(o.batches)),
+      h("td", {}, time(o.created_at_unix_ms)), h("td", {}, time(o.finished_at_unix_ms)),
+      h("td", {}, o.status === "running" ? h("button", { type: "button", class: "ghost", "data-action": "stop-op", onclick: async () => {
+        try { await post(`bulk/${o.op_id}/cancel`); await drawOps(el); } catch (e) { toast(e instanceof ApiError ? e.describe() : String(e), true); }
+      } }, "Stop") : ""))))) : h("p", { class: "muted" }, "None yet: \"all matching\" actions run here, on the server, with their progress."));
 }

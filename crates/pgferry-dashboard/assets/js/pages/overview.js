@@ -3,6 +3,7 @@
 import { h, clear, num, rate } from "../dom.js";
 import * as live from "../live.js";
 import { lineChart } from "../chart.js";
+import { ashPanel } from "./ash.js";
 
 // Per-second rates between consecutive snapshots.
 function rateSeries(name) {
@@ -38,6 +39,9 @@ export function render(root) {
         dep)),
     h("section", { class: "card" }, h("h2", {}, "Queues"), table),
   );
+  // Database load from ASH (admin keys only: the data is database-wide).
+  const ash = ashPanel();
+  if (ash) root.append(ash.section);
   const draw = () => {
     lineChart(thr, [
       { color: "--c1", points: rateSeries("enqueued") },
@@ -51,7 +55,7 @@ export function render(root) {
       { color: "--c3", points: depthSeries("dead") },
     ], { label: "Jobs pending, scheduled, running and dead" });
   };
-  const onResize = () => draw();
+  const onResize = () => { draw(); if (ash) ash.redraw(); };
   window.addEventListener("resize", onResize);
   return {
     onLive(snap) {
@@ -76,7 +80,7 @@ export function render(root) {
         )))));
       draw();
     },
-    dispose() { window.removeEventListener("resize", onResize); },
+    dispose() { window.removeEventListener("resize", onResize); if (ash) ash.dispose(); },
   };
 }
 
