@@ -447,3 +447,51 @@ async fn a_step_whose_leases_lapse_past_max_attempts_fails_instead_of_running_ag
     }
     assert_eq!(claims, 2);
 }
+
+/// A claim with `wait_ms` on an empty queue waits for a step instead of answering empty at
+/// once: a step that becomes due while it waits is handed out by that same request. Past
+/// the limit, `wait_ms` is a 400 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_claim_gets_a_step_that_arrives_while_it_waits() {
+    let srv = std::sync::Arc::new(TestServer::start(ServerConfig::default()).await);
+    let a = srv.key("tenant-a", &["produce", "read", "consume"]).await;
+    let body = json!({"queue": "lp", "max": 5, "wait_ms": 20000});
+    let waiting = {
+        let (srv, a, body) = (srv.clone(), a.clone(), body.clone());
+        tokio::spawn(async move { call(&srv, "/v1/workflow-steps/claim", &a, body).await })
+    };
+    // The request is in its wait (nothing due yet) when the instance starts.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "answered before a step existed");
+    let (s, st) = call(
+        &srv,
+        "/v1/workflows",
+        &a,
+        json!({"kind": "k", "queue": "lp"}),
+    )
+    .await;
+    assert_eq!(s, 201, "{st}");
+    let (s, b) = waiting.await.unwrap();
+    assert_eq!(s, 200, "{b}");
+    let steps = b["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 1, "{b}");
+    assert_eq!(steps[0]["id"], st["id"]);
+    // Nothing arrives: an empty answer once the (short) wait is over.
+    let (s, b) = call(
+        &srv,
+        "/v1/workflow-steps/claim",
+        &a,
+        json!({"queue": "lp", "wait_ms": 50}),
+    )
+    .await;
+    assert_eq!((s, b["steps"].as_array().map(Vec::len)), (200, Some(0)));
+    let (s, b) = call(
+        &srv,
+        "/v1/workflow-steps/claim",
+        &a,
+        json!({"queue": "lp", "wait_ms": 30001}),
+    )
+    .await;
+    assert_eq!(s, 400);
+    assert_eq!(error_of(&b).1.as_deref(), Some("wait_ms"));
+}

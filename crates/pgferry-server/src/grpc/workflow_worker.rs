@@ -36,7 +36,7 @@ type Tx = mpsc::UnboundedSender<Result<pb::WorkflowWorkerResponse, Status>>;
 /// Steps per StepBatch when the hello names no max_batch.
 const DEFAULT_BATCH: u32 = 64;
 /// Longest pause of an idle stream's claim task between claims.
-const MAX_IDLE_POLL: Duration = Duration::from_millis(20);
+const MAX_IDLE_POLL: Duration = crate::wfsteps::MAX_IDLE_POLL;
 
 pub(crate) struct WorkflowWorkerService {
     pub state: Arc<GrpcState>,

@@ -28,6 +28,9 @@ pub struct ClaimBody {
     worker: Option<String>,
     #[serde(default)]
     lease_ms: Option<u64>,
+    /// Longest wait for a step when none is due (long poll); 0: answer at once.
+    #[serde(default)]
+    wait_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -102,10 +105,33 @@ pub async fn claim(
     }
     no_nul("worker", &worker)?;
     let lease = lease(b.lease_ms)?;
+    let wait = Duration::from_millis(b.wait_ms.unwrap_or(0));
+    if wait > state.http.config.max_claim_wait {
+        return Err(ApiError::bad_request(
+            "wait_ms",
+            format!(
+                "must be at most {}",
+                state.http.config.max_claim_wait.as_millis()
+            ),
+        ));
+    }
     // Before claiming: claimed steps must never be left without their tokens.
     let keys = super::token_key(&state).await?;
     let wf = Workflows::of(&state.engine);
-    let steps = wfsteps::claim(&wf, keys, &p, &engine_queue, max, &worker, lease).await?;
+    // Long poll: steps become due by time and by other instances' outcomes, which notify
+    // nothing, so an empty claim is tried again after a pause that grows from 1 to 20 ms
+    // (as an idle WorkflowWorker stream does) until a step comes or the wait is over.
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut pause = Duration::from_millis(1);
+    let steps = loop {
+        let steps = wfsteps::claim(&wf, keys, &p, &engine_queue, max, &worker, lease).await?;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if !steps.is_empty() || left.is_zero() {
+            break steps;
+        }
+        tokio::time::sleep(pause.min(left)).await;
+        pause = (pause * 2).min(wfsteps::MAX_IDLE_POLL);
+    };
     let out: Vec<Value> = steps
         .iter()
         .map(|d| {

@@ -24,6 +24,9 @@ pub const MAX_LEASE_MS: u64 = 86_400_000;
 pub const MIN_LEASE_MS: u64 = 100;
 /// Lease when the worker names none.
 pub const DEFAULT_LEASE_MS: u64 = 60_000;
+/// Longest pause between the claims of an idle claimer (a WorkflowWorker stream, an HTTP
+/// long poll): due steps notify nothing, so idle claimers poll, from 1 ms up to this.
+pub const MAX_IDLE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// What a step token says: whose step, which claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
