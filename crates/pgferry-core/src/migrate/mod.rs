@@ -117,6 +117,8 @@ pub const FUNCTIONS: &[Function] = &[
     function!("complete_handed"),
     function!("complete"),
     function!("complete_whole"),
+    // One job from SQL, in the caller's transaction (transactional enqueue from any driver).
+    function!("enqueue"),
     // Workflows (docs/adr/0013-workflow-instances.md).
     function!("wf_take_token"),
     function!("wf_take_slot"),
