@@ -18,11 +18,18 @@ pub const COMPONENT: Component<'static> = Component {
     functions: FUNCTIONS,
 };
 
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_ash.sql",
-    sql: include_str!("../migrations/0001_ash.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_ash.sql",
+        sql: include_str!("../migrations/0001_ash.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_serving.sql",
+        sql: include_str!("../migrations/0002_serving.sql"),
+    },
+];
 
 macro_rules! function {
     ($name:literal, $file:literal) => {

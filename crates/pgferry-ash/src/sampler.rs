@@ -101,6 +101,9 @@ impl Sampler {
             .client
             .query(&self.read, &[&self.config.databases])
             .await?;
+        // What this process's pooled connections serve, read right after the activity (an
+        // operation that started in between is attributed by role only).
+        let serving = pgferry_core::serving::snapshot();
         let mut backends: Vec<Backend> = rows
             .iter()
             .map(|r| Backend {
@@ -115,6 +118,7 @@ impl Sampler {
                 query_id: r.get("query_id"),
                 blockers: r.get::<_, Option<Vec<i32>>>("blockers").unwrap_or_default(),
                 sampled: r.get("sampled"),
+                serving: serving.get(&r.get::<_, i32>("pid")).cloned(),
             })
             .collect();
         reduce_blockers(&mut backends);
