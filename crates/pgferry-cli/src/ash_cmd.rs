@@ -1,5 +1,7 @@
 //! `pgferry ash top|timeline|at`: active session history read straight from the database
 //! (the same SQL readers as `/v1/ash/*`). Human output by default, `--json` for scripts.
+//! `pgferry ash cron enable|disable`: the pg_cron mode (pg_cron samples instead of the
+//! server's leader).
 
 use std::io::IsTerminal;
 use std::time::{Duration, SystemTime};
@@ -27,7 +29,8 @@ pub enum AshAction {
         #[command(flatten)]
         window: WindowArgs,
         /// Also break average active sessions down by this dimension (wait_type,
-        /// wait_event, query, database, user, application, pgferry_role, backend_type).
+        /// wait_event, query, database, user, application, pgferry_role, backend_type,
+        /// queue, job_kind, tenant).
         #[arg(long)]
         by: Option<String>,
         #[arg(long, default_value_t = 10)]
@@ -57,6 +60,26 @@ pub enum AshAction {
         #[arg(long)]
         json: bool,
     },
+    /// The pg_cron mode: have pg_cron (installed in this database) run the sampler instead
+    /// of the server's leader (then serve with `--ash-interval-ms 0`).
+    Cron {
+        #[command(subcommand)]
+        action: CronAction,
+    },
+}
+
+#[derive(clap::Subcommand)]
+pub enum CronAction {
+    /// Schedules the `pgferry-ash` job (every minute, sampling every --interval-ms).
+    Enable {
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+        /// Databases to sample (repeatable; default: all).
+        #[arg(long = "database")]
+        databases: Vec<String>,
+    },
+    /// Removes the `pgferry-ash` job.
+    Disable,
 }
 
 pub async fn run(url: &str, action: AshAction) -> anyhow::Result<()> {
@@ -77,6 +100,28 @@ pub async fn run(url: &str, action: AshAction) -> anyhow::Result<()> {
             json,
         } => timeline(&client, &window, bucket, vcpus, width, json).await,
         AshAction::At { time, json } => at(&client, &time, json).await,
+        AshAction::Cron {
+            action:
+                CronAction::Enable {
+                    interval_ms,
+                    databases,
+                },
+        } => {
+            let dbs = (!databases.is_empty()).then_some(databases.as_slice());
+            let job =
+                pgferry_ash::cron::enable(&client, Duration::from_millis(interval_ms), dbs).await?;
+            println!("pg_cron job {job} (pgferry-ash) samples every {interval_ms} ms; serve with --ash-interval-ms 0");
+            Ok(())
+        }
+        AshAction::Cron {
+            action: CronAction::Disable,
+        } => {
+            match pgferry_ash::cron::disable(&client).await? {
+                true => println!("pg_cron job pgferry-ash removed"),
+                false => println!("no pg_cron job pgferry-ash was scheduled"),
+            }
+            Ok(())
+        }
     }
 }
 
