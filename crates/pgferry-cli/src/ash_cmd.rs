@@ -571,45 +571,60 @@ pub async fn bench(args: AshBenchArgs) -> anyhow::Result<()> {
     if args.cycle_pairs > 0 {
         let sampler_db = pgferry_ash::bench::fresh_database(&base, "bench_ash_sampler").await?;
         let opts = args.cycle.opts();
-        let (mut off, mut on) = (Vec::new(), Vec::new());
+        let (mut off, mut on, mut duty) = (Vec::new(), Vec::new(), Vec::new());
         for pair in 0..args.cycle_pairs {
-            eprintln!(
-                "[ash] cycle pair {}/{}: sampler off",
-                pair + 1,
-                args.cycle_pairs
-            );
-            let r = pgferry_bench::run(
-                pgferry_bench::Variant::Cycle,
-                &base,
-                "bench_cycle_ash_off",
-                &opts,
-            )
-            .await?;
-            off.push(r.jobs_per_s);
-            eprintln!(
-                "[ash] cycle pair {}/{}: sampler on (1 s)",
-                pair + 1,
-                args.cycle_pairs
-            );
-            let sampler = tokio::spawn(pgferry_ash::sampler::run(
-                sampler_db.clone(),
-                pgferry_ash::SamplerConfig::default(),
-            ));
-            let r = pgferry_bench::run(
-                pgferry_bench::Variant::Cycle,
-                &base,
-                "bench_cycle_ash_on",
-                &opts,
-            )
-            .await;
-            sampler.abort();
-            on.push(r?.jobs_per_s);
+            // ABBA order: drift of the machine over the run cancels out of the pair means.
+            let order: [bool; 2] = if pair % 2 == 0 {
+                [false, true]
+            } else {
+                [true, false]
+            };
+            for sampler_on in order {
+                eprintln!(
+                    "[ash] cycle pair {}/{}: sampler {}",
+                    pair + 1,
+                    args.cycle_pairs,
+                    if sampler_on { "on (1 s)" } else { "off" }
+                );
+                if !sampler_on {
+                    let r = pgferry_bench::run(
+                        pgferry_bench::Variant::Cycle,
+                        &base,
+                        "bench_cycle_ash_off",
+                        &opts,
+                    )
+                    .await?;
+                    off.push(r.jobs_per_s);
+                    continue;
+                }
+                let (stop, stopped) = tokio::sync::watch::channel(false);
+                let db = sampler_db.clone();
+                let sampler = tokio::spawn(async move {
+                    pgferry_ash::bench::sample_until(
+                        &db,
+                        pgferry_ash::SamplerConfig::default(),
+                        stopped,
+                    )
+                    .await
+                });
+                let r = pgferry_bench::run(
+                    pgferry_bench::Variant::Cycle,
+                    &base,
+                    "bench_cycle_ash_on",
+                    &opts,
+                )
+                .await;
+                let _ = stop.send(true);
+                duty.push(sampler.await??);
+                on.push(r?.jobs_per_s);
+            }
         }
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
         cycle = serde_json::json!({
             "jobs_per_s_sampler_off": off,
             "jobs_per_s_sampler_on": on,
             "on_over_off": mean(&on) / mean(&off),
+            "sampler_duty": duty,
         });
     }
     let out = serde_json::json!({
