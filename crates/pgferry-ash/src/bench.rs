@@ -373,8 +373,11 @@ fn proc_cpu_s(pid: i32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which may hold spaces) start after the last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
+    // utime and stime: fields 14 and 15 of proc(5), 11 and 12 after the ')'.
+    const UTIME: usize = 11;
+    const STIME: usize = 12;
     let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    let ticks: f64 = f.get(UTIME)?.parse::<f64>().ok()? + f.get(STIME)?.parse::<f64>().ok()?;
     Some(ticks / 100.0)
 }
 
