@@ -21,6 +21,11 @@ have_pg_server() {
 
 have_pg_server || need+=(postgresql)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+# pg_cron for the ASH pg_cron mode's test (crates/pgferry-ash/tests/cron.rs), for each
+# installed server major version.
+for d in /usr/lib/postgresql/*/lib; do
+    [ -d "$d" ] && [ ! -e "$d/pg_cron.so" ] && need+=("postgresql-$(basename "$(dirname "$d")")-cron")
+done
 # A C compiler: rustc links through `cc`, and libmimalloc-sys (the binary's allocator)
 # compiles mimalloc's C sources.
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)

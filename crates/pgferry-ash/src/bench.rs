@@ -349,3 +349,80 @@ pub async fn fresh_database(base: &Config, name: &str) -> Result<Config> {
     migrate::up(&mut c).await?;
     Ok(cfg)
 }
+
+/// What the sampler cost while it ran beside another workload (`bench ash`'s cycle pairs).
+#[derive(Debug, Clone, Serialize)]
+pub struct Duty {
+    pub samples: usize,
+    pub wall_s: f64,
+    pub sample_ms_mean: f64,
+    pub sample_ms_max: f64,
+    /// Sum of the samples' wall times over (wall time × this machine's cores): an upper
+    /// bound of the machine share the sampler took (a sample's wall time includes waiting
+    /// for a CPU the workload holds).
+    pub busy_share_of_machine: f64,
+    /// CPU seconds of the sampler's backend, from /proc (None when the database is not a
+    /// local Linux process).
+    pub backend_cpu_s: Option<f64>,
+    pub backend_cpu_share_of_machine: Option<f64>,
+}
+
+/// utime + stime of a local process, in seconds (`/proc/<pid>/stat`; USER_HZ is 100 on
+/// every Linux architecture pgferry builds for).
+fn proc_cpu_s(pid: i32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    // utime and stime: fields 14 and 15 of proc(5), 11 and 12 after the ')'.
+    const UTIME: usize = 11;
+    const STIME: usize = 12;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(UTIME)?.parse::<f64>().ok()? + f.get(STIME)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Samples every `config.interval`, as the leader does, until `stop` turns true; times
+/// every sample and measures the sampler backend's CPU.
+pub async fn sample_until(
+    pg: &Config,
+    config: SamplerConfig,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<Duty> {
+    let client = pgferry_core::db::connect(pg, "ash").await?;
+    let pid: i32 = client
+        .query_one("SELECT pg_backend_pid() AS pid", &[])
+        .await?
+        .get("pid");
+    let interval = config.interval;
+    let mut sampler = Sampler::with_client(client, config).await?;
+    let cpu0 = proc_cpu_s(pid);
+    let started = Instant::now();
+    let mut times = Vec::new();
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stop.wait_for(|s| *s) => break,
+        }
+        let t = Instant::now();
+        sampler.run_once().await?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let wall_s = started.elapsed().as_secs_f64();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let backend_cpu_s = match (cpu0, proc_cpu_s(pid)) {
+        (Some(a), Some(b)) => Some(b - a),
+        _ => None,
+    };
+    let busy_ms: f64 = times.iter().sum();
+    Ok(Duty {
+        samples: times.len(),
+        wall_s,
+        sample_ms_mean: busy_ms / times.len().max(1) as f64,
+        sample_ms_max: times.iter().copied().fold(0.0, f64::max),
+        busy_share_of_machine: busy_ms / 1000.0 / (wall_s * cores),
+        backend_cpu_s,
+        backend_cpu_share_of_machine: backend_cpu_s.map(|c| c / (wall_s * cores)),
+    })
+}

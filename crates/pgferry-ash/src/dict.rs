@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use pgferry_core::serving::Serving;
 use tokio_postgres::Client;
 
 use crate::error::Result;
@@ -13,6 +14,7 @@ const UPSERT_WAITS: &str = include_str!("../sql/upsert_waits.sql");
 const UPSERT_LABELS: &str = include_str!("../sql/upsert_labels.sql");
 const UPSERT_QUERIES: &str = include_str!("../sql/upsert_queries.sql");
 const UPSERT_COMBOS: &str = include_str!("../sql/upsert_combos.sql");
+const UPSERT_SERVING: &str = include_str!("../sql/upsert_serving.sql");
 const STATEMENTS_TEXT: &str = include_str!("../sql/statements_text.sql");
 const ACTIVITY_TEXT: &str = include_str!("../sql/activity_text.sql");
 
@@ -31,6 +33,8 @@ pub(crate) struct Backend {
     pub blockers: Vec<i32>,
     /// false: returned only because it blocks a sampled backend.
     pub sampled: bool,
+    /// What it was serving, when it is one of this process's pooled connections.
+    pub serving: Option<Serving>,
 }
 
 impl Backend {
@@ -52,7 +56,7 @@ impl Backend {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct ComboKey([i32; 6]);
+struct ComboKey([i32; 7]);
 
 #[derive(Default)]
 pub(crate) struct Dict {
@@ -60,6 +64,7 @@ pub(crate) struct Dict {
     labels: HashMap<(char, String), i32>,
     queries: HashMap<i64, i32>,
     combos: HashMap<ComboKey, i32>,
+    serving: HashMap<Serving, i32>,
 }
 
 impl Dict {
@@ -73,6 +78,7 @@ impl Dict {
         self.add_waits(client, backends).await?;
         self.add_labels(client, backends).await?;
         self.add_queries(client, backends, statements).await?;
+        self.add_serving(client, backends).await?;
         let keys: Vec<ComboKey> = backends.iter().map(|b| self.key(b)).collect();
         let missing: HashSet<ComboKey> = keys
             .iter()
@@ -80,13 +86,15 @@ impl Dict {
             .copied()
             .collect();
         if !missing.is_empty() {
-            let cols: Vec<Vec<i32>> = (0..6)
+            let cols: Vec<Vec<i32>> = (0..7)
                 .map(|i| missing.iter().map(|k| k.0[i]).collect())
                 .collect();
             for row in client
                 .query(
                     UPSERT_COMBOS,
-                    &[&cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5]],
+                    &[
+                        &cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &cols[5], &cols[6],
+                    ],
                 )
                 .await?
             {
@@ -97,6 +105,7 @@ impl Dict {
                     row.get("user_id"),
                     row.get("app_id"),
                     row.get("backend_id"),
+                    row.get("serving_id"),
                 ]);
                 self.combos.insert(key, row.get("id"));
             }
@@ -125,7 +134,38 @@ impl Dict {
             label('u', &b.user),
             label('a', &b.application),
             label('b', &b.backend_type),
+            b.serving.as_ref().map_or(0, |s| self.serving[s]),
         ])
+    }
+
+    async fn add_serving(&mut self, client: &Client, backends: &[Backend]) -> Result<()> {
+        let missing: HashSet<&Serving> = backends
+            .iter()
+            .filter_map(|b| b.serving.as_ref())
+            .filter(|s| !self.serving.contains_key(*s))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let roles: Vec<&str> = missing.iter().map(|s| s.role).collect();
+        let queues: Vec<&str> = missing.iter().map(|s| s.queue.as_str()).collect();
+        let kinds: Vec<&str> = missing.iter().map(|s| s.kind.as_str()).collect();
+        let rows = client
+            .query(UPSERT_SERVING, &[&roles, &queues, &kinds])
+            .await?;
+        for row in rows {
+            let role: String = row.get("role");
+            // The registry's roles are static names; keep ours (the row names the same).
+            let Some(s) = missing.iter().find(|s| {
+                s.role == role
+                    && s.queue == row.get::<_, &str>("queue")
+                    && s.kind == row.get::<_, &str>("kind")
+            }) else {
+                continue;
+            };
+            self.serving.insert((*s).clone(), row.get("id"));
+        }
+        Ok(())
     }
 
     async fn add_waits(&mut self, client: &Client, backends: &[Backend]) -> Result<()> {

@@ -9,6 +9,7 @@
 
 pub mod bench;
 pub mod config;
+pub mod cron;
 mod dict;
 pub mod encode;
 pub mod error;

@@ -18,11 +18,18 @@ pub const COMPONENT: Component<'static> = Component {
     functions: FUNCTIONS,
 };
 
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_ash.sql",
-    sql: include_str!("../migrations/0001_ash.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_ash.sql",
+        sql: include_str!("../migrations/0001_ash.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_serving.sql",
+        sql: include_str!("../migrations/0002_serving.sql"),
+    },
+];
 
 macro_rules! function {
     ($name:literal, $file:literal) => {
@@ -47,6 +54,10 @@ pub const FUNCTIONS: &[Function] = &[
     function!("activity_at", "10_activity_at.sql"),
     function!("decode_locks", "11_decode_locks.sql"),
     function!("blocking_at", "12_blocking_at.sql"),
+    function!("roll_up", "13_roll_up.sql"),
+    function!("activity_ids", "14_activity_ids.sql"),
+    function!("take_sample", "15_take_sample.sql"),
+    function!("sample_minute", "16_sample_minute.sql"),
 ];
 
 /// Applies the ash component alone. Returns the versions applied by this call.

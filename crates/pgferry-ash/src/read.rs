@@ -92,10 +92,14 @@ pub enum Dimension {
     Application,
     PgferryRole,
     BackendType,
+    /// The engine queue a pgferry backend served (`t<tenant>.<queue>`).
+    Queue,
+    JobKind,
+    Tenant,
 }
 
 impl Dimension {
-    pub const ALL: [Dimension; 8] = [
+    pub const ALL: [Dimension; 11] = [
         Dimension::WaitType,
         Dimension::WaitEvent,
         Dimension::Query,
@@ -104,6 +108,9 @@ impl Dimension {
         Dimension::Application,
         Dimension::PgferryRole,
         Dimension::BackendType,
+        Dimension::Queue,
+        Dimension::JobKind,
+        Dimension::Tenant,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -116,6 +123,9 @@ impl Dimension {
             Dimension::Application => "application",
             Dimension::PgferryRole => "pgferry_role",
             Dimension::BackendType => "backend_type",
+            Dimension::Queue => "queue",
+            Dimension::JobKind => "job_kind",
+            Dimension::Tenant => "tenant",
         }
     }
 }
@@ -199,6 +209,9 @@ pub struct Activity {
     pub application: String,
     pub pgferry_role: Option<String>,
     pub backend_type: String,
+    /// The engine queue a pgferry backend was serving (`t<tenant>.<queue>`), if known.
+    pub queue: Option<String>,
+    pub job_kind: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -334,6 +347,8 @@ pub async fn activity_at(client: &Client, moment: SystemTime) -> Result<Vec<Acti
             application: r.get("application"),
             pgferry_role: r.get("pgferry_role"),
             backend_type: r.get("backend_type"),
+            queue: r.get("queue"),
+            job_kind: r.get("job_kind"),
         })
         .collect())
 }

@@ -18,8 +18,7 @@ const SESSION: &str = include_str!("../sql/session.sql");
 const HAS_STATEMENTS: &str = include_str!("../sql/has_statements.sql");
 const SET_LOCK_TIMEOUT: &str = include_str!("../sql/set_lock_timeout.sql");
 const ROTATE: &str = include_str!("../sql/rotate.sql");
-const ROLLUP_MINUTES: &str = include_str!("../sql/rollup_minutes.sql");
-const ROLLUP_HOURS: &str = include_str!("../sql/rollup_hours.sql");
+const ROLL_UP: &str = include_str!("../sql/roll_up.sql");
 const PRUNE_MINUTES: &str = include_str!("../sql/prune_minutes.sql");
 const PRUNE_HOURS: &str = include_str!("../sql/prune_hours.sql");
 
@@ -101,6 +100,9 @@ impl Sampler {
             .client
             .query(&self.read, &[&self.config.databases])
             .await?;
+        // What this process's pooled connections serve, read right after the activity (an
+        // operation that started in between is attributed by role only).
+        let serving = pgferry_core::serving::snapshot();
         let mut backends: Vec<Backend> = rows
             .iter()
             .map(|r| Backend {
@@ -115,6 +117,7 @@ impl Sampler {
                 query_id: r.get("query_id"),
                 blockers: r.get::<_, Option<Vec<i32>>>("blockers").unwrap_or_default(),
                 sampled: r.get("sampled"),
+                serving: serving.get(&r.get::<_, i32>("pid")).cloned(),
             })
             .collect();
         reduce_blockers(&mut backends);
@@ -208,16 +211,7 @@ impl Sampler {
 
     /// Rolls complete minutes, then complete hours. Returns rows written.
     pub async fn roll_up(&mut self) -> Result<i64> {
-        let m: i64 = self
-            .client
-            .query_one(ROLLUP_MINUTES, &[])
-            .await?
-            .get("rows");
-        let h: i64 = match self.client.query_opt(ROLLUP_HOURS, &[]).await? {
-            Some(r) => r.get("rows"),
-            None => 0,
-        };
-        Ok(m + h)
+        Ok(self.client.query_one(ROLL_UP, &[]).await?.get("rows"))
     }
 
     async fn prune(&mut self) -> Result<()> {

@@ -1,5 +1,7 @@
 //! `pgferry ash top|timeline|at`: active session history read straight from the database
 //! (the same SQL readers as `/v1/ash/*`). Human output by default, `--json` for scripts.
+//! `pgferry ash cron enable|disable`: the pg_cron mode (pg_cron samples instead of the
+//! server's leader).
 
 use std::io::IsTerminal;
 use std::time::{Duration, SystemTime};
@@ -8,6 +10,9 @@ use anyhow::{bail, Context};
 use pgferry_ash::read::{self, Dimension, TimelinePoint, Window};
 use pgferry_core::db;
 use tokio_postgres::Client;
+
+mod bench;
+pub use bench::{bench, AshBenchArgs};
 
 #[derive(clap::Args, Clone)]
 pub struct WindowArgs {
@@ -27,7 +32,8 @@ pub enum AshAction {
         #[command(flatten)]
         window: WindowArgs,
         /// Also break average active sessions down by this dimension (wait_type,
-        /// wait_event, query, database, user, application, pgferry_role, backend_type).
+        /// wait_event, query, database, user, application, pgferry_role, backend_type,
+        /// queue, job_kind, tenant).
         #[arg(long)]
         by: Option<String>,
         #[arg(long, default_value_t = 10)]
@@ -57,6 +63,26 @@ pub enum AshAction {
         #[arg(long)]
         json: bool,
     },
+    /// The pg_cron mode: have pg_cron (installed in this database) run the sampler instead
+    /// of the server's leader (then serve with `--ash-interval-ms 0`).
+    Cron {
+        #[command(subcommand)]
+        action: CronAction,
+    },
+}
+
+#[derive(clap::Subcommand)]
+pub enum CronAction {
+    /// Schedules the `pgferry-ash` job (every minute, sampling every --interval-ms).
+    Enable {
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+        /// Databases to sample (repeatable; default: all).
+        #[arg(long = "database")]
+        databases: Vec<String>,
+    },
+    /// Removes the `pgferry-ash` job.
+    Disable,
 }
 
 pub async fn run(url: &str, action: AshAction) -> anyhow::Result<()> {
@@ -77,6 +103,28 @@ pub async fn run(url: &str, action: AshAction) -> anyhow::Result<()> {
             json,
         } => timeline(&client, &window, bucket, vcpus, width, json).await,
         AshAction::At { time, json } => at(&client, &time, json).await,
+        AshAction::Cron {
+            action:
+                CronAction::Enable {
+                    interval_ms,
+                    databases,
+                },
+        } => {
+            let dbs = (!databases.is_empty()).then_some(databases.as_slice());
+            let job =
+                pgferry_ash::cron::enable(&client, Duration::from_millis(interval_ms), dbs).await?;
+            println!("pg_cron job {job} (pgferry-ash) samples every {interval_ms} ms; serve with --ash-interval-ms 0");
+            Ok(())
+        }
+        AshAction::Cron {
+            action: CronAction::Disable,
+        } => {
+            match pgferry_ash::cron::disable(&client).await? {
+                true => println!("pg_cron job pgferry-ash removed"),
+                false => println!("no pg_cron job pgferry-ash was scheduled"),
+            }
+            Ok(())
+        }
     }
 }
 
@@ -461,129 +509,4 @@ mod tests {
         assert!(lines[1].contains("sampler down"), "{out}");
         assert!(lines[1].contains('│'), "{out}");
     }
-}
-
-/// `pgferry bench ash`.
-#[derive(clap::Args, Clone)]
-pub struct AshBenchArgs {
-    /// The cycle's settings (for the sampler on/off comparison); `--json` is implied.
-    #[command(flatten)]
-    pub cycle: crate::bench_cmd::BenchArgs,
-    /// Measured samples per load level.
-    #[arg(long, default_value_t = 100)]
-    pub samples: usize,
-    /// Simulated busy backends, one measurement each.
-    #[arg(long, value_delimiter = ',', default_value = "50,500")]
-    pub backends: Vec<usize>,
-    /// Runs per reader and window.
-    #[arg(long, default_value_t = 5)]
-    pub reader_runs: usize,
-    /// Alternating cycle runs without and with the sampler (pairs).
-    #[arg(long, default_value_t = 2)]
-    pub cycle_pairs: usize,
-}
-
-pub async fn bench(args: AshBenchArgs) -> anyhow::Result<()> {
-    use std::str::FromStr;
-    let (base, cluster) = match &args.cycle.database_url {
-        Some(url) => (tokio_postgres::Config::from_str(url)?, None),
-        None => {
-            let dir = tempfile::Builder::new()
-                .prefix("pgferry-bench-ash-")
-                .tempdir()?;
-            let mut opts = pgferry_pgcluster::ClusterOptions::new(dir.path().join("pg"));
-            opts.listen_tcp = false;
-            opts.settings = vec![
-                ("max_connections".into(), "700".into()),
-                ("shared_buffers".into(), "512MB".into()),
-                ("max_wal_size".into(), "4GB".into()),
-                // Query ids without pg_stat_statements (not preloaded here).
-                ("compute_query_id".into(), "on".into()),
-            ];
-            let cluster =
-                tokio::task::spawn_blocking(move || pgferry_pgcluster::Cluster::start(opts))
-                    .await??;
-            (
-                tokio_postgres::Config::from_str(&cluster.conn_string("postgres"))?,
-                Some((cluster, dir)),
-            )
-        }
-    };
-    let mut costs = Vec::new();
-    for (i, n) in args.backends.iter().enumerate() {
-        eprintln!(
-            "[ash {}/{}] sample cost with {n} busy backends",
-            i + 1,
-            args.backends.len()
-        );
-        let cfg = pgferry_ash::bench::fresh_database(&base, &format!("bench_ash_load_{i}")).await?;
-        costs.push(pgferry_ash::bench::sample_cost(&cfg, *n, args.samples).await?);
-    }
-    eprintln!("[ash] seeding 30 days of history and timing the readers");
-    let cfg = pgferry_ash::bench::fresh_database(&base, "bench_ash_history").await?;
-    let history = pgferry_ash::bench::history(&cfg, args.reader_runs).await?;
-    let mut cycle = serde_json::Value::Null;
-    if args.cycle_pairs > 0 {
-        let sampler_db = pgferry_ash::bench::fresh_database(&base, "bench_ash_sampler").await?;
-        let opts = args.cycle.opts();
-        let (mut off, mut on) = (Vec::new(), Vec::new());
-        for pair in 0..args.cycle_pairs {
-            eprintln!(
-                "[ash] cycle pair {}/{}: sampler off",
-                pair + 1,
-                args.cycle_pairs
-            );
-            let r = pgferry_bench::run(
-                pgferry_bench::Variant::Cycle,
-                &base,
-                "bench_cycle_ash_off",
-                &opts,
-            )
-            .await?;
-            off.push(r.jobs_per_s);
-            eprintln!(
-                "[ash] cycle pair {}/{}: sampler on (1 s)",
-                pair + 1,
-                args.cycle_pairs
-            );
-            let sampler = tokio::spawn(pgferry_ash::sampler::run(
-                sampler_db.clone(),
-                pgferry_ash::SamplerConfig::default(),
-            ));
-            let r = pgferry_bench::run(
-                pgferry_bench::Variant::Cycle,
-                &base,
-                "bench_cycle_ash_on",
-                &opts,
-            )
-            .await;
-            sampler.abort();
-            on.push(r?.jobs_per_s);
-        }
-        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-        cycle = serde_json::json!({
-            "jobs_per_s_sampler_off": off,
-            "jobs_per_s_sampler_on": on,
-            "on_over_off": mean(&on) / mean(&off),
-        });
-    }
-    let out = serde_json::json!({
-        "sample_cost": costs,
-        "history": history,
-        "cycle": cycle,
-        "targets": {
-            "sample_ms_at_50": 5.0,
-            "sample_ms_at_500": 20.0,
-            "top_waits_ms": {"1h": 30.0, "24h": 300.0, "30d": 1000.0},
-            "bytes_per_row_at_50": 380.0,
-            "rotation_ms": 20.0,
-            "cycle_cost_max": 0.01,
-        },
-    });
-    println!("{}", serde_json::to_string_pretty(&out)?);
-    if let Some((cluster, dir)) = cluster {
-        tokio::task::spawn_blocking(move || cluster.stop()).await??;
-        drop(dir);
-    }
-    Ok(())
 }

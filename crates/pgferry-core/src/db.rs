@@ -100,6 +100,10 @@ fn build_pool(cfg: Config, size: usize) -> Pool {
     );
     Pool::builder(manager)
         .max_size(size)
+        // Active session history attributes each backend to what it serves (serving.rs).
+        .post_create(deadpool_postgres::Hook::async_fn(|c, _| {
+            crate::serving::learn_pid(c)
+        }))
         .build()
         .expect("pool without runtime-specific options always builds")
 }

@@ -206,6 +206,7 @@ impl Engine {
             return Ok(Vec::new());
         }
         let client = self.writer(client, lanes.async_commit).await?;
+        let _serving = crate::serving::serve(&client, "claimer", queue, "");
         // Claim-time aging: how long the heads of starved lower priorities have waited (a
         // probe at most every aging/4 per queue, only while a priority is not being served).
         for (p, lanes_p) in lanes.heads_to_probe() {
@@ -288,6 +289,7 @@ impl Engine {
         let client = self
             .writer_for(self.lanes_commit_async(outcomes.iter().map(|o| o.lane)))
             .await?;
+        let _serving = crate::serving::serve(&client, "completer", "", "");
         let won = crate::completion::record(&client, outcomes).await?;
         self.counters.finished(
             outcomes

@@ -247,6 +247,12 @@ impl Engine {
         let client = self
             .writer(client, self.lanes_commit_async(batch.lanes.iter().copied()))
             .await?;
+        let _serving = crate::serving::serve(
+            &client,
+            "enqueuer",
+            crate::serving::single(jobs.iter().map(|j| j.queue.as_str())),
+            crate::serving::single(jobs.iter().map(|j| j.kind.as_str())),
+        );
         // From here a transaction may be open on the connection: cancelled, it is closed.
         let client = OpenTxn::new(client);
         let record = match keys.is_empty() {

@@ -23,6 +23,7 @@ pub mod lookup;
 pub mod migrate;
 pub mod queues;
 pub mod runtime;
+pub mod serving;
 pub mod unique;
 pub mod workflow;
 

@@ -35,6 +35,11 @@ async fn ash_readers_need_admin_and_report_real_waits() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // A pooled pgferry connection serving tenant 3's `mail` queue, idle in its transaction.
+    let pool = pgferry_core::db::pool(&srv.db.config, "api", 1);
+    let idle = pool.get().await.unwrap();
+    let _serving = pgferry_core::serving::serve(&idle, "enqueuer", "t3.mail", "send");
+    idle.batch_execute("BEGIN; SELECT 1").await.unwrap();
     let mut sampler = pgferry_ash::Sampler::connect(
         &srv.db.config,
         pgferry_ash::SamplerConfig {
@@ -87,7 +92,31 @@ async fn ash_readers_need_admin_and_report_real_waits() {
             .any(|s| s["key"] == "completer" && s["aas"] == 1.0),
         "{roles}"
     );
+    for (by, key) in [("queue", "t3.mail"), ("tenant", "3"), ("job_kind", "send")] {
+        let (s, body, _) = srv
+            .call("GET", &format!("/v1/ash/aas?by={by}"), Some(&admin), None)
+            .await;
+        assert_eq!(s, 200, "{body}");
+        assert!(
+            body["slices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["key"] == key && s["aas"] == 1.0),
+            "{by}: {body}"
+        );
+    }
     let (_, at, _) = srv.call("GET", "/v1/ash/at", Some(&admin), None).await;
+    assert!(
+        at["activity"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["wait_type"] == "IdleTx"
+                && a["pgferry_role"] == "enqueuer"
+                && a["queue"] == "t3.mail"),
+        "{at}"
+    );
     assert!(
         at["activity"]
             .as_array()

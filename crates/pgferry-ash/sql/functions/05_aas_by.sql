@@ -1,5 +1,6 @@
 -- Average active sessions over [since, until) by one dimension: wait_type, wait_event,
--- query, database, user, application, pgferry_role, backend_type. aas is over the
+-- query, database, user, application, pgferry_role, backend_type, and for pgferry's own
+-- backends queue, job_kind, tenant ('' for the load of everything else). aas is over the
 -- seconds the sampler covered; db_time_pct is the share of all session-seconds
 -- (idle sessions are never sampled, so it is % of DB time, not % of waits).
 CREATE OR REPLACE FUNCTION pgferry_ash.aas_by(dimension text, since timestamptz,
@@ -12,7 +13,8 @@ SET jit = off
 AS $$
 BEGIN
     IF dimension NOT IN ('wait_type', 'wait_event', 'query', 'database', 'user',
-                         'application', 'pgferry_role', 'backend_type') THEN
+                         'application', 'pgferry_role', 'backend_type', 'queue',
+                         'job_kind', 'tenant') THEN
         RAISE EXCEPTION 'pgferry_ash.aas_by: unknown dimension %', dimension
             USING ERRCODE = '22023';
     END IF;
@@ -34,6 +36,9 @@ BEGIN
                    WHEN 'user' THEN n.user_name
                    WHEN 'application' THEN n.application
                    WHEN 'pgferry_role' THEN coalesce(n.pgferry_role, '')
+                   WHEN 'queue' THEN coalesce(n.queue, '')
+                   WHEN 'job_kind' THEN coalesce(n.job_kind, '')
+                   WHEN 'tenant' THEN coalesce(n.tenant, '')
                    ELSE n.backend_type
                END AS key,
                l.seconds

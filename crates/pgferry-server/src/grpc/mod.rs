@@ -8,6 +8,7 @@
 
 mod admin;
 mod admin_pb;
+mod ash;
 mod cancel;
 pub mod codec;
 mod convert;
@@ -341,6 +342,10 @@ pub async fn serve_grpc(
             state: state.clone(),
         })
         .max_decoding_message_size(max);
+    let ash = pb::ash_server::AshServer::new(ash::AshService {
+        state: state.clone(),
+    })
+    .max_decoding_message_size(max);
     let stop = state.stop.clone();
     let signal = async move {
         shutdown.await;
@@ -368,6 +373,7 @@ pub async fn serve_grpc(
         .add_service(admin)
         .add_service(workflow_worker)
         .add_service(workflow_admin)
+        .add_service(ash)
         .serve_with_incoming_shutdown(incoming(listener), signal)
         .await;
     let _ = state.stop.send(true);

@@ -1,0 +1,1 @@
+SELECT pgferry_ash.roll_up() AS rows
