@@ -2,7 +2,9 @@
 //! migration component `server` (ADR 0017), and the full schema a server needs: the engine's,
 //! then the server's, then active session history's.
 
-use pgferry_core::migrate::{self, Applied, Component, MigrateError, Migration, MigrationStatus};
+use pgferry_core::migrate::{
+    self, Applied, Component, Function, MigrateError, Migration, MigrationStatus,
+};
 use tokio_postgres::Client;
 
 /// The server's tables (`pgferry.tenants`, `api_keys`, `audit_log`, `server_secrets`).
@@ -13,7 +15,11 @@ pub const SERVER: Component<'static> = Component {
         name: "0001_tenancy.sql",
         sql: include_str!("../migrations/0001_tenancy.sql"),
     }],
-    functions: &[],
+    // A tenant's queue by name, for SQL in the application's transaction.
+    functions: &[Function {
+        name: "tenant_queue",
+        sql: include_str!("sql/functions/tenant_queue.sql"),
+    }],
 };
 
 /// Every component `pgferry serve` uses, in the order they are applied.

@@ -5,7 +5,8 @@
 -- the outbox). Servers and the Rust engine write through their own faster paths (COPY,
 -- group commit); this is the one-row path, as a retry or a promotion writes.
 --
--- The same checks as the engine's (job.rs: NewJob::validate) with the same limits; each
+-- The same checks as the engine's (job.rs: NewJob::validate) with the same limits (the
+-- payload measured as jsonb text, a few bytes over its compact JSON); each
 -- error is SQLSTATE 22023 naming the field. `queue` is the engine's queue name: a tenant's
 -- queue through the server is `pgferry.tenant_queue(tenant, queue)`.
 --
