@@ -137,7 +137,17 @@ async fn bad_input_is_an_error_naming_the_field_and_writes_nothing() {
     let app = srv.db.connect().await;
     let none: Option<serde_json::Value> = None;
     let no_time: Option<std::time::SystemTime> = None;
-    let cases: [(&str, &str, &str, serde_json::Value, i32, Option<i32>, &str); 6] = [
+    // (tenant, queue, kind, args, priority, max_attempts, the field the error names)
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static str,
+        serde_json::Value,
+        i32,
+        Option<i32>,
+        &'static str,
+    );
+    let cases: [Case; 6] = [
         ("nobody", "mail", "send", json!({}), 0, None, "tenant"),
         ("acme", "Mail!", "send", json!({}), 0, None, "queue"),
         ("acme", "mail", "no spaces", json!({}), 0, None, "kind"),
