@@ -58,3 +58,4 @@ export type {
   QueueInfo,
   QueueSettings,
 } from "./types.js";
+export { enqueueTx, type SqlClient, type TxJob } from "./tx.js";

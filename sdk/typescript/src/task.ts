@@ -7,7 +7,8 @@ import type { JobContext } from "./context.js";
 import { ValidationError } from "./errors.js";
 import type { Ensured, ScheduleOptions } from "./schedules.js";
 import type { StandardSchemaV1 } from "./standard-schema.js";
-import type { EnqueueOptions, EnqueuedJob, JobRequest } from "./types.js";
+import { enqueueTx, type SqlClient } from "./tx.js";
+import type { EnqueueOptions, EnqueuedJob, JobRequest, Json } from "./types.js";
 
 type InputOf<S> = S extends StandardSchemaV1 ? StandardSchemaV1.InferInput<S> : unknown;
 type ParsedOf<S> = S extends StandardSchemaV1 ? StandardSchemaV1.InferOutput<S> : unknown;
@@ -97,6 +98,29 @@ export class Task<I, P, O, R = Awaited<O>> {
   async enqueue(input: I, opts: EnqueueOptions = {}): Promise<EnqueuedJob> {
     const { kind, args, ...rest } = await this.request(input, opts);
     return this.client.enqueue(kind, args, { ...rest, ...(opts.idempotencyKey ? { idempotencyKey: opts.idempotencyKey } : {}) });
+  }
+
+  /** Validate and enqueue on `db`, a connection inside the caller's own transaction (any
+   * node-postgres-shaped client): the job exists exactly when that transaction commits.
+   * Goes through the SQL function `pgferry.enqueue`, not the server; `tenant` owns the
+   * queue. Resolves to the job id. */
+  async enqueueTx(
+    db: SqlClient,
+    tenant: string,
+    input: I,
+    opts: Pick<EnqueueOptions, "queue" | "priority" | "maxAttempts" | "meta" | "runAt"> = {},
+  ): Promise<number> {
+    const req = await this.request(input, opts);
+    return enqueueTx(db, {
+      tenant,
+      queue: req.queue ?? "default",
+      kind: req.kind,
+      args: req.args as Json,
+      ...(req.meta !== undefined ? { meta: req.meta } : {}),
+      ...(req.priority !== undefined ? { priority: req.priority } : {}),
+      ...(req.maxAttempts !== undefined ? { maxAttempts: req.maxAttempts } : {}),
+      ...(req.runAt !== undefined ? { runAt: req.runAt } : {}),
+    });
   }
 
   /** Validate every input, then enqueue them atomically (all or none). */
