@@ -348,7 +348,8 @@ pub async fn serve_grpc(
                 .and_then(crate::trace::valid)
                 .map(crate::trace::trace_id)
                 .unwrap_or_default();
-            tracing::info_span!("grpc", rpc = %req.uri().path(), trace_id = trace)
+            let rpc = req.uri().path();
+            tracing::info_span!("grpc", rpc = %rpc, role = rpc_role(rpc), trace_id = trace)
         })
         .add_service(producer)
         .add_service(worker)
@@ -360,6 +361,16 @@ pub async fn serve_grpc(
     let _ = state.stop.send(true);
     state.dispatchers.close_all().await;
     result
+}
+
+/// The pgferry role of an RPC for log lines (issue 27): enqueuer, claimer or admin.
+fn rpc_role(path: &str) -> &'static str {
+    let service = path.trim_start_matches('/').split('/').next().unwrap_or("");
+    match service.rsplit('.').next().unwrap_or("") {
+        "Producer" => "enqueuer",
+        "Worker" | "WorkflowWorker" => "claimer",
+        _ => "admin",
+    }
 }
 
 /// Accepted connections with TCP_NODELAY. `Server::tcp_nodelay` only reaches sockets tonic
