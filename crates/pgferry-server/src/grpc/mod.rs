@@ -412,4 +412,14 @@ mod tests {
         assert_eq!(e.code(), tonic::Code::Internal);
         assert!(rx.recv().await.is_none(), "the stream ends there");
     }
+
+    #[test]
+    fn log_lines_of_an_rpc_name_its_role() {
+        assert_eq!(rpc_role("/pgferry.v1.Producer/Enqueue"), "enqueuer");
+        assert_eq!(rpc_role("/pgferry.v1.Worker/Work"), "claimer");
+        assert_eq!(rpc_role("/pgferry.v1.WorkflowWorker/Steps"), "claimer");
+        assert_eq!(rpc_role("/pgferry.v1.Admin/ListQueues"), "admin");
+        assert_eq!(rpc_role("/pgferry.v1.WorkflowAdmin/Start"), "admin");
+        assert_eq!(rpc_role(""), "admin");
+    }
 }
