@@ -93,9 +93,12 @@ async fn json_logs_name_role_tenant_and_queue_and_keep_a_terminated_backends_cau
         .args(["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"])
         .args(["--ash-interval-ms", "0"])
         .env("PGFERRY_LOG_FORMAT", "json")
-        .env("PGFERRY_LOG", "info,pgferry_server::grpc::dispatch=debug");
+        .env(
+            "PGFERRY_LOG",
+            "info,pgferry_server::grpc::dispatch=debug,tower_http=debug",
+        );
     let mut proc = Proc::spawn(cmd);
-    proc.wait_listening();
+    let base = proc.wait_listening();
     let grpc = proc.wait_for_line("pgferry: listening grpc=", common::START_TIMEOUT);
     let key = {
         let mut c = db.connect().await;
@@ -112,6 +115,19 @@ async fn json_logs_name_role_tenant_and_queue_and_keep_a_terminated_backends_cau
         .unwrap();
         key.expose().to_string()
     };
+
+    // An HTTP request with acme's key: its lines name the tenant.
+    let resp = http()
+        .get(format!("{base}/v1/queues"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let answered = wait_for_log(&proc, "of the HTTP request", |l| {
+        l["span"]["path"] == "/v1/queues" && l["fields"]["status"] == 200
+    });
+    assert_eq!(answered["span"]["tenant"], "acme", "{answered}");
 
     // A worker on queue "mail": the queue's dispatcher logs as claimer of acme/mail.
     let worker = pgferry_client::Worker::new(
@@ -139,7 +155,7 @@ async fn json_logs_name_role_tenant_and_queue_and_keep_a_terminated_backends_cau
         killed = admin
             .query_one(
                 "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity
-                  WHERE application_name = 'pgferry-ticker'",
+                  WHERE application_name = 'pgferry-ticker' AND datname = current_database()",
                 &[],
             )
             .await

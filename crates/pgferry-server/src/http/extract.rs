@@ -37,6 +37,8 @@ impl FromRequestParts<AppState> for Authed {
             .ok_or(AuthError::Malformed)?
             .trim();
         let principal = state.auth.authenticate(key).await?;
+        // The request's log lines name the tenant from here on (issue 27).
+        tracing::Span::current().record("tenant", principal.tenant.as_str());
         state.http.limiter.check(principal.key_id)?;
         Ok(Authed(principal))
     }
