@@ -183,6 +183,29 @@ async fn json_logs_name_role_tenant_and_queue_and_keep_a_terminated_backends_cau
     });
     assert_eq!(failed["span"]["role"], "leader", "{failed}");
 
+    // A pooled connection of the API (the HTTP request above opened one): deadpool's own
+    // connection task would log only "db error".
+    let killed: i64 = admin
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity
+              WHERE application_name = 'pgferry-api' AND datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get("n");
+    assert!(killed > 0, "{}", proc.diag());
+    let pooled = wait_for_log(&proc, "of the terminated pooled connection", |l| {
+        l["fields"]["message"] == "database connection ended" && l["fields"]["role"] == "api"
+    });
+    assert_eq!(pooled["fields"]["sqlstate"], "57P01", "{pooled}");
+    assert!(
+        pooled["fields"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("terminating connection due to administrator command")),
+        "{pooled}"
+    );
+
     let _ = stop_tx.send(true);
     let _ = worker.await;
     proc.signal(libc::SIGTERM);
