@@ -142,11 +142,16 @@ impl Nudge {
         self.pending.get_or_insert_with(Instant::now);
     }
 
-    /// A tick heard after the growth: the ticker wrote it, so it checks again within its
-    /// tick interval and sees the growth then; no nudge.
+    /// A tick heard at least [`NUDGE_QUIET`] after the growth was written after it (unless
+    /// NOTIFY took that long), so its snapshot or the ticker's next check, one tick
+    /// interval later, sees the growth: no nudge. A tick heard sooner may predate the
+    /// growth and the ticker may have gone idle since: the nudge stays owed.
     fn tick_heard(&mut self) {
-        self.last_tick = Some(Instant::now());
-        self.pending = None;
+        let now = Instant::now();
+        self.last_tick = Some(now);
+        if self.pending.is_some_and(|g| now >= g + NUDGE_QUIET) {
+            self.pending = None;
+        }
     }
 
     fn sent(&mut self) {
