@@ -12,6 +12,7 @@ mod reference_log;
 mod reference_skiplocked;
 mod runtime_cycle;
 mod scheduled;
+pub mod two_process;
 pub mod workflow;
 mod workflow_load;
 mod workflow_seed;
@@ -251,7 +252,7 @@ async fn bench_queue(engine: &Engine, name: &str, opts: &BenchOpts) -> anyhow::R
 }
 
 /// Drops and recreates `dbname`; returns a config pointing at it.
-async fn fresh_database(base: &Config, dbname: &str) -> anyhow::Result<Config> {
+pub(crate) async fn fresh_database(base: &Config, dbname: &str) -> anyhow::Result<Config> {
     let mut admin = base.clone();
     admin.dbname("postgres");
     let (client, conn) = admin.connect(NoTls).await?;

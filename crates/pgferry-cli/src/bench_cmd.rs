@@ -130,9 +130,53 @@ pub enum BenchCmd {
     /// same run, signal round trips, a fan-out of 100 children, a hot concurrency key
     /// (docs/workflows.md).
     Workflow(BenchArgs),
+    /// Two `pgferry serve` processes on one database serving one queue at a light fixed
+    /// rate: per-process enqueue → start p50/p99 (leader and non-leader), optionally the
+    /// leader killed and the takeover measured (docs/performance.md).
+    TwoProcess(TwoProcessArgs),
     /// Active session history: sample cost under simulated load, readers over seeded
     /// history, rotation, and the sampler's effect on the cycle (docs/performance.md).
     Ash(crate::ash_cmd::AshBenchArgs),
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+pub enum EnqueueVia {
+    Both,
+    First,
+    Second,
+}
+
+#[derive(clap::Args, Clone)]
+pub struct TwoProcessArgs {
+    /// Print the report as JSON (the only format; kept for scripts).
+    #[arg(long)]
+    pub json: bool,
+    /// Measured seconds per window.
+    #[arg(long, default_value_t = 10)]
+    pub duration: u64,
+    /// Warmup seconds (not counted).
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u64,
+    /// Jobs per second enqueued through each process, one per request.
+    #[arg(long, default_value_t = 50.0)]
+    pub rate: f64,
+    /// Execution slots of the worker attached to each process.
+    #[arg(long, default_value_t = 8)]
+    pub slots: usize,
+    /// After the first window, SIGKILL the leader: report the takeover gap and a second
+    /// window served by the other process alone.
+    #[arg(long)]
+    pub kill_leader: bool,
+    /// Which processes enqueue: both, first (the leader) or second (workers of both
+    /// processes claim either way).
+    #[arg(long, value_enum, default_value_t = EnqueueVia::Both)]
+    pub enqueue_via: EnqueueVia,
+    /// The pgferry binary to start (default: this one), e.g. an older build to compare.
+    #[arg(long)]
+    pub server_bin: Option<std::path::PathBuf>,
+    /// Use this database instead of a private cluster.
+    #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
+    pub database_url: Option<String>,
 }
 
 impl BenchArgs {
@@ -179,27 +223,9 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         | BenchCmd::Workflow(a)
         | BenchCmd::Reference { args: a, .. } => a.clone(),
         BenchCmd::Ash(a) => return crate::ash_cmd::bench(a.clone()).await,
+        BenchCmd::TwoProcess(a) => return two_process(a.clone()).await,
     };
-    let (base, cluster) = match &args.database_url {
-        Some(url) => (Config::from_str(url)?, None),
-        None => {
-            let dir = tempfile::Builder::new()
-                .prefix("pgferry-bench-")
-                .tempdir()?;
-            let mut opts = ClusterOptions::new(dir.path().join("pg"));
-            opts.listen_tcp = false;
-            opts.settings = vec![
-                ("max_connections".into(), "200".into()),
-                ("shared_buffers".into(), "512MB".into()),
-                ("max_wal_size".into(), "4GB".into()),
-            ];
-            let cluster = tokio::task::spawn_blocking(move || Cluster::start(opts)).await??;
-            (
-                Config::from_str(&cluster.conn_string("postgres"))?,
-                Some((cluster, dir)),
-            )
-        }
-    };
+    let (base, cluster) = private_or_given(&args.database_url).await?;
     let opts = args.opts();
     let out = match cmd {
         BenchCmd::Cycle(_) if args.via == Via::Grpc && args.compare_inprocess => {
@@ -230,12 +256,66 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         }
         BenchCmd::Compare(_) => pgferry_bench::compare(&base, &opts).await?,
         BenchCmd::Workflow(_) => pgferry_bench::workflow::run(&base, &opts).await?,
-        BenchCmd::Ash(_) => unreachable!("answered above"),
+        BenchCmd::Ash(_) | BenchCmd::TwoProcess(_) => unreachable!("answered above"),
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
+    stop_private(cluster).await
+}
+
+/// A private cluster in a temporary directory (stopped by the caller), or the given URL.
+type Private = Option<(Cluster, tempfile::TempDir)>;
+
+async fn private_or_given(url: &Option<String>) -> anyhow::Result<(Config, Private)> {
+    Ok(match url {
+        Some(url) => (Config::from_str(url)?, None),
+        None => {
+            let dir = tempfile::Builder::new()
+                .prefix("pgferry-bench-")
+                .tempdir()?;
+            let mut opts = ClusterOptions::new(dir.path().join("pg"));
+            opts.listen_tcp = false;
+            opts.settings = vec![
+                ("max_connections".into(), "200".into()),
+                ("shared_buffers".into(), "512MB".into()),
+                ("max_wal_size".into(), "4GB".into()),
+            ];
+            let cluster = tokio::task::spawn_blocking(move || Cluster::start(opts)).await??;
+            (
+                Config::from_str(&cluster.conn_string("postgres"))?,
+                Some((cluster, dir)),
+            )
+        }
+    })
+}
+
+async fn stop_private(cluster: Private) -> anyhow::Result<()> {
     if let Some((cluster, dir)) = cluster {
         tokio::task::spawn_blocking(move || cluster.stop()).await??;
         drop(dir);
     }
+    Ok(())
+}
+
+async fn two_process(args: TwoProcessArgs) -> anyhow::Result<()> {
+    let (base, cluster) = private_or_given(&args.database_url).await?;
+    let opts = pgferry_bench::two_process::TwoProcessOpts {
+        server_bin: match args.server_bin {
+            Some(p) => p,
+            None => std::env::current_exe()?,
+        },
+        warmup: Duration::from_secs(args.warmup),
+        duration: Duration::from_secs(args.duration.max(1)),
+        rate_per_process: args.rate,
+        slots: args.slots.max(1),
+        kill_leader: args.kill_leader,
+        enqueue_via: match args.enqueue_via {
+            EnqueueVia::Both => None,
+            EnqueueVia::First => Some(0),
+            EnqueueVia::Second => Some(1),
+        },
+    };
+    let report = pgferry_bench::two_process::run(&base, &opts).await;
+    stop_private(cluster).await?;
+    println!("{}", serde_json::to_string_pretty(&report?)?);
     Ok(())
 }

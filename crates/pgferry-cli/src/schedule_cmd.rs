@@ -86,7 +86,7 @@ pub struct CreateArgs {
 }
 
 pub async fn run(t: &Target, cmd: ScheduleCmd) -> anyhow::Result<()> {
-    let api = Api::new(t)?;
+    let api = Api::new(t).await?;
     let path = |name: &str, rest: &str| format!("/v1/schedules/{}{rest}", segment(name));
     let v = match cmd {
         ScheduleCmd::List => api.get("/v1/schedules", &[]).await?,

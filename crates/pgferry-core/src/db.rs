@@ -91,9 +91,9 @@ impl From<Pool> for Pools {
 fn build_pool(cfg: Config, size: usize) -> Pool {
     // Fast recycling: a broken connection surfaces on use and is dropped then; checking each
     // checkout would add a round trip to every operation.
-    let manager = Manager::from_config(
+    let manager = Manager::from_connect(
         cfg,
-        NoTls,
+        LoggedConnect,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -106,6 +106,41 @@ fn build_pool(cfg: Config, size: usize) -> Pool {
         }))
         .build()
         .expect("pool without runtime-specific options always builds")
+}
+
+/// Opens a pooled connection the way deadpool does, but a connection that ends with an
+/// error logs the server's whole reason (e.g. FATAL 57P01 "terminating connection due to
+/// administrator command") and the pool's role: deadpool's own task logs only "db error"
+/// (issue 27).
+struct LoggedConnect;
+
+type Connected = std::result::Result<
+    (tokio_postgres::Client, tokio::task::JoinHandle<()>),
+    tokio_postgres::Error,
+>;
+
+impl deadpool_postgres::Connect for LoggedConnect {
+    fn connect(
+        &self,
+        pg_config: &Config,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Connected> + Send + '_>> {
+        let pg_config = pg_config.clone();
+        Box::pin(async move {
+            let (client, conn) = pg_config.connect(NoTls).await?;
+            // The application name is `pgferry-<role>` (session_config).
+            let role = pg_config
+                .get_application_name()
+                .map(|a| a.trim_start_matches("pgferry-").to_string())
+                .unwrap_or_default();
+            let task = tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    let e = Error::Db(e);
+                    tracing::warn!(role, sqlstate = e.sqlstate(), error = %e, "database connection ended");
+                }
+            });
+            Ok((client, task))
+        })
+    }
 }
 
 /// One dedicated connection named `pgferry-<role>` (migrations, leader duties, bench), its

@@ -15,6 +15,7 @@ use tokio_postgres::types::ToSql;
 use crate::counters::Counters;
 use crate::db::Pools;
 use crate::error::{Error, Result};
+use crate::growth::LogGrowth;
 use crate::ids::{IdBlocks, SegmentCache};
 use crate::job::{ClaimedJob, Completed, Outcome};
 use crate::lanes::{BusyLanes, LaneCache};
@@ -85,8 +86,9 @@ pub struct Engine {
     cancels: tokio::sync::broadcast::Sender<i64>,
     /// Workflow instance ids cancelled (from LISTEN pgferry_wf_cancel).
     wf_cancels: tokio::sync::broadcast::Sender<i64>,
-    /// Signalled after each enqueue so an in-process ticker ticks without waiting.
-    log_grew: Arc<Notify>,
+    /// Signalled after each enqueue: an in-process ticker ticks without waiting, and a
+    /// process that does not lead tells the leader (growth.rs).
+    growth: LogGrowth,
     /// Per-lane deltas of this process's committed statements (queue counts).
     counters: Counters,
 }
@@ -111,7 +113,7 @@ impl Engine {
             ticks: watch::Sender::new(0),
             cancels: tokio::sync::broadcast::Sender::new(1024),
             wf_cancels: tokio::sync::broadcast::Sender::new(1024),
-            log_grew: Arc::new(Notify::new()),
+            growth: LogGrowth::default(),
         })
     }
 
@@ -322,7 +324,12 @@ impl Engine {
 
     /// Notified when this process appended to the log (the ticker's early wake-up).
     pub fn log_grew(&self) -> Arc<Notify> {
-        self.log_grew.clone()
+        self.growth.here.clone()
+    }
+
+    /// The ticker's wake-up signals (growth.rs).
+    pub fn growth(&self) -> &LogGrowth {
+        &self.growth
     }
 
     /// Waits until a tick newer than `seen` is known, or `timeout` passes; returns the latest

@@ -294,7 +294,7 @@ impl Engine {
         client.close();
         self.counters()
             .enqueued(batch.lanes.iter().zip(&batch.run_ats));
-        self.log_grew().notify_one();
+        self.growth().grew();
         Ok(split(ids, lens))
     }
 

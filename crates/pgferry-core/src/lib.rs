@@ -12,6 +12,7 @@ pub mod dlq;
 pub mod engine;
 mod enqueue;
 pub mod error;
+pub mod growth;
 pub mod idempotency;
 mod ids;
 pub mod job;

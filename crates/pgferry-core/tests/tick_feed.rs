@@ -53,3 +53,71 @@ async fn non_leader_process_wakes_on_notified_ticks() {
     leader.await.unwrap();
     listener.abort();
 }
+
+/// Issue 27: an enqueue in a process that does not lead reaches the leader's idle ticker
+/// (B's listener NOTIFYs pgferry_grew, A's listener wakes A's ticker), instead of waiting
+/// for the ticker's idle interval — here an hour, so without the nudge no tick would come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_leaders_enqueue_wakes_the_leaders_idle_ticker() {
+    let s = common::setup().await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let leader = tokio::spawn(
+        Leader::new(
+            s.engine.clone(),
+            s.db.config.clone(),
+            LeaderConfig {
+                idle_tick_interval: Duration::from_secs(3600),
+                ..LeaderConfig::default()
+            },
+        )
+        .run(stop_rx),
+    );
+    let a_listener = tokio::spawn(listen::run_tick_listener(
+        s.engine.clone(),
+        s.db.config.clone(),
+    ));
+    let b = Engine::new(s.db.pool(2), EngineConfig::default());
+    let b_listener = tokio::spawn(listen::run_tick_listener(b.clone(), s.db.config.clone()));
+    // A's own enqueue wakes its ticker: B hears the tick once both listeners listen.
+    let mut seen = 0;
+    for _ in 0..100 {
+        s.engine
+            .enqueue(&[NewJob::new("q", "k", json!({}))])
+            .await
+            .unwrap();
+        seen = b.wait_for_tick(0, Duration::from_millis(200)).await;
+        if seen > 0 {
+            break;
+        }
+    }
+    assert!(seen > 0, "B never heard a tick");
+    // Wait until the ticker is idle: no new tick for a while (bounded).
+    for _ in 0..100 {
+        let now = b.wait_for_tick(seen, Duration::from_millis(300)).await;
+        if now == seen {
+            break;
+        }
+        seen = now;
+    }
+    assert!(s.engine.growth().ticking(), "A's ticker runs");
+    assert!(!b.growth().ticking());
+    // B enqueues: a tick must follow without any enqueue in A.
+    let id = b
+        .enqueue(&[NewJob::new("q", "k", json!({}))])
+        .await
+        .unwrap()[0];
+    let after = b.wait_for_tick(seen, Duration::from_secs(60)).await;
+    assert!(after > seen, "no tick after B's enqueue (ticker idle)");
+    let claimed: Vec<i64> = b
+        .claim("q", 100, "b")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.job_id)
+        .collect();
+    assert!(claimed.contains(&id), "{claimed:?} lacks {id}");
+    let _ = stop_tx.send(true);
+    leader.await.unwrap();
+    a_listener.abort();
+    b_listener.abort();
+}

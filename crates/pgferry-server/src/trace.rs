@@ -40,6 +40,8 @@ pub fn http_span<B>(req: &Request<B>) -> Span {
         method = %req.method(),
         path = %req.uri().path(),
         trace_id = trace,
+        // Recorded once the key is authenticated (http/extract.rs).
+        tenant = tracing::field::Empty,
     )
 }
 

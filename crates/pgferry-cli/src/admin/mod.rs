@@ -121,7 +121,7 @@ pub struct DeadAction {
 }
 
 pub async fn queue(t: &Target, cmd: QueueCmd) -> anyhow::Result<()> {
-    let api = Api::new(t)?;
+    let api = Api::new(t).await?;
     match cmd {
         QueueCmd::List => {
             let v = api.get("/v1/queues", &[]).await?;
@@ -249,7 +249,7 @@ async fn cancel_queue(
 }
 
 pub async fn job(t: &Target, cmd: JobCmd) -> anyhow::Result<()> {
-    let api = Api::new(t)?;
+    let api = Api::new(t).await?;
     match cmd {
         JobCmd::Get { id } => {
             let v = api.get(&format!("/v1/jobs/{id}"), &[]).await?;
@@ -283,7 +283,7 @@ pub async fn job(t: &Target, cmd: JobCmd) -> anyhow::Result<()> {
 }
 
 pub async fn dead(t: &Target, cmd: DeadCmd) -> anyhow::Result<()> {
-    let api = Api::new(t)?;
+    let api = Api::new(t).await?;
     match cmd {
         DeadCmd::List { filter, limit } => {
             let (jobs, more) = pages(&api, "/v1/dead", filter_query(&filter), limit).await?;

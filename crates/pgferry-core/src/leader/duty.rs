@@ -129,7 +129,8 @@ impl Duties {
 /// connection. Errors are logged and counted, never fatal.
 pub async fn run(pg: Config, mut duty: Box<dyn Duty>, handle: DutyHandle) {
     let name = duty.name();
-    let span = tracing::info_span!("duty", duty = name);
+    // role: the pgferry role of issue 27's log fields (enqueuer, claimer, leader duty).
+    let span = tracing::info_span!("duty", role = "leader", duty = name);
     async move {
         loop {
             let mut client = match connect(&pg, name).await {

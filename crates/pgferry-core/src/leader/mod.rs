@@ -29,6 +29,10 @@ use crate::error::Result;
 /// Session advisory lock key of the leader.
 const LEADER_LOCK: i64 = 0x7067_6665_7272_7902;
 
+/// Pause between two tries for the leader lock (issue 27: the takeover gap after a leader
+/// is killed).
+const CAMPAIGN_INTERVAL: Duration = Duration::from_millis(100);
+
 #[derive(Debug, Clone)]
 pub struct LeaderConfig {
     /// Pause after a tick was written before checking again (the log is growing).
@@ -191,16 +195,26 @@ impl Leader {
         }
     }
 
-    /// One leadership term: take the lock or return; run duties until the lock session fails
+    /// One leadership term: campaign for the lock (until shutdown); run duties until the lock session fails
     /// or shutdown.
     async fn lead_once(&self, shutdown: &mut watch::Receiver<bool>) -> Result<()> {
         let lock = connect(&self.pg, "leader").await?;
-        let got: bool = lock
-            .query_one("SELECT pg_try_advisory_lock($1) AS got", &[&LEADER_LOCK])
-            .await?
-            .get("got");
-        if !got {
-            return Ok(());
+        // Campaign on this one connection every CAMPAIGN_INTERVAL: a killed leader's lock
+        // is taken over within that (it was up to a second plus a new connection per try).
+        // A try, not a blocking pg_advisory_lock: a waiting backend would show as an active
+        // session waiting on a lock all the time (ASH) and would outlive a killed process.
+        loop {
+            let got: bool = lock
+                .query_one("SELECT pg_try_advisory_lock($1) AS got", &[&LEADER_LOCK])
+                .await?
+                .get("got");
+            if got {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(CAMPAIGN_INTERVAL) => {}
+                _ = shutdown.changed() => return Ok(()),
+            }
         }
         tracing::info!("became leader");
         let mut duties = JoinSet::new();

@@ -24,7 +24,7 @@ pub async fn tick(client: &Client) -> Result<Option<i64>> {
 }
 
 /// The ticker duty: a tick, then `tick_interval` while the log grows; idle, it waits for
-/// `idle_tick_interval` or until this process enqueues something.
+/// `idle_tick_interval` or until this process or another one enqueues something.
 pub struct Ticker {
     pub engine: Arc<Engine>,
     pub config: LeaderConfig,
@@ -43,6 +43,9 @@ impl Duty for Ticker {
         // enable_seqscan off: the latest-tick probe must use ticks_id even when a freshly
         // reused segment's statistics say it is empty.
         Box::pin(async move {
+            // From now on this process's listener stops nudging: its enqueues wake this
+            // ticker directly (growth.rs).
+            self.engine.growth().set_ticking(true);
             client
                 .batch_execute("SET synchronous_commit = off; SET enable_seqscan = off")
                 .await?;
@@ -63,11 +66,25 @@ impl Duty for Ticker {
     }
 
     fn idle(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        // Idle: wake early when this process enqueued something.
-        let grew = self.engine.log_grew();
+        // Idle: wake early when this process enqueued something, or another process said
+        // it did (its pgferry_grew NOTIFY, growth.rs).
+        let growth = self.engine.growth();
         let wait = self.config.idle_tick_interval;
         Box::pin(async move {
-            let _ = tokio::time::timeout(wait, grew.notified()).await;
+            let woken = async {
+                tokio::select! {
+                    _ = growth.here.notified() => {}
+                    _ = growth.elsewhere.notified() => {}
+                }
+            };
+            let _ = tokio::time::timeout(wait, woken).await;
         })
+    }
+}
+
+impl Drop for Ticker {
+    /// Leadership ended (the duty was aborted): this process's listener nudges again.
+    fn drop(&mut self) {
+        self.engine.growth().set_ticking(false);
     }
 }

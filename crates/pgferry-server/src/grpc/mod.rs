@@ -366,7 +366,8 @@ pub async fn serve_grpc(
                 .and_then(crate::trace::valid)
                 .map(crate::trace::trace_id)
                 .unwrap_or_default();
-            tracing::info_span!("grpc", rpc = %req.uri().path(), trace_id = trace)
+            let rpc = req.uri().path();
+            tracing::info_span!("grpc", rpc = %rpc, role = rpc_role(rpc), trace_id = trace)
         })
         .add_service(producer)
         .add_service(worker)
@@ -379,6 +380,16 @@ pub async fn serve_grpc(
     let _ = state.stop.send(true);
     state.dispatchers.close_all().await;
     result
+}
+
+/// The pgferry role of an RPC for log lines (issue 27): enqueuer, claimer or admin.
+fn rpc_role(path: &str) -> &'static str {
+    let service = path.trim_start_matches('/').split('/').next().unwrap_or("");
+    match service.rsplit('.').next().unwrap_or("") {
+        "Producer" => "enqueuer",
+        "Worker" | "WorkflowWorker" => "claimer",
+        _ => "admin",
+    }
 }
 
 /// Accepted connections with TCP_NODELAY. `Server::tcp_nodelay` only reaches sockets tonic
@@ -419,5 +430,15 @@ mod tests {
         let e = rx.recv().await.unwrap().unwrap_err();
         assert_eq!(e.code(), tonic::Code::Internal);
         assert!(rx.recv().await.is_none(), "the stream ends there");
+    }
+
+    #[test]
+    fn log_lines_of_an_rpc_name_its_role() {
+        assert_eq!(rpc_role("/pgferry.v1.Producer/Enqueue"), "enqueuer");
+        assert_eq!(rpc_role("/pgferry.v1.Worker/Work"), "claimer");
+        assert_eq!(rpc_role("/pgferry.v1.WorkflowWorker/Steps"), "claimer");
+        assert_eq!(rpc_role("/pgferry.v1.Admin/ListQueues"), "admin");
+        assert_eq!(rpc_role("/pgferry.v1.WorkflowAdmin/Start"), "admin");
+        assert_eq!(rpc_role(""), "admin");
     }
 }

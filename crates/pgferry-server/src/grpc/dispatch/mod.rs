@@ -228,7 +228,17 @@ impl Registry {
                     lease_ms: AtomicU64::new(deliver::lease_ms(self.inner.config.default_lease)),
                     tokens: self.inner.tokens.clone(),
                 });
-                let task = tokio::spawn(run(d.clone(), self.inner.clone()));
+                // Every line the dispatcher logs names its role, tenant and queue (issue 27).
+                let span = tracing::info_span!(
+                    "claimer",
+                    role = "claimer",
+                    tenant = %d.tenant,
+                    queue = %d.user_queue
+                );
+                let task = tokio::spawn(tracing::Instrument::instrument(
+                    run(d.clone(), self.inner.clone()),
+                    span,
+                ));
                 let mut tasks = self.inner.tasks.lock().expect("dispatcher tasks");
                 tasks.retain(|t| !t.is_finished());
                 tasks.push(task);
@@ -284,6 +294,7 @@ async fn lease_of(inner: &Inner, queue: &str) -> Duration {
 /// back while a claim is in the database are served from the buffer at once, not after the
 /// claim's round trip.
 async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
+    tracing::debug!("dispatcher started");
     let mut ticks = inner.engine.subscribe_ticks();
     let mut stopping = inner.stopping.clone();
     let mut lease = lease_of(&inner, &d.queue).await;
