@@ -16,10 +16,17 @@ pub const SERVER: Component<'static> = Component {
         sql: include_str!("../migrations/0001_tenancy.sql"),
     }],
     // A tenant's queue by name, for SQL in the application's transaction.
-    functions: &[Function {
-        name: "tenant_queue",
-        sql: include_str!("sql/functions/tenant_queue.sql"),
-    }],
+    functions: &[
+        Function {
+            name: "tenant_queue",
+            sql: include_str!("sql/functions/tenant_queue.sql"),
+        },
+        // Calls tenant_queue and the engine's wf_start (the engine is applied first).
+        Function {
+            name: "tenant_wf_start",
+            sql: include_str!("sql/functions/tenant_wf_start.sql"),
+        },
+    ],
 };
 
 /// Every component `pgferry serve` uses, in the order they are applied.

@@ -196,3 +196,96 @@ async fn bad_input_is_an_error_naming_the_field_and_writes_nothing() {
         .get(0);
     assert_eq!(written, 0);
 }
+
+/// A workflow started from SQL in the app's transaction: nothing if it rolls back; once
+/// committed, the tenant's instance (its keys under the tenant's prefix, shown as given);
+/// the correlation key deduplicates; a bad field is an error naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_started_in_the_apps_transaction() {
+    let srv = TestServer::start(ServerConfig::default()).await;
+    let a = srv.key("acme", &["produce", "read", "consume"]).await;
+    let b = srv.key("other", &["produce", "read"]).await;
+    let mut app = srv.db.connect().await;
+    const START: &str = "SELECT id, duplicate FROM pgferry.tenant_wf_start($1, $2, $3, $4::jsonb, \
+                         p_correlation_key => $5, p_concurrency_key => $6, p_priority => $7)";
+    let input = json!({"order": 7});
+
+    let tx = app.transaction().await.unwrap();
+    let gone: i64 = tx
+        .query_one(
+            START,
+            &[&"acme", &"order", &"flows", &input, &"o-7", &"ck", &1i32],
+        )
+        .await
+        .unwrap()
+        .get("id");
+    tx.rollback().await.unwrap();
+    let (s, _, _) = srv
+        .call("GET", &format!("/v1/workflows/{gone}"), Some(&a), None)
+        .await;
+    assert_eq!(s, 404, "a rolled-back start left an instance");
+
+    let tx = app.transaction().await.unwrap();
+    let row = tx
+        .query_one(
+            START,
+            &[&"acme", &"order", &"flows", &input, &"o-7", &"ck", &1i32],
+        )
+        .await
+        .unwrap();
+    let (id, dup): (i64, bool) = (row.get("id"), row.get("duplicate"));
+    assert!(!dup);
+    let again = tx
+        .query_one(
+            START,
+            &[&"acme", &"order", &"flows", &input, &"o-7", &"ck", &1i32],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.get::<_, i64>("id"), again.get::<_, bool>("duplicate")),
+        (id, true)
+    );
+    tx.commit().await.unwrap();
+    let (s, wf, _) = srv
+        .call("GET", &format!("/v1/workflows/{id}"), Some(&a), None)
+        .await;
+    assert_eq!(s, 200, "{wf}");
+    assert_eq!(
+        (
+            &wf["queue"],
+            &wf["kind"],
+            &wf["input"],
+            &wf["concurrency_key"]
+        ),
+        (&json!("flows"), &json!("order"), &input, &json!("ck"))
+    );
+    let stored: String = app
+        .query_one(
+            "SELECT concurrency_key FROM pgferry.wf_instances WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        stored.starts_with('t') && stored.ends_with(".ck"),
+        "{stored}"
+    );
+    let (s, _, _) = srv
+        .call("GET", &format!("/v1/workflows/{id}"), Some(&b), None)
+        .await;
+    assert_eq!(s, 404, "another tenant sees the instance");
+
+    let e = app
+        .query_one(
+            START,
+            &[&"acme", &"order", &"flows", &input, &"o-8", &"ck", &10i32],
+        )
+        .await
+        .expect_err("priority 10");
+    assert!(
+        e.as_db_error().unwrap().message().starts_with("priority:"),
+        "{e}"
+    );
+}

@@ -58,4 +58,4 @@ export type {
   QueueInfo,
   QueueSettings,
 } from "./types.js";
-export { enqueueTx, type SqlClient, type TxJob } from "./tx.js";
+export { enqueueTx, startWorkflowTx, type SqlClient, type TxJob, type TxWorkflowStart } from "./tx.js";

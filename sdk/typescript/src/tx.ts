@@ -50,9 +50,8 @@ export async function enqueueTx(db: SqlClient, job: TxJob): Promise<number> {
   if (runAt !== null && Number.isNaN(runAt.getTime())) {
     throw new InvalidArgument("runAt: not a valid time", { field: "runAt" });
   }
-  let res;
-  try {
-    res = await db.query(ENQUEUE, [
+  const res = await fieldErrors(() =>
+    db.query(ENQUEUE, [
       job.tenant,
       job.queue,
       job.kind,
@@ -61,9 +60,69 @@ export async function enqueueTx(db: SqlClient, job: TxJob): Promise<number> {
       job.priority ?? 0,
       job.maxAttempts ?? null,
       runAt,
-    ]);
+    ]),
+  );
+  const id = res.rows[0]?.id;
+  return Number(id);
+}
+
+/** What `startWorkflowTx` starts. The queue and keys are the tenant's (as the API knows them). */
+export interface TxWorkflowStart {
+  tenant: string;
+  kind: string;
+  queue: string;
+  input?: Json;
+  /** An active instance with this key in the queue is returned instead (`duplicate`). */
+  correlationKey?: string;
+  concurrencyKey?: string;
+  concurrencyLimit?: number;
+  rateKey?: string;
+  /** 0 (least urgent) to 9. */
+  priority?: number;
+  runAt?: Date | number;
+  maxAttempts?: number;
+}
+
+const WF_START =
+  "SELECT id, duplicate FROM pgferry.tenant_wf_start($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11)";
+
+/**
+ * Starts a workflow instance on `db`, a connection inside the caller's transaction, through
+ * the SQL function `pgferry.tenant_wf_start` (the API's checks and tenant namespace, in the
+ * database): it exists, and its first step becomes claimable, only if that transaction
+ * commits. Resolves to its id and whether an active instance with the correlation key was
+ * returned instead.
+ */
+export async function startWorkflowTx(db: SqlClient, s: TxWorkflowStart): Promise<{ id: number; duplicate: boolean }> {
+  const runAt = s.runAt === undefined ? null : new Date(s.runAt);
+  if (runAt !== null && Number.isNaN(runAt.getTime())) {
+    throw new InvalidArgument("runAt: not a valid time", { field: "runAt" });
+  }
+  const res = await fieldErrors(() =>
+    db.query(WF_START, [
+      s.tenant,
+      s.kind,
+      s.queue,
+      JSON.stringify(s.input ?? {}),
+      s.correlationKey ?? null,
+      s.concurrencyKey ?? null,
+      s.concurrencyLimit ?? null,
+      s.rateKey ?? null,
+      s.priority ?? 0,
+      runAt,
+      s.maxAttempts ?? null,
+    ]),
+  );
+  const row = res.rows[0] ?? {};
+  return { id: Number(row.id), duplicate: row.duplicate === true };
+}
+
+/** Runs a query, turning the SQL functions' own checks (SQLSTATE 22023 / P0002 with
+ * "field: reason") into `InvalidArgument` naming the field. */
+async function fieldErrors<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
   } catch (e) {
-    // The functions' own checks: SQLSTATE 22023 / P0002 with "field: reason".
     const err = e as { code?: string; message?: string };
     if ((err.code === "22023" || err.code === "P0002") && typeof err.message === "string") {
       const field = err.message.split(":", 1)[0] ?? "";
@@ -71,6 +130,4 @@ export async function enqueueTx(db: SqlClient, job: TxJob): Promise<number> {
     }
     throw e;
   }
-  const id = res.rows[0]?.id;
-  return Number(id);
 }

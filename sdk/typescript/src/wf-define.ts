@@ -3,6 +3,8 @@
 // handle that starts typed instances.
 import type { Client } from "./client.js";
 import type { StandardSchemaV1 } from "./standard-schema.js";
+import { startWorkflowTx, type SqlClient } from "./tx.js";
+import type { Json } from "./types.js";
 import { validate } from "./task.js";
 import { WorkflowHandle } from "./wf-admin.js";
 import { type WorkflowContext, type WorkflowRef, driveClaim } from "./wf-code.js";
@@ -45,6 +47,27 @@ abstract class Startable<I, O> {
     const admin = this.client.workflows;
     const s = await admin.start(this.name, input, { ...opts, queue: opts.queue ?? this.queue ?? this.client.defaultQueue });
     return new WorkflowHandle<O>(admin, s.id, s.duplicate);
+  }
+
+  /** Validate the input and start an instance on `db`, a connection inside the caller's own
+   * transaction (any node-postgres-shaped client): it exists only if that transaction
+   * commits. Goes through the SQL function `pgferry.tenant_wf_start`, not the server. */
+  async startTx(
+    db: SqlClient,
+    tenant: string,
+    input: I,
+    opts: Omit<StartOptions, "step" | "state"> = {},
+  ): Promise<WorkflowHandle<O>> {
+    if (this.schema) await validate(this.schema, input, `workflow "${this.name}": invalid input`);
+    const { queue, ...rest } = opts;
+    const s = await startWorkflowTx(db, {
+      ...rest,
+      tenant,
+      kind: this.name,
+      queue: queue ?? this.queue ?? this.client.defaultQueue,
+      input: input as Json,
+    });
+    return new WorkflowHandle<O>(this.client.workflows, s.id, s.duplicate);
   }
 
   /** Start and wait for the result. */

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import pg from "pg";
 import { z } from "zod";
-import { InvalidArgument, NotFound, Pgferry, ValidationError, enqueueTx } from "../dist/esm/index.js";
+import { InvalidArgument, NotFound, Pgferry, ValidationError, enqueueTx, startWorkflowTx } from "../dist/esm/index.js";
 import { Server } from "./helpers/server.mjs";
 import { queueName, quiet, running } from "./helpers/util.mjs";
 
@@ -62,6 +62,33 @@ describe("transactional enqueue", () => {
       assert.equal(await ship.result(plain), 3);
     });
     assert.deepEqual(ran.map((r) => r.order).sort(), [2, 3]);
+    await app.close();
+  });
+
+  it("a workflow started in the app's transaction runs only if it commits", async (t) => {
+    const queue = queueName(t);
+    const app = new Pgferry({ url: server.grpcUrl, httpUrl: server.httpUrl, apiKey: server.apiKey });
+    const wf = app.workflow({
+      name: `tx_${queue}`,
+      queue,
+      input: z.object({ n: z.number() }),
+      fn: async (ctx, i) => ctx.step("double", () => i.n * 2),
+    });
+    await db.query("BEGIN");
+    const gone = await wf.startTx(db, TENANT, { n: 1 });
+    await db.query("ROLLBACK");
+    await assert.rejects(app.client.workflows.get(gone.id), NotFound);
+
+    await db.query("BEGIN");
+    const h = await wf.startTx(db, TENANT, { n: 21 }, { correlationKey: "o-21", concurrencyKey: "ck" });
+    const again = await startWorkflowTx(db, { tenant: TENANT, kind: wf.name, queue, input: { n: 21 }, correlationKey: "o-21" });
+    assert.deepEqual(again, { id: h.id, duplicate: true });
+    await assert.rejects(wf.startTx(db, TENANT, { n: "x" }), ValidationError);
+    await db.query("COMMIT");
+    const w = app.workflowWorker({ workflows: [wf], queues: [queue], handleSignals: false, logger: quiet });
+    await running(w, async () => {
+      assert.equal(await h.result({ timeoutMs: 60_000 }), 42);
+    });
     await app.close();
   });
 

@@ -18,5 +18,10 @@ export async function uses(): Promise<number> {
   await ship.enqueueTx(client, "acme", { order: "1" });
   // @ts-expect-error: a tenant is required
   await enqueueTx(client, { queue: "mail", kind: "send" });
-  return a + b;
+  const wf = app.workflow({ name: "order", input: z.object({ n: z.number() }), fn: async (_c, i) => i.n * 2 });
+  const h = await wf.startTx(client, "acme", { n: 1 }, { correlationKey: "o-1" });
+  const r: number = await h.result();
+  // @ts-expect-error: the workflow's input is checked
+  await wf.startTx(client, "acme", { n: "1" });
+  return a + b + r;
 }

@@ -14,7 +14,7 @@
 -- and lane rows are created ON CONFLICT DO NOTHING, ids come from sequences) and writes no
 -- counter row — the queue counts pick the job up at the next recount (ADR 0007) — so that
 -- application transactions enqueueing into one queue never queue behind each other.
--- The row is found by id (by_id, ready_by_id); the ticker's next tick makes it claimable.
+-- The row is found by id (by_id, ready_by_id); the tick after the COMMIT makes it claimable.
 CREATE OR REPLACE FUNCTION pgferry.enqueue(
     p_queue text, p_kind text, p_args jsonb DEFAULT '{}', p_meta jsonb DEFAULT NULL,
     p_priority int DEFAULT 0, p_max_attempts int DEFAULT NULL, p_run_at timestamptz DEFAULT NULL)
@@ -73,6 +73,9 @@ BEGIN
         INSERT INTO pgferry.scheduled (job_id, lane, attempt, max_attempts, kind, args, meta, run_at)
         VALUES (v_id, v_lane, 1, coalesce(p_max_attempts, v_max), p_kind, p_args, p_meta, p_run_at);
     END IF;
+    -- Delivered at COMMIT (once per transaction, however many jobs): the leader's listener
+    -- wakes its idle ticker, so the job is claimable within milliseconds (growth.rs).
+    PERFORM pg_notify('pgferry_grew', '');
     RETURN v_id;
 END
 $fn$;
