@@ -64,7 +64,10 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
             while counters.running() {
                 let jobs = engine.claim("bench", batch, &worker).await?;
                 if jobs.is_empty() {
-                    tick = engine.wait_for_tick(tick, Duration::from_millis(20)).await;
+                    tick = engine
+                        .signals()
+                        .wait_for_tick(tick, Duration::from_millis(20))
+                        .await;
                     continue;
                 }
                 counters.record_latencies(jobs.iter().map(|j| j.enqueued_at));

@@ -75,7 +75,10 @@ pub fn probe(engine: Arc<Engine>, counters: Arc<Counters>) -> (Vec<Task>, Arc<Mu
             while counters.running() {
                 let jobs = engine.claim(PROBE_QUEUE, 10, "probe").await?;
                 if jobs.is_empty() {
-                    tick = engine.wait_for_tick(tick, Duration::from_millis(20)).await;
+                    tick = engine
+                        .signals()
+                        .wait_for_tick(tick, Duration::from_millis(20))
+                        .await;
                     continue;
                 }
                 let now = unix_ms(SystemTime::now());

@@ -3,22 +3,30 @@
 //! Every public operation is one statement per batch (statement-count tests pin this):
 //! enqueue = one COPY (enqueue.rs), claim = one call of `pgferry.claim_lanes`, complete = one
 //! CTE covering success, retries, delayed retries, dead-letters and results.
+//!
+//! `Engine` is the handle; its work lives with the concern, one file each: enqueue
+//! (enqueue.rs, unique.rs, idempotency.rs), claim and complete (here, completion.rs),
+//! heartbeats and hand-over (control.rs), lookups and listings (lookup.rs, listing.rs), the
+//! dead-letter queue (dlq.rs), cancellation (cancelling.rs), queues and their settings
+//! (queues.rs), queue counts (counters.rs). What it keeps in memory is in parts of their
+//! own: the pools (db.rs), the lane cache and busy lanes (lanes.rs), id blocks and the
+//! current segment (ids.rs), and what the process hears about the log — ticks,
+//! cancellations, growth — in [`Signals`] (signals.rs, `engine.signals()`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::{Object, Pool};
-use tokio::sync::{watch, Notify};
 use tokio_postgres::types::ToSql;
 
 use crate::counters::Counters;
 use crate::db::Pools;
 use crate::error::{Error, Result};
-use crate::growth::LogGrowth;
 use crate::ids::{IdBlocks, SegmentCache};
 use crate::job::{ClaimedJob, Completed, Outcome};
 use crate::lanes::{BusyLanes, LaneCache};
+use crate::signals::Signals;
 
 const CLAIM: &str = include_str!("sql/claim.sql");
 const CLAIM_LIMITED: &str = include_str!("sql/claim_limited.sql");
@@ -80,15 +88,8 @@ pub struct Engine {
     /// The segment this process's COPYs write to.
     pub(crate) segment: SegmentCache,
     config: EngineConfig,
-    /// Latest tick id known to this process; claimers wait on it instead of polling.
-    ticks: watch::Sender<i64>,
-    /// Job ids whose cancellation was requested (from LISTEN pgferry_cancel).
-    cancels: tokio::sync::broadcast::Sender<i64>,
-    /// Workflow instance ids cancelled (from LISTEN pgferry_wf_cancel).
-    wf_cancels: tokio::sync::broadcast::Sender<i64>,
-    /// Signalled after each enqueue: an in-process ticker ticks without waiting, and a
-    /// process that does not lead tells the leader (growth.rs).
-    growth: LogGrowth,
+    /// Ticks, cancellations and log growth as this process hears and tells them.
+    signals: Signals,
     /// Per-lane deltas of this process's committed statements (queue counts).
     counters: Counters,
 }
@@ -110,10 +111,7 @@ impl Engine {
             ids: IdBlocks::default(),
             segment: SegmentCache::default(),
             config,
-            ticks: watch::Sender::new(0),
-            cancels: tokio::sync::broadcast::Sender::new(1024),
-            wf_cancels: tokio::sync::broadcast::Sender::new(1024),
-            growth: LogGrowth::default(),
+            signals: Signals::default(),
         })
     }
 
@@ -221,7 +219,7 @@ impl Engine {
         }
         // The tick known before the claim: a lane found empty now has nothing new until a
         // later tick (claims read the newest tick in the database, never an older one).
-        let tick = *self.ticks.borrow();
+        let tick = self.signals.latest_tick();
         let held = self
             .busy
             .take(lanes.claim_order(tick), |l| lanes.priority_of(l));
@@ -322,60 +320,9 @@ impl Engine {
         self.lanes.invalidate(name);
     }
 
-    /// Notified when this process appended to the log (the ticker's early wake-up).
-    pub fn log_grew(&self) -> Arc<Notify> {
-        self.growth.here.clone()
-    }
-
-    /// The ticker's wake-up signals (growth.rs).
-    pub fn growth(&self) -> &LogGrowth {
-        &self.growth
-    }
-
-    /// Waits until a tick newer than `seen` is known, or `timeout` passes; returns the latest
-    /// tick id. Claimers call this between empty claims instead of polling.
-    pub async fn wait_for_tick(&self, seen: i64, timeout: std::time::Duration) -> i64 {
-        let mut rx = self.ticks.subscribe();
-        let _ = tokio::time::timeout(timeout, rx.wait_for(|t| *t > seen)).await;
-        let latest = *rx.borrow();
-        latest
-    }
-
-    /// The latest tick id this process has heard of.
-    /// Cancellation requests, as job ids, for servers to tell the worker holding the job.
-    /// A lagging receiver misses some; heartbeats (`Beat::cancelled`) catch those.
-    pub fn subscribe_cancels(&self) -> tokio::sync::broadcast::Receiver<i64> {
-        self.cancels.subscribe()
-    }
-
-    pub fn publish_cancel(&self, job_id: i64) {
-        let _ = self.cancels.send(job_id);
-    }
-
-    /// Cancelled workflow instances, as ids, for servers to tell the worker running a step
-    /// of one. A lagging receiver misses some; step heartbeats report those.
-    pub fn subscribe_wf_cancels(&self) -> tokio::sync::broadcast::Receiver<i64> {
-        self.wf_cancels.subscribe()
-    }
-
-    pub fn publish_wf_cancel(&self, instance_id: i64) {
-        let _ = self.wf_cancels.send(instance_id);
-    }
-
-    pub fn subscribe_ticks(&self) -> watch::Receiver<i64> {
-        self.ticks.subscribe()
-    }
-
-    /// Called by the in-process ticker or a LISTEN task when a tick is seen.
-    pub fn publish_tick(&self, tick_id: i64) {
-        self.ticks.send_if_modified(|cur| {
-            if tick_id > *cur {
-                *cur = tick_id;
-                true
-            } else {
-                false
-            }
-        });
+    /// Ticks, cancellations and log growth (signals.rs).
+    pub fn signals(&self) -> &Signals {
+        &self.signals
     }
 }
 

@@ -294,7 +294,7 @@ impl Engine {
         client.close();
         self.counters()
             .enqueued(batch.lanes.iter().zip(&batch.run_ats));
-        self.growth().grew();
+        self.signals().growth().grew();
         Ok(split(ids, lens))
     }
 

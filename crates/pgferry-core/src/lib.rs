@@ -25,6 +25,7 @@ pub mod migrate;
 pub mod queues;
 pub mod runtime;
 pub mod serving;
+pub mod signals;
 pub mod unique;
 pub mod workflow;
 

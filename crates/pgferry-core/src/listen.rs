@@ -78,7 +78,7 @@ async fn listen_once(engine: &Engine, pg: &Config) -> Result<()> {
              LISTEN {WF_CANCEL_CHANNEL}; LISTEN {GREW_CHANNEL}"
         ))
         .await?;
-    let growth = engine.growth();
+    let growth = engine.signals().growth();
     let mut nudge = Nudge::default();
     loop {
         let due = nudge.due();
@@ -93,15 +93,15 @@ async fn listen_once(engine: &Engine, pg: &Config) -> Result<()> {
                     continue;
                 };
                 match channel.as_str() {
-                    CANCEL_CHANNEL => engine.publish_cancel(n),
-                    WF_CANCEL_CHANNEL => engine.publish_wf_cancel(n),
+                    CANCEL_CHANNEL => engine.signals().publish_cancel(n),
+                    WF_CANCEL_CHANNEL => engine.signals().publish_wf_cancel(n),
                     SEGMENT_CHANNEL => {
                         if let Ok(segment) = i16::try_from(n) {
                             engine.observe_segment(segment);
                         }
                     }
                     _ => {
-                        engine.publish_tick(n);
+                        engine.signals().publish_tick(n);
                         nudge.tick_heard();
                     }
                 }

@@ -48,7 +48,7 @@ impl Engine {
             let stmt = client.prepare_cached(ENQUEUE_UNIQUE).await?;
             let rows = client.query(&stmt, &batch.params_unique()).await?;
             drop(client);
-            self.growth().grew();
+            self.signals().growth().grew();
             let mut retry = Vec::new();
             self.counters().enqueued(
                 rows.iter()

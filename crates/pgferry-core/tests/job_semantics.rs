@@ -196,7 +196,7 @@ async fn cancel_pending_scheduled_and_running_jobs() {
         s.engine.clone(),
         s.db.config.clone(),
     ));
-    let mut heard = s.engine.subscribe_cancels();
+    let mut heard = s.engine.signals().subscribe_cancels();
     let running = &c[0];
     let mut got = None;
     for _ in 0..50 {

@@ -120,6 +120,7 @@ async fn run(durability: Durability, jobs_per_producer: usize) {
                 let jobs = engine.claim("ledger", 200, &worker).await.unwrap();
                 if jobs.is_empty() {
                     seen_tick = engine
+                        .signals()
                         .wait_for_tick(seen_tick, Duration::from_millis(50))
                         .await;
                     continue;

@@ -26,14 +26,17 @@ async fn non_leader_process_wakes_on_notified_ticks() {
     let mut got = Vec::new();
     // Bounded: each round enqueues on A and waits on B's tick feed, then claims on B.
     for _ in 0..100 {
-        let seen = *b.subscribe_ticks().borrow();
+        let seen = *b.signals().subscribe_ticks().borrow();
         ids.extend(
             s.engine
                 .enqueue(&[NewJob::new("q", "k", json!({}))])
                 .await
                 .unwrap(),
         );
-        let now = b.wait_for_tick(seen, Duration::from_secs(5)).await;
+        let now = b
+            .signals()
+            .wait_for_tick(seen, Duration::from_secs(5))
+            .await;
         if now > seen {
             got.extend(
                 b.claim("q", 10, "b")
@@ -47,7 +50,10 @@ async fn non_leader_process_wakes_on_notified_ticks() {
             break;
         }
     }
-    assert!(*b.subscribe_ticks().borrow() > 0, "B never heard a tick");
+    assert!(
+        *b.signals().subscribe_ticks().borrow() > 0,
+        "B never heard a tick"
+    );
     assert!(got.len() >= 3, "B claimed {got:?} of {ids:?}");
     let _ = stop_tx.send(true);
     leader.await.unwrap();
@@ -85,7 +91,10 @@ async fn a_non_leaders_enqueue_wakes_the_leaders_idle_ticker() {
             .enqueue(&[NewJob::new("q", "k", json!({}))])
             .await
             .unwrap();
-        seen = b.wait_for_tick(0, Duration::from_millis(200)).await;
+        seen = b
+            .signals()
+            .wait_for_tick(0, Duration::from_millis(200))
+            .await;
         if seen > 0 {
             break;
         }
@@ -93,20 +102,26 @@ async fn a_non_leaders_enqueue_wakes_the_leaders_idle_ticker() {
     assert!(seen > 0, "B never heard a tick");
     // Wait until the ticker is idle: no new tick for a while (bounded).
     for _ in 0..100 {
-        let now = b.wait_for_tick(seen, Duration::from_millis(300)).await;
+        let now = b
+            .signals()
+            .wait_for_tick(seen, Duration::from_millis(300))
+            .await;
         if now == seen {
             break;
         }
         seen = now;
     }
-    assert!(s.engine.growth().ticking(), "A's ticker runs");
-    assert!(!b.growth().ticking());
+    assert!(s.engine.signals().growth().ticking(), "A's ticker runs");
+    assert!(!b.signals().growth().ticking());
     // B enqueues: a tick must follow without any enqueue in A.
     let id = b
         .enqueue(&[NewJob::new("q", "k", json!({}))])
         .await
         .unwrap()[0];
-    let after = b.wait_for_tick(seen, Duration::from_secs(60)).await;
+    let after = b
+        .signals()
+        .wait_for_tick(seen, Duration::from_secs(60))
+        .await;
     assert!(after > seen, "no tick after B's enqueue (ticker idle)");
     let claimed: Vec<i64> = b
         .claim("q", 100, "b")

@@ -40,14 +40,43 @@ pub fn http_span<B>(req: &Request<B>) -> Span {
         method = %req.method(),
         path = %req.uri().path(),
         trace_id = trace,
+        role = http_role(req.method(), req.uri().path()),
         // Recorded once the key is authenticated (http/extract.rs).
         tenant = tracing::field::Empty,
     )
 }
 
+/// The role an HTTP request plays, as gRPC's services name theirs (`grpc::rpc_role`):
+/// producers enqueue, workers claim and report (jobs and workflow steps), everything else
+/// is the API's admin and read side.
+pub fn http_role(method: &axum::http::Method, path: &str) -> &'static str {
+    let enqueue = method == axum::http::Method::POST
+        && (path == "/v1/jobs" || path == "/v1/jobs/batch" || path == "/v1/workflows");
+    if enqueue {
+        "enqueuer"
+    } else if path.starts_with("/v1/workers/") || path.starts_with("/v1/workflow-steps/") {
+        "claimer"
+    } else {
+        "api"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http_requests_name_their_role() {
+        use axum::http::Method;
+        assert_eq!(http_role(&Method::POST, "/v1/jobs"), "enqueuer");
+        assert_eq!(http_role(&Method::GET, "/v1/jobs"), "api");
+        assert_eq!(http_role(&Method::POST, "/v1/workers/claim"), "claimer");
+        assert_eq!(
+            http_role(&Method::POST, "/v1/workflow-steps/outcome"),
+            "claimer"
+        );
+        assert_eq!(http_role(&Method::POST, "/v1/queues/q/pause"), "api");
+    }
 
     #[test]
     fn only_well_formed_traceparents_are_taken() {

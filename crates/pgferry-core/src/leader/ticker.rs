@@ -45,7 +45,7 @@ impl Duty for Ticker {
         Box::pin(async move {
             // From now on this process's listener stops nudging: its enqueues wake this
             // ticker directly (growth.rs).
-            self.engine.growth().set_ticking(true);
+            self.engine.signals().growth().set_ticking(true);
             client
                 .batch_execute("SET synchronous_commit = off; SET enable_seqscan = off")
                 .await?;
@@ -57,7 +57,7 @@ impl Duty for Ticker {
         Box::pin(async move {
             Ok(match tick(client).await? {
                 Some(id) => {
-                    self.engine.publish_tick(id);
+                    self.engine.signals().publish_tick(id);
                     Next::After(self.config.tick_interval)
                 }
                 None => Next::Idle,
@@ -68,7 +68,7 @@ impl Duty for Ticker {
     fn idle(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
         // Idle: wake early when this process enqueued something, or another process said
         // it did (its pgferry_grew NOTIFY, growth.rs).
-        let growth = self.engine.growth();
+        let growth = self.engine.signals().growth();
         let wait = self.config.idle_tick_interval;
         Box::pin(async move {
             let woken = async {
@@ -85,6 +85,6 @@ impl Duty for Ticker {
 impl Drop for Ticker {
     /// Leadership ended (the duty was aborted): this process's listener nudges again.
     fn drop(&mut self) {
-        self.engine.growth().set_ticking(false);
+        self.engine.signals().growth().set_ticking(false);
     }
 }

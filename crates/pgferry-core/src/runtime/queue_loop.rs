@@ -54,7 +54,7 @@ impl QueueLoop {
         ));
         let cancels = tokio::spawn(cancel_loop(self.engine.clone(), running.clone()));
         let mut jobs: JoinSet<()> = JoinSet::new();
-        let mut ticks = self.engine.subscribe_ticks();
+        let mut ticks = self.engine.signals().subscribe_ticks();
         let mut backoff = Duration::from_millis(50);
         let grace = loop {
             if let Some(grace) = *self.stop.borrow() {
@@ -294,7 +294,7 @@ async fn heartbeat_loop(engine: Arc<Engine>, running: RunningSet, worker: String
 
 /// Tells a running job's handler of its cancellation as soon as this process hears of it.
 async fn cancel_loop(engine: Arc<Engine>, running: RunningSet) {
-    let mut rx = engine.subscribe_cancels();
+    let mut rx = engine.signals().subscribe_cancels();
     loop {
         match rx.recv().await {
             Ok(job_id) => {

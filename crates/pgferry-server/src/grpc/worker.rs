@@ -149,7 +149,7 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, t
                 .subscribe(engine_q, user_q, shared.clone())
         })
         .collect();
-    let mut cancels = state.engine.subscribe_cancels();
+    let mut cancels = state.engine.signals().subscribe_cancels();
     let mut stopping = state.stopping();
     let inflight = Arc::new(Semaphore::new(state.config.max_inflight_per_stream.max(1)));
     let mut drained = false;

@@ -118,7 +118,7 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkflowWorkerReq
     }
     let (closed_tx, closed) = watch::channel(false);
     let claimer = tokio::spawn(claim_loop(session.clone(), closed));
-    let mut cancels = state.engine.subscribe_wf_cancels();
+    let mut cancels = state.engine.signals().subscribe_wf_cancels();
     let mut stopping = state.stopping();
     let inflight = Arc::new(Semaphore::new(state.config.max_inflight_per_stream.max(1)));
     loop {

@@ -69,7 +69,7 @@ pub async fn claim(
     // Before claiming: claimed jobs must never be left without their tokens.
     let tokens = super::token_key(&state).await?;
     let deadline = Instant::now() + wait;
-    let mut ticks = state.engine.subscribe_ticks();
+    let mut ticks = state.engine.signals().subscribe_ticks();
     let jobs = loop {
         // Mark the current tick seen *before* claiming: a tick published while the claim
         // runs then wakes the wait below instead of being missed.

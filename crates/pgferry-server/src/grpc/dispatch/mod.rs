@@ -295,7 +295,7 @@ async fn lease_of(inner: &Inner, queue: &str) -> Duration {
 /// claim's round trip.
 async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
     tracing::debug!("dispatcher started");
-    let mut ticks = inner.engine.subscribe_ticks();
+    let mut ticks = inner.engine.signals().subscribe_ticks();
     let mut stopping = inner.stopping.clone();
     let mut lease = lease_of(&inner, &d.queue).await;
     d.lease_ms
