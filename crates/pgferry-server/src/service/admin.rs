@@ -14,6 +14,7 @@ use crate::auth::namespace::tenant_prefix;
 use crate::auth::{admin, user_queue, Principal};
 
 const QUEUES_LIST: &str = include_str!("../http/sql/queues_list.sql");
+const QUEUE_GET: &str = include_str!("../http/sql/queue_get.sql");
 
 /// Which transport an audited action came through (recorded with it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,7 +205,11 @@ pub async fn cancel_matching(
     via: Via,
 ) -> Result<CancelMatched> {
     let name = p.queue(queue)?;
-    if !tenant_queues(engine, p).await?.contains(&name) {
+    let exists = {
+        let client = engine.pool().get().await?;
+        client.query_opt(QUEUE_GET, &[&name]).await?.is_some()
+    };
+    if !exists {
         return Err(Error::NotFound {
             what: "queue",
             id: queue.to_string(),
