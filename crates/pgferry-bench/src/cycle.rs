@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pgferry_core::{db, migrate, Engine, EngineConfig, Leader, LeaderConfig, NewJob};
+use pgferry_core::{db, migrate, Engine, Leader, LeaderConfig, NewJob};
 use tokio_postgres::Config;
 
 use crate::measure::{self, Counters, Report};
@@ -15,7 +15,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     let mut c = measure::connect(config, "migrate").await?;
     migrate::up(&mut c).await?;
     let pools = db::Pools::new(config, "bench", opts.producers + opts.workers + 2);
-    let engine = Engine::new(pools, EngineConfig::default());
+    let engine = Engine::new(pools, crate::engine_config(opts));
     crate::bench_queue(&engine, "bench", opts).await?;
     if let Some(n) = opts.scheduled {
         crate::scheduled::preload(&engine, "bench", n).await?;
@@ -27,6 +27,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
             config.clone(),
             LeaderConfig {
                 tick_interval: opts.tick_interval,
+                tick_on_demand: opts.tick_on_demand,
                 segment_duration: opts.segment_duration,
                 ..LeaderConfig::default()
             },
@@ -38,16 +39,13 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     let mut tasks = Vec::new();
     for _ in 0..opts.producers {
         let (engine, counters, payload) = (engine.clone(), counters.clone(), payload.clone());
-        let (batch, max_depth) = (opts.enqueue_batch, opts.max_depth as u64);
+        let batch = opts.enqueue_batch;
+        let mut pace = measure::Pacer::new(opts);
         tasks.push(tokio::spawn(async move {
             let jobs: Vec<_> = (0..batch)
                 .map(|_| NewJob::new("bench", "noop", payload.clone()))
                 .collect();
-            while counters.running() {
-                if counters.depth() > max_depth {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                    continue;
-                }
+            while pace.next(&counters).await {
                 let sent = std::time::Instant::now();
                 let ids = engine.enqueue(&jobs).await?;
                 counters.add_acked(ids.len() as u64, sent);

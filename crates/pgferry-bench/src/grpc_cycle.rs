@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pgferry_client::{JobSpec, Outcome, Producer, Worker, WorkerOptions};
-use pgferry_core::{db, Engine, EngineConfig, Leader, LeaderConfig};
+use pgferry_core::{db, Engine, Leader, LeaderConfig};
 use pgferry_server::auth::{admin, Scopes};
 use pgferry_server::grpc::{GrpcConfig, GrpcState};
 use pgferry_server::{AppState, ServerConfig};
@@ -28,7 +28,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
 
     let engine = Engine::new(
         db::Pools::new(config, "api", SERVER_POOL),
-        EngineConfig::default(),
+        crate::engine_config(opts),
     );
     let queue = pgferry_server::auth::engine_queue(tenant_id, "bench")?;
     crate::bench_queue(&engine, &queue, opts).await?;
@@ -39,6 +39,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
             config.clone(),
             LeaderConfig {
                 tick_interval: opts.tick_interval,
+                tick_on_demand: opts.tick_on_demand,
                 segment_duration: opts.segment_duration,
                 ..LeaderConfig::default()
             },
@@ -66,16 +67,13 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     for _ in 0..opts.producers {
         let producer = Producer::connect(&url, &key).await?;
         let (counters, payload) = (counters.clone(), payload.clone());
-        let (batch, max_depth) = (opts.enqueue_batch, opts.max_depth as u64);
+        let batch = opts.enqueue_batch;
+        let mut pace = measure::Pacer::new(opts);
         tasks.push(tokio::spawn(async move {
             let jobs: Vec<JobSpec> = (0..batch)
                 .map(|_| JobSpec::new("bench", "noop", &payload))
                 .collect();
-            while counters.running() {
-                if counters.depth() > max_depth {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                    continue;
-                }
+            while pace.next(&counters).await {
                 let sent = std::time::Instant::now();
                 let ids = producer.enqueue_batch(jobs.clone()).await?;
                 counters.add_acked(ids.len() as u64, sent);

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use pgferry_core::{db, Engine, EngineConfig, Leader, LeaderConfig};
+use pgferry_core::{db, Engine, Leader, LeaderConfig};
 use pgferry_server::auth::{admin, Scopes};
 use pgferry_server::{AppState, ServerConfig};
 use serde_json::{json, Value};
@@ -35,7 +35,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
 
     let engine = Engine::new(
         db::Pools::new(config, "api", SERVER_POOL),
-        EngineConfig::default(),
+        crate::engine_config(opts),
     );
     let queue = pgferry_server::auth::engine_queue(tenant_id, "bench")?;
     crate::bench_queue(&engine, &queue, opts).await?;
@@ -46,6 +46,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
             config.clone(),
             LeaderConfig {
                 tick_interval: opts.tick_interval,
+                tick_on_demand: opts.tick_on_demand,
                 segment_duration: opts.segment_duration,
                 ..LeaderConfig::default()
             },
@@ -79,13 +80,9 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
             .map(|_| json!({"queue": "bench", "kind": "noop", "args": payload}))
             .collect();
         let body = json!({ "jobs": jobs });
-        let max_depth = opts.max_depth as u64;
+        let mut pace = measure::Pacer::new(opts);
         tasks.push(tokio::spawn(async move {
-            while counters.running() {
-                if counters.depth() > max_depth {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                    continue;
-                }
+            while pace.next(&counters).await {
                 let sent = std::time::Instant::now();
                 let out = post(&http, &url, &key, &body).await?;
                 let n = out["job_ids"].as_array().map_or(0, Vec::len);

@@ -19,7 +19,7 @@ mod workflow_seed;
 
 use std::time::Duration;
 
-use pgferry_core::{Durability, Engine, QueueOptions, QueueSettings};
+use pgferry_core::{Durability, Engine, EngineConfig, QueueOptions, QueueSettings};
 use serde::Serialize;
 use tokio_postgres::{Config, NoTls};
 
@@ -68,6 +68,16 @@ pub struct BenchOpts {
     pub durability: Durability,
     /// gRPC and HTTP cycles: the server's adaptive group commit (on by default).
     pub group_commit_adaptive: bool,
+    /// Open loop: the producers together send this many jobs per second on a fixed
+    /// schedule (batches of `enqueue_batch`), whatever the depth; None: closed loop, as
+    /// fast as acknowledgements come while the queue is at most `max_depth` deep.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// pgferry: enqueue batches of at most this many jobs are one INSERT (one round trip),
+    /// larger ones a COPY (`EngineConfig::insert_max_rows`; 0: always COPY).
+    pub insert_max_rows: usize,
+    /// pgferry: the ticker ticks on demand for waiting claimers (`LeaderConfig::tick_on_demand`).
+    pub tick_on_demand: bool,
 }
 
 fn durability<S: serde::Serializer>(d: &Durability, s: S) -> Result<S::Ok, S::Error> {
@@ -97,6 +107,9 @@ impl Default for BenchOpts {
             scheduled: None,
             durability: Durability::Sync,
             group_commit_adaptive: true,
+            rate: None,
+            insert_max_rows: EngineConfig::default().insert_max_rows,
+            tick_on_demand: true,
         }
     }
 }
@@ -233,6 +246,14 @@ pub async fn http_vs_inprocess(
                 ratio(http.enqueued_per_s, inprocess.enqueued_per_s),
         },
     }))
+}
+
+/// The engine configuration of a pgferry variant.
+fn engine_config(opts: &BenchOpts) -> EngineConfig {
+    EngineConfig {
+        insert_max_rows: opts.insert_max_rows,
+        ..EngineConfig::default()
+    }
 }
 
 /// Creates the benchmark queue `name` with the run's shards and durability.

@@ -103,6 +103,47 @@ impl Counters {
     }
 }
 
+/// When a producer sends its next request. Closed loop (no `rate`): at once, unless more
+/// than `max_depth` jobs wait. Open loop (`rate` jobs/s over all producers): on a fixed
+/// schedule, whatever the acknowledgements take — a late request is sent at once and the
+/// schedule is kept, so a slow acknowledgement shows as latency, not as a lower rate.
+pub struct Pacer {
+    max_depth: u64,
+    every: Option<tokio::time::Interval>,
+}
+
+impl Pacer {
+    /// The pacer of one of `opts.producers` producers sending batches of `opts.enqueue_batch`.
+    pub fn new(opts: &crate::BenchOpts) -> Pacer {
+        let every = opts.rate.filter(|r| *r > 0.0).map(|rate| {
+            let per_producer = rate / opts.producers.max(1) as f64;
+            let period = Duration::from_secs_f64(opts.enqueue_batch.max(1) as f64 / per_producer);
+            let mut i = tokio::time::interval(period);
+            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            i
+        });
+        Pacer {
+            max_depth: opts.max_depth as u64,
+            every,
+        }
+    }
+
+    /// Waits until the next request is due; false once the run is over.
+    pub async fn next(&mut self, counters: &Counters) -> bool {
+        match &mut self.every {
+            Some(every) => {
+                every.tick().await;
+            }
+            None => {
+                while counters.running() && counters.depth() > self.max_depth {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        }
+        counters.running()
+    }
+}
+
 /// The `p` quantile (0..=1) of `v`; NaN when empty.
 pub fn percentile(v: &[f32], p: f64) -> f64 {
     if v.is_empty() {

@@ -11,6 +11,9 @@ use tokio_postgres::Config;
 use crate::measure;
 use crate::{run, BenchOpts, Variant};
 
+/// The light-load rate of issue 21 (single jobs per second).
+pub const OPEN_LOOP_RATE: f64 = 500.0;
+
 /// `opts` in the peer shape (duration, warmup, ticks and durability kept).
 pub fn shape(opts: &BenchOpts) -> BenchOpts {
     BenchOpts {
@@ -21,6 +24,24 @@ pub fn shape(opts: &BenchOpts) -> BenchOpts {
         worker_slots: 64,
         claim_batch: 1,
         payload_bytes: 256,
+        ..opts.clone()
+    }
+}
+
+/// The light-load workload of issue 21: the peer shape's consumers, one producer sending
+/// single jobs on a fixed schedule of `rate` jobs/s (open loop).
+pub fn open_loop(opts: &BenchOpts, rate: f64) -> BenchOpts {
+    BenchOpts {
+        enqueue_batch: 1,
+        rate: Some(rate),
+        ..shape(opts)
+    }
+}
+
+/// The peer shape at a fixed rate of half what `saturated` reached (open loop).
+fn half_of(opts: &BenchOpts, saturated: &measure::Report) -> BenchOpts {
+    BenchOpts {
+        rate: Some((saturated.jobs_per_s / 2.0).max(1.0)),
         ..opts.clone()
     }
 }
@@ -54,6 +75,44 @@ pub async fn bare_commit(base: &Config, duration: Duration) -> anyhow::Result<Co
     })
 }
 
+/// Bare one-row commits every 10 ms on their own connection and table while a variant runs
+/// (after its warmup, for its window): the floor of an acknowledgement under the same load,
+/// where [`bare_commit`] measures it on an idle cluster.
+async fn commit_probe(config: Config, opts: &BenchOpts) -> anyhow::Result<CommitLatency> {
+    let c = measure::connect(&config, "commit-probe").await?;
+    let insert = c.prepare("INSERT INTO bench_commit VALUES (1)").await?;
+    tokio::time::sleep(opts.warmup).await;
+    let mut every = tokio::time::interval(Duration::from_millis(10));
+    let mut ms = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < opts.duration {
+        every.tick().await;
+        let t = Instant::now();
+        c.execute(&insert, &[]).await?;
+        ms.push(t.elapsed().as_secs_f32() * 1000.0);
+    }
+    Ok(CommitLatency {
+        commits: ms.len(),
+        p50_ms: measure::percentile(&ms, 0.50),
+        p99_ms: measure::percentile(&ms, 0.99),
+    })
+}
+
+/// Runs `variant` with [`commit_probe`] beside it.
+async fn run_probed(
+    variant: Variant,
+    base: &Config,
+    dbname: &str,
+    opts: &BenchOpts,
+    probe_db: &Config,
+) -> anyhow::Result<(measure::Report, CommitLatency)> {
+    let (report, probe) = tokio::join!(
+        run(variant, base, dbname, opts),
+        commit_probe(probe_db.clone(), opts)
+    );
+    Ok((report?, probe?))
+}
+
 /// `compare --shape peer`: in process (a hand-written claim loop, and the worker runtime),
 /// over gRPC, the SKIP LOCKED and acknowledged-log
 /// references, and a bare commit, one after the other on one cluster, with the ratios the
@@ -61,22 +120,88 @@ pub async fn bare_commit(base: &Config, duration: Duration) -> anyhow::Result<Co
 pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_json::Value> {
     let opts = shape(opts);
     let commit = bare_commit(base, Duration::from_secs(3)).await?;
+    let probe_db = crate::fresh_database(base, "bench_commit_probe").await?;
+    measure::connect(&probe_db, "setup")
+        .await?
+        .batch_execute("CREATE TABLE bench_commit (x int)")
+        .await?;
     let inprocess = run(Variant::Cycle, base, "bench_cycle", &opts).await?;
-    let runtime = run(Variant::CycleRuntime, base, "bench_cycle_runtime", &opts).await?;
-    let grpc = run(Variant::CycleGrpc, base, "bench_cycle_grpc", &opts).await?;
+    let (runtime, runtime_probe) = run_probed(
+        Variant::CycleRuntime,
+        base,
+        "bench_cycle_runtime",
+        &opts,
+        &probe_db,
+    )
+    .await?;
+    let (grpc, grpc_probe) = run_probed(
+        Variant::CycleGrpc,
+        base,
+        "bench_cycle_grpc",
+        &opts,
+        &probe_db,
+    )
+    .await?;
     let skiplocked = run(Variant::Skiplocked, base, "bench_skiplocked", &opts).await?;
     let log_acked = run(Variant::LogAcked, base, "bench_log_acked", &opts).await?;
+    // Half of saturation, each path at half of its own saturated rate.
+    let runtime_half = run(
+        Variant::CycleRuntime,
+        base,
+        "bench_cycle_runtime",
+        &half_of(&opts, &runtime),
+    )
+    .await?;
+    let grpc_half = run(
+        Variant::CycleGrpc,
+        base,
+        "bench_cycle_grpc",
+        &half_of(&opts, &grpc),
+    )
+    .await?;
+    // Light load: 500 single jobs per second.
+    let light = open_loop(&opts, OPEN_LOOP_RATE);
+    let (runtime_light, runtime_light_probe) = run_probed(
+        Variant::CycleRuntime,
+        base,
+        "bench_cycle_runtime",
+        &light,
+        &probe_db,
+    )
+    .await?;
+    let (grpc_light, grpc_light_probe) = run_probed(
+        Variant::CycleGrpc,
+        base,
+        "bench_cycle_grpc",
+        &light,
+        &probe_db,
+    )
+    .await?;
+    let skiplocked_light = run(Variant::Skiplocked, base, "bench_skiplocked", &light).await?;
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     let ack = |r: &measure::Report| r.enqueue_ack_p50_ms.unwrap_or(f64::NAN);
     Ok(serde_json::json!({
         "shape": "peer",
         "options": opts,
         "bare_commit": commit,
+        "bare_commit_under_load": {
+            "runtime": runtime_probe,
+            "grpc": grpc_probe,
+            "open_loop_runtime": runtime_light_probe,
+            "open_loop_grpc": grpc_light_probe,
+        },
         "inprocess": inprocess,
         "runtime": runtime,
         "grpc": grpc,
         "skiplocked": skiplocked,
         "log_acked": log_acked,
+        "half_saturation": { "runtime": runtime_half, "grpc": grpc_half },
+        "open_loop": {
+            "rate": OPEN_LOOP_RATE,
+            "runtime": runtime_light,
+            "grpc": grpc_light,
+            "skiplocked": skiplocked_light,
+        },
         "ratios": {
             "runtime_vs_log_acked_jobs_per_s": ratio(runtime.jobs_per_s, log_acked.jobs_per_s),
             "runtime_vs_skiplocked_jobs_per_s": ratio(runtime.jobs_per_s, skiplocked.jobs_per_s),
@@ -87,6 +212,19 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
             "grpc_vs_inprocess_jobs_per_s": ratio(grpc.jobs_per_s, inprocess.jobs_per_s),
             "inprocess_ack_p50_vs_bare_commit_p50": ratio(ack(&inprocess), commit.p50_ms),
             "grpc_ack_p50_vs_bare_commit_p50": ratio(ack(&grpc), commit.p50_ms),
+            "runtime_ack_p50_vs_bare_commit_under_load_p50":
+                ratio(ack(&runtime), runtime_probe.p50_ms),
+            "grpc_ack_p50_vs_bare_commit_under_load_p50": ratio(ack(&grpc), grpc_probe.p50_ms),
+            "open_loop_runtime_ack_p50_vs_bare_commit_p50": ratio(ack(&runtime_light), commit.p50_ms),
+            "open_loop_grpc_ack_p50_vs_bare_commit_p50": ratio(ack(&grpc_light), commit.p50_ms),
+            "open_loop_runtime_ack_p50_vs_bare_commit_under_load_p50":
+                ratio(ack(&runtime_light), runtime_light_probe.p50_ms),
+            "open_loop_grpc_ack_p50_vs_bare_commit_under_load_p50":
+                ratio(ack(&grpc_light), grpc_light_probe.p50_ms),
+            "open_loop_runtime_p50_vs_skiplocked_p50": ratio(runtime_light.p50_ms, skiplocked_light.p50_ms),
+            "open_loop_runtime_p99_vs_skiplocked_p99": ratio(runtime_light.p99_ms, skiplocked_light.p99_ms),
+            "open_loop_grpc_p50_vs_skiplocked_p50": ratio(grpc_light.p50_ms, skiplocked_light.p50_ms),
+            "open_loop_grpc_p99_vs_skiplocked_p99": ratio(grpc_light.p99_ms, skiplocked_light.p99_ms),
         },
     }))
 }

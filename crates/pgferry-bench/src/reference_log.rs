@@ -101,7 +101,8 @@ pub async fn run(config: &Config, opts: &BenchOpts, mode: Mode) -> anyhow::Resul
     let mut tasks = Vec::new();
     for p in 0..opts.producers {
         let (config, counters, payload) = (config.clone(), counters.clone(), payload.clone());
-        let (batch, max_depth) = (opts.enqueue_batch, opts.max_depth as u64);
+        let batch = opts.enqueue_batch;
+        let mut pace = measure::Pacer::new(opts);
         tasks.push(tokio::spawn(async move {
             let client = measure::connect(&config, "producer").await?;
             tracing::debug!(p, "log producer connected");
@@ -113,11 +114,7 @@ pub async fn run(config: &Config, opts: &BenchOpts, mode: Mode) -> anyhow::Resul
                 owned.push(p as i32 % shards);
             }
             let mut next = 0usize;
-            while counters.running() {
-                if counters.depth() > max_depth {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                    continue;
-                }
+            while pace.next(&counters).await {
                 let sent = std::time::Instant::now();
                 let sink = client.copy_in(COPY_IN).await?;
                 let writer = BinaryCopyInWriter::new(sink, &[Type::INT4, Type::TEXT, Type::JSONB]);

@@ -54,14 +54,11 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     let mut tasks = Vec::new();
     for _ in 0..opts.producers {
         let (config, counters, payload) = (config.clone(), counters.clone(), payload.clone());
-        let (batch, max_depth) = (opts.enqueue_batch, opts.max_depth as u64);
+        let batch = opts.enqueue_batch;
+        let mut pace = measure::Pacer::new(opts);
         tasks.push(tokio::spawn(async move {
             let client = measure::connect(&config, "producer").await?;
-            while counters.running() {
-                if counters.depth() > max_depth {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                    continue;
-                }
+            while pace.next(&counters).await {
                 let sent = std::time::Instant::now();
                 let sink = client.copy_in(COPY_IN).await?;
                 let writer = BinaryCopyInWriter::new(sink, &[Type::TEXT, Type::JSONB]);

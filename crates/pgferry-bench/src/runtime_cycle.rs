@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pgferry_core::runtime::{Runtime, RuntimeConfig};
-use pgferry_core::{db, migrate, Engine, EngineConfig, LeaderConfig, NewJob};
+use pgferry_core::{db, migrate, Engine, LeaderConfig, NewJob};
 use tokio_postgres::Config;
 
 use crate::measure::{self, Counters, Report};
@@ -17,7 +17,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     let mut c = measure::connect(config, "migrate").await?;
     migrate::up(&mut c).await?;
     let pools = db::Pools::new(config, "bench", opts.producers + 8);
-    let engine = Engine::new(pools, EngineConfig::default());
+    let engine = Engine::new(pools, crate::engine_config(opts));
     crate::bench_queue(&engine, "bench", opts).await?;
     let counters = Arc::new(Counters::default());
     let handled = counters.clone();
@@ -25,6 +25,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
         .config(RuntimeConfig {
             leader: Some(LeaderConfig {
                 tick_interval: opts.tick_interval,
+                tick_on_demand: opts.tick_on_demand,
                 segment_duration: opts.segment_duration,
                 ..LeaderConfig::default()
             }),
@@ -44,16 +45,13 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     let mut tasks = Vec::new();
     for _ in 0..opts.producers {
         let (engine, counters, payload) = (engine.clone(), counters.clone(), payload.clone());
-        let (batch, max_depth) = (opts.enqueue_batch, opts.max_depth as u64);
+        let batch = opts.enqueue_batch;
+        let mut pace = measure::Pacer::new(opts);
         tasks.push(tokio::spawn(async move {
             let jobs: Vec<_> = (0..batch)
                 .map(|_| NewJob::new("bench", "noop", payload.clone()))
                 .collect();
-            while counters.running() {
-                if counters.depth() > max_depth {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                    continue;
-                }
+            while pace.next(&counters).await {
                 let sent = std::time::Instant::now();
                 let ids = engine.enqueue(&jobs).await?;
                 counters.add_acked(ids.len() as u64, sent);

@@ -76,6 +76,18 @@ pub struct BenchArgs {
     /// else is being written); false: always wait the group-commit window.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub group_commit_adaptive: bool,
+    /// Open loop: producers send this many jobs per second in total on a fixed schedule,
+    /// whatever the depth (default: closed loop). `--shape open-loop` defaults it to 500.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// pgferry: enqueue batches of at most this many jobs are written by one INSERT (one
+    /// round trip), larger ones by a COPY (0: always COPY).
+    #[arg(long, default_value_t = pgferry_core::EngineConfig::default().insert_max_rows)]
+    pub insert_max_rows: usize,
+    /// pgferry: the ticker ticks at once when the log grew and claimers wait (false: it
+    /// always waits `--tick-ms` between ticks while the log grows).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub tick_on_demand: bool,
     /// Use this database instead of a private cluster.
     #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
     pub database_url: Option<String>,
@@ -87,6 +99,9 @@ pub enum Shape {
     Default,
     /// How side-by-side benchmarks of Postgres queues run (docs/performance.md).
     Peer,
+    /// The peer shape's consumers at light load: one producer of single jobs at `--rate`
+    /// (default 500) jobs/s, open loop.
+    OpenLoop,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +111,9 @@ pub enum Via {
     /// HTTP/JSON API: batch enqueue, long-poll claim (`--claim-batch`) and complete per
     /// `--workers` task.
     Http,
+    /// The worker runtime in process (`pgferry_core::runtime`, `--workers` slots; jobs
+    /// count at handler start).
+    Runtime,
 }
 
 /// architecture.md §1.7: `async` commits the queue's writes with synchronous_commit = off.
@@ -185,6 +203,10 @@ impl BenchArgs {
         match self.shape {
             Shape::Default => opts,
             Shape::Peer => pgferry_bench::peer::shape(&opts),
+            Shape::OpenLoop => pgferry_bench::peer::open_loop(
+                &opts,
+                self.rate.unwrap_or(pgferry_bench::peer::OPEN_LOOP_RATE),
+            ),
         }
     }
 
@@ -212,6 +234,9 @@ impl BenchArgs {
                 DurabilityArg::Async => pgferry_core::Durability::Async,
             },
             group_commit_adaptive: self.group_commit_adaptive,
+            rate: self.rate,
+            insert_max_rows: self.insert_max_rows,
+            tick_on_demand: self.tick_on_demand,
         }
     }
 }
@@ -239,6 +264,9 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         )?,
         BenchCmd::Cycle(_) if args.via == Via::Grpc => serde_json::to_value(
             pgferry_bench::run(Variant::CycleGrpc, &base, "bench_cycle_grpc", &opts).await?,
+        )?,
+        BenchCmd::Cycle(_) if args.via == Via::Runtime => serde_json::to_value(
+            pgferry_bench::run(Variant::CycleRuntime, &base, "bench_cycle_runtime", &opts).await?,
         )?,
         BenchCmd::Cycle(_) => serde_json::to_value(
             pgferry_bench::run(Variant::Cycle, &base, "bench_cycle", &opts).await?,

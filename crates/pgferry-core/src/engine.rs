@@ -44,6 +44,10 @@ pub struct EngineConfig {
     pub list_round_rows: i64,
     /// How often this process writes its counter deltas (see counters.rs).
     pub counter_flush: Duration,
+    /// Batches of jobs due now with at most this many jobs (and no idempotency key) are
+    /// written by one INSERT, acknowledged in one round trip; larger ones by a COPY, two
+    /// round trips but cheaper per row (enqueue.rs). 0: always COPY.
+    pub insert_max_rows: usize,
 }
 
 impl Default for EngineConfig {
@@ -53,6 +57,7 @@ impl Default for EngineConfig {
             max_batch: 10_000,
             list_round_rows: 4_000,
             counter_flush: Duration::from_secs(1),
+            insert_max_rows: 16,
         }
     }
 }

@@ -29,6 +29,7 @@ use crate::job::NewJob;
 use crate::lanes::QueueLanes;
 
 const ENQUEUE_SCHEDULED: &str = include_str!("sql/enqueue_scheduled.sql");
+const ENQUEUE_READY: &str = include_str!("sql/enqueue_ready.sql");
 const IDEMPOTENCY_RECORD: &str = include_str!("sql/idempotency_record.sql");
 const IDEMPOTENCY_LOOKUP: &str = include_str!("sql/idempotency_lookup.sql");
 /// Columns a fresh row gets from the engine; `xid` and `enqueued_at` are column defaults
@@ -268,6 +269,10 @@ impl Engine {
                 record.as_ref().map(|s| (s, keys, lens)),
             )
             .await
+        } else if record.is_none() && jobs.len() <= self.config().insert_max_rows {
+            let stmt = client.prepare_cached(ENQUEUE_READY).await?;
+            let rows = self.assign_ids(&***client, &batch).await?;
+            self.insert_committed(&client, &stmt, &rows, &batch).await
         } else {
             let stmt = client.prepare_cached(COPY_READY).await?;
             let rows = self.assign_ids(&***client, &batch).await?;
@@ -384,6 +389,62 @@ impl Engine {
             }
         }
         Ok(FreshRows { ids, rows })
+    }
+
+    /// Writes fresh rows with one INSERT in an implicit transaction (enqueue_ready.sql): one
+    /// round trip. `execute` returns at the ReadyForQuery that follows the commit, so an
+    /// error at commit reaches the caller (architecture.md §1.6). A segment detached since
+    /// this process last looked is handled as in [`Self::copy_committed`].
+    async fn insert_committed(
+        &self,
+        client: &Client,
+        stmt: &Statement,
+        fresh: &FreshRows,
+        batch: &EnqueueBatch<'_>,
+    ) -> Result<Vec<i64>> {
+        let n = fresh.rows.len();
+        let (mut lanes, mut ids, mut max_attempts) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut kinds, mut args, mut metas, mut anchors) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for &(lane, i, id) in &fresh.rows {
+            lanes.push(lane);
+            ids.push(id);
+            max_attempts.push(batch.max_attempts[i]);
+            kinds.push(batch.kinds[i]);
+            args.push(batch.args[i]);
+            metas.push(batch.metas[i]);
+            anchors.push(id % BLOCK == 0);
+        }
+        for retry in [false, true] {
+            let segment = self.segment.get(client).await?;
+            let params: [&(dyn ToSql + Sync); 8] = [
+                &segment,
+                &lanes,
+                &ids,
+                &max_attempts,
+                &kinds,
+                &args,
+                &metas,
+                &anchors,
+            ];
+            match client.execute(stmt, &params).await {
+                Ok(_) => return Ok(fresh.ids.clone()),
+                Err(e) if !retry && is_detached_segment(&e) => {
+                    tracing::debug!(segment, "segment detached under an INSERT; retrying");
+                    self.segment.forget();
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        unreachable!("the second attempt returns")
     }
 
     /// Writes fresh rows with one COPY inside BEGIN … COMMIT, pipelined: BEGIN goes with the

@@ -4,6 +4,7 @@
 //! Fed by the in-process ticker and the LISTEN task (listen.rs); one per engine
 //! ([`crate::Engine::signals`]), apart from the engine's database work.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,12 @@ pub struct Signals {
     /// Signalled after each enqueue: an in-process ticker ticks without waiting, and a
     /// process that does not lead tells the leader (growth.rs).
     growth: LogGrowth,
+    /// Claimers of this process waiting for a tick after an empty claim: while there are
+    /// some, the ticker ticks as soon as the log grows instead of after its pacing interval
+    /// (tick on demand, issue 21; leader/ticker.rs).
+    waiting: AtomicUsize,
+    /// Notified when a claimer starts waiting.
+    hunger: Notify,
 }
 
 impl Default for Signals {
@@ -30,6 +37,8 @@ impl Default for Signals {
             cancels: broadcast::Sender::new(1024),
             wf_cancels: broadcast::Sender::new(1024),
             growth: LogGrowth::default(),
+            waiting: AtomicUsize::new(0),
+            hunger: Notify::new(),
         }
     }
 }
@@ -38,10 +47,29 @@ impl Signals {
     /// Waits until a tick newer than `seen` is known, or `timeout` passes; returns the latest
     /// tick id. Claimers call this between empty claims instead of polling.
     pub async fn wait_for_tick(&self, seen: i64, timeout: Duration) -> i64 {
+        let _waiting = self.waiting_for_tick();
         let mut rx = self.ticks.subscribe();
         let _ = tokio::time::timeout(timeout, rx.wait_for(|t| *t > seen)).await;
         let latest = *rx.borrow();
         latest
+    }
+
+    /// Marks a claimer of this process as waiting for the next tick (its claim came back
+    /// empty) for as long as the guard lives: the ticker then ticks as soon as the log grows.
+    pub fn waiting_for_tick(&self) -> WaitingForTick<'_> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        self.hunger.notify_one();
+        WaitingForTick(self)
+    }
+
+    /// Whether a claimer of this process waits for a tick.
+    pub fn claimers_waiting(&self) -> bool {
+        self.waiting.load(Ordering::SeqCst) > 0
+    }
+
+    /// Notified when a claimer starts waiting for a tick (the ticker's pause listens).
+    pub(crate) fn hunger(&self) -> &Notify {
+        &self.hunger
     }
 
     /// The latest tick id this process has heard of.
@@ -93,5 +121,15 @@ impl Signals {
     /// The ticker's wake-up signals (growth.rs).
     pub fn growth(&self) -> &LogGrowth {
         &self.growth
+    }
+}
+
+/// A claimer waiting for a tick ([`Signals::waiting_for_tick`]).
+#[must_use]
+pub struct WaitingForTick<'a>(&'a Signals);
+
+impl Drop for WaitingForTick<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -53,8 +53,19 @@ async fn rows_of(admin: &tokio_postgres::Client, ids: &[i64]) -> i64 {
         .get(0)
 }
 
+// A batch of 50 is written by a COPY inside BEGIN … COMMIT, a batch of 1 by one INSERT in an
+// implicit transaction (EngineConfig::insert_max_rows): both must wait for the commit.
 #[tokio::test]
 async fn a_backend_terminated_before_commit_fails_the_enqueue() {
+    backend_terminated_before_commit(50).await;
+}
+
+#[tokio::test]
+async fn a_backend_terminated_before_commit_fails_a_one_statement_enqueue() {
+    backend_terminated_before_commit(1).await;
+}
+
+async fn backend_terminated_before_commit(n: usize) {
     let s = common::setup().await;
     let admin = s.db.connect().await;
     // Warm: lanes, id blocks and the segment are known, the COPY is prepared.
@@ -62,7 +73,7 @@ async fn a_backend_terminated_before_commit_fails_the_enqueue() {
     at_commit(&admin, "PERFORM pg_sleep(0.5);").await;
 
     let engine = s.engine.clone();
-    let write = tokio::spawn(async move { engine.enqueue(&batch(50)).await });
+    let write = tokio::spawn(async move { engine.enqueue(&batch(n)).await });
     // Wait until the write sits in its commit-time trigger, then terminate its backend.
     let mut terminated = false;
     for _ in 0..200 {
@@ -110,11 +121,20 @@ async fn a_backend_terminated_before_commit_fails_the_enqueue() {
 
 #[tokio::test]
 async fn a_commit_that_fails_fails_the_enqueue() {
+    commit_that_fails(20).await;
+}
+
+#[tokio::test]
+async fn a_commit_that_fails_fails_a_one_statement_enqueue() {
+    commit_that_fails(1).await;
+}
+
+async fn commit_that_fails(n: usize) {
     let s = common::setup().await;
     let admin = s.db.connect().await;
     s.engine.enqueue(&batch(1)).await.unwrap();
     at_commit(&admin, "RAISE EXCEPTION 'refused at commit';").await;
-    let answer = s.engine.enqueue(&batch(20)).await;
+    let answer = s.engine.enqueue(&batch(n)).await;
     assert!(
         answer.is_err(),
         "enqueue acknowledged {:?} although its COMMIT failed",

@@ -136,3 +136,76 @@ async fn a_non_leaders_enqueue_wakes_the_leaders_idle_ticker() {
     a_listener.abort();
     b_listener.abort();
 }
+
+/// Issue 21: tick on demand. After a tick the ticker paces itself (`tick_interval`, here an
+/// hour, so that without tick on demand the second job below would not become visible during
+/// the test). A claimer waiting for a tick and an enqueue end that pause: the job is ticked
+/// and claimed at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_claimer_and_an_enqueue_end_the_tickers_pause() {
+    let s = common::setup().await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let leader = tokio::spawn(
+        Leader::new(
+            s.engine.clone(),
+            s.db.config.clone(),
+            LeaderConfig {
+                tick_interval: Duration::from_secs(3600),
+                ..LeaderConfig::default()
+            },
+        )
+        .run(stop_rx),
+    );
+    // The ticker's first pass ticks at once and starts an hour-long pause; claimers that
+    // wait for ticks (as the runtime's do) get the first job all the same.
+    let first = s
+        .engine
+        .enqueue(&[NewJob::new("q", "k", json!({ "n": 1 }))])
+        .await
+        .unwrap()[0];
+    let mut seen = 0;
+    let mut claimed = Vec::new();
+    for _ in 0..5 {
+        seen = s
+            .engine
+            .signals()
+            .wait_for_tick(seen, Duration::from_secs(60))
+            .await;
+        claimed = s.engine.claim("q", 10, "w").await.unwrap();
+        if !claimed.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(
+        claimed.iter().map(|j| j.job_id).collect::<Vec<_>>(),
+        vec![first]
+    );
+    // Now the ticker pauses. A claimer waits for the next tick while a job arrives.
+    let engine = s.engine.clone();
+    let waiter = tokio::spawn(async move {
+        engine
+            .signals()
+            .wait_for_tick(seen, Duration::from_secs(60))
+            .await
+    });
+    while !s.engine.signals().claimers_waiting() {
+        tokio::task::yield_now().await;
+    }
+    let second = s
+        .engine
+        .enqueue(&[NewJob::new("q", "k", json!({ "n": 2 }))])
+        .await
+        .unwrap()[0];
+    let after = waiter.await.unwrap();
+    assert!(
+        after > seen,
+        "no tick during the pause although a claimer waited"
+    );
+    let claimed = s.engine.claim("q", 10, "w").await.unwrap();
+    assert_eq!(
+        claimed.iter().map(|j| j.job_id).collect::<Vec<_>>(),
+        vec![second]
+    );
+    stop_tx.send(true).unwrap();
+    leader.await.unwrap();
+}

@@ -49,6 +49,12 @@ pub trait Duty: Send + Sync + 'static {
     /// The pause after a pass that found nothing to do (and after a failed pass).
     fn interval(&self) -> Duration;
 
+    /// The pause a pass asked for with [`Next::After`]; the default sleeps it. A duty may
+    /// end it early on its own signal (the ticker, when claimers wait and the log grew).
+    fn pause(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(tokio::time::sleep(d))
+    }
+
     /// Waits while idle; the default sleeps [`Duty::interval`]. A duty may wake earlier on
     /// its own signal (the ticker, when this process enqueued something).
     fn idle(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
@@ -168,7 +174,7 @@ pub async fn run(pg: Config, mut duty: Box<dyn Duty>, handle: DutyHandle) {
                 };
                 let wait = async {
                     match pause {
-                        Some(d) => tokio::time::sleep(d).await,
+                        Some(d) => duty.pause(d).await,
                         None => duty.idle().await,
                     }
                 };

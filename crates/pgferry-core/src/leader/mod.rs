@@ -39,6 +39,9 @@ pub struct LeaderConfig {
     pub tick_interval: Duration,
     /// Pause after a check found nothing new (external producers, late commits).
     pub idle_tick_interval: Duration,
+    /// End the pause after a tick early when the log grew and a claimer of this process
+    /// waits for a tick (ticker.rs; issue 21). Off: always wait `tick_interval`.
+    pub tick_on_demand: bool,
     pub promote_interval: Duration,
     pub promote_batch: i64,
     pub rescue_interval: Duration,
@@ -105,6 +108,7 @@ impl Default for LeaderConfig {
         LeaderConfig {
             tick_interval: Duration::from_millis(2),
             idle_tick_interval: Duration::from_millis(50),
+            tick_on_demand: true,
             promote_interval: Duration::from_millis(250),
             promote_batch: 1000,
             rescue_interval: Duration::from_secs(1),

@@ -65,6 +65,34 @@ impl Duty for Ticker {
         })
     }
 
+    fn pause(
+        &self,
+        d: std::time::Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        // The pacing interval keeps ticks (one row and one NOTIFY each) few while the log
+        // grows fast and claimers find work. When a claimer of this process waits for a tick
+        // and the log grew, waiting out the interval would be pure latency: tick on demand.
+        let signals = self.engine.signals();
+        let on_demand = self.config.tick_on_demand;
+        Box::pin(async move {
+            if !on_demand {
+                return tokio::time::sleep(d).await;
+            }
+            let deadline = tokio::time::Instant::now() + d;
+            let mut grew = false;
+            loop {
+                if grew && signals.claimers_waiting() {
+                    return;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => return,
+                    _ = signals.growth().here.notified() => grew = true,
+                    _ = signals.hunger().notified() => {}
+                }
+            }
+        })
+    }
+
     fn idle(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
         // Idle: wake early when this process enqueued something, or another process said
         // it did (its pgferry_grew NOTIFY, growth.rs).

@@ -91,7 +91,9 @@ impl QueueLoop {
             };
             if claimed.is_empty() {
                 // An empty claim: nothing visible yet. The next tick (or the idle poll, for a
-                // process whose listener is not connected yet) may bring more.
+                // process whose listener is not connected yet) may bring more. Waiting, it
+                // asks the ticker to tick as soon as the log grows (signals.rs).
+                let _waiting = self.engine.signals().waiting_for_tick();
                 tokio::select! {
                     _ = ticks.changed() => {}
                     _ = tokio::time::sleep(self.config.idle_poll) => {}

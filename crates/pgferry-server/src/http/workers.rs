@@ -82,6 +82,7 @@ pub async fn claim(
         if !jobs.is_empty() || left.is_zero() {
             break jobs;
         }
+        let _waiting = state.engine.signals().waiting_for_tick();
         match tokio::time::timeout(left, ticks.changed()).await {
             Ok(Ok(())) => continue,
             // Timed out, or the engine is shutting down: answer empty.

@@ -367,6 +367,9 @@ async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
                 claims.start(&inner, &d, want);
             }
         }
+        // After an empty claim this dispatcher waits for a tick: the ticker ticks on demand
+        // while it does (signals.rs).
+        let _waiting = dry.then(|| inner.engine.signals().waiting_for_tick());
         dry = false;
         tokio::select! {
             (at, res) = claims.next() => {
