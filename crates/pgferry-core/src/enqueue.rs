@@ -30,6 +30,7 @@ use crate::lanes::QueueLanes;
 
 const ENQUEUE_SCHEDULED: &str = include_str!("sql/enqueue_scheduled.sql");
 const ENQUEUE_READY: &str = include_str!("sql/enqueue_ready.sql");
+const ENQUEUE_READY_KEYED: &str = include_str!("sql/enqueue_ready_keyed.sql");
 const IDEMPOTENCY_RECORD: &str = include_str!("sql/idempotency_record.sql");
 const IDEMPOTENCY_LOOKUP: &str = include_str!("sql/idempotency_lookup.sql");
 /// Columns a fresh row gets from the engine; `xid` and `enqueued_at` are column defaults
@@ -269,10 +270,15 @@ impl Engine {
                 record.as_ref().map(|s| (s, keys, lens)),
             )
             .await
-        } else if record.is_none() && jobs.len() <= self.config().insert_max_rows {
-            let stmt = client.prepare_cached(ENQUEUE_READY).await?;
+        } else if jobs.len() <= self.config().insert_max_rows {
+            let keyed = (!keys.is_empty()).then_some((keys, lens));
+            let stmt = match keyed {
+                None => client.prepare_cached(ENQUEUE_READY).await?,
+                Some(_) => client.prepare_cached(ENQUEUE_READY_KEYED).await?,
+            };
             let rows = self.assign_ids(&***client, &batch).await?;
-            self.insert_committed(&client, &stmt, &rows, &batch).await
+            self.insert_committed(&client, &stmt, &rows, &batch, keyed)
+                .await
         } else {
             let stmt = client.prepare_cached(COPY_READY).await?;
             let rows = self.assign_ids(&***client, &batch).await?;
@@ -391,8 +397,8 @@ impl Engine {
         Ok(FreshRows { ids, rows })
     }
 
-    /// Writes fresh rows with one INSERT in an implicit transaction (enqueue_ready.sql): one
-    /// round trip. `execute` returns at the ReadyForQuery that follows the commit, so an
+    /// Writes fresh rows with one INSERT in an implicit transaction (enqueue_ready.sql; with
+    /// the requests' key records, enqueue_ready_keyed.sql): one round trip. `execute` returns at the ReadyForQuery that follows the commit, so an
     /// error at commit reaches the caller (architecture.md §1.6). A segment detached since
     /// this process last looked is handled as in [`Self::copy_committed`].
     async fn insert_committed(
@@ -401,7 +407,9 @@ impl Engine {
         stmt: &Statement,
         fresh: &FreshRows,
         batch: &EnqueueBatch<'_>,
+        keyed: Option<(&[KeyOf<'_>], &[usize])>,
     ) -> Result<Vec<i64>> {
+        let record = keyed.map(|(keys, lens)| RecordParams::new(keys, lens, &fresh.ids));
         let n = fresh.rows.len();
         let (mut lanes, mut ids, mut max_attempts) = (
             Vec::with_capacity(n),
@@ -425,7 +433,7 @@ impl Engine {
         }
         for retry in [false, true] {
             let segment = self.segment.get(client).await?;
-            let params: [&(dyn ToSql + Sync); 8] = [
+            let mut params: Vec<&(dyn ToSql + Sync)> = vec![
                 &segment,
                 &lanes,
                 &ids,
@@ -435,6 +443,9 @@ impl Engine {
                 &metas,
                 &anchors,
             ];
+            if let Some(r) = &record {
+                params.extend(r.as_params());
+            }
             match client.execute(stmt, &params).await {
                 Ok(_) => return Ok(fresh.ids.clone()),
                 Err(e) if !retry && is_detached_segment(&e) => {

@@ -26,32 +26,43 @@ async fn ready_rows(s: &common::Setup) -> i64 {
         .get(0)
 }
 
+// Requests of at most EngineConfig::insert_max_rows jobs are one INSERT with their key
+// records (enqueue_ready_keyed.sql); larger ones a COPY with the records before its COMMIT.
 #[tokio::test]
 async fn a_retry_answers_the_first_ids_and_writes_nothing() {
+    retry_answers_first_ids(5).await;
+}
+
+#[tokio::test]
+async fn a_retry_of_a_large_request_answers_the_first_ids_and_writes_nothing() {
+    retry_answers_first_ids(50).await;
+}
+
+async fn retry_answers_first_ids(n: usize) {
     let s = common::setup().await;
     let first = s
         .engine
-        .enqueue_idempotent(key("order-1"), jobs(5, "a"))
+        .enqueue_idempotent(key("order-1"), jobs(n, "a"))
         .await
         .unwrap();
     assert!(!first.replayed);
-    assert_eq!(first.ids.len(), 5);
+    assert_eq!(first.ids.len(), n);
     let again = s
         .engine
-        .enqueue_idempotent(key("order-1"), jobs(5, "a"))
+        .enqueue_idempotent(key("order-1"), jobs(n, "a"))
         .await
         .unwrap();
     assert!(again.replayed);
     assert_eq!(again.ids, first.ids);
-    assert_eq!(ready_rows(&s).await, 5, "the retry wrote nothing");
+    assert_eq!(ready_rows(&s).await, n as i64, "the retry wrote nothing");
     // Another key is another request.
     let other = s
         .engine
-        .enqueue_idempotent(key("order-2"), jobs(5, "a"))
+        .enqueue_idempotent(key("order-2"), jobs(n, "a"))
         .await
         .unwrap();
     assert!(!other.replayed);
-    assert_eq!(ready_rows(&s).await, 10);
+    assert_eq!(ready_rows(&s).await, 2 * n as i64);
 }
 
 #[tokio::test]
