@@ -5,12 +5,13 @@
 //!
 //! Nothing is written on a job's path: the publisher takes the in-memory snapshot at each
 //! sampling tick and writes it in one statement; while it serves nothing, only an empty row
-//! every [`HEARTBEAT`] (so the table lists the live publishers). Ticks are aligned on the wall clock
-//! (multiples of the interval since the epoch), as the sampler's are, so the snapshot and the
-//! sampler's read of `pg_stat_activity` happen at about the same instant and operations of a
-//! few milliseconds are still caught. An entry vouches only for statements that began inside
-//! its operation and before its snapshot (`pgferry_ash.published_serving`), so a stale or
-//! late snapshot can miss a backend but never misattribute one.
+//! every [`HEARTBEAT`] (so the table lists the live publishers). Ticks are aligned on the
+//! wall clock (multiples of the interval since the epoch), as the sampler's are, so the
+//! snapshot and the sampler's read of `pg_stat_activity` happen at about the same instant
+//! and operations of a few milliseconds are still caught. An entry vouches only for
+//! statements that began inside its operation and before its snapshot
+//! (`pgferry_ash.published_serving`), so a stale or late snapshot misses a backend rather
+//! than give it an old queue (the one narrow exception is in docs/ash.md).
 
 use std::collections::HashMap;
 use std::sync::OnceLock;

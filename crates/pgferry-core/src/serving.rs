@@ -6,7 +6,9 @@
 //!
 //! The pool learns each connection's backend pid once, when it connects (one `SELECT`); an
 //! operation marks its connection with [`serve`] for as long as its guard lives. Cost per
-//! operation: one uncontended mutex and a hash map insert and remove.
+//! operation: one uncontended mutex, a hash map insert and remove, and one `Instant::now()`
+//! (when the operation began: other servers' samplers check that a statement began inside
+//! it, `pgferry_ash::publish`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
