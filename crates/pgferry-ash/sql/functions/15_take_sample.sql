@@ -70,7 +70,10 @@ BEGIN
     IF EXISTS (SELECT FROM jsonb_to_recordset(v_rows) AS r (app text)
                WHERE r.app LIKE 'pgferry-%') THEN
         PERFORM pg_sleep(0.025);
-        DELETE FROM pgferry_ash.published WHERE at < clock_timestamp() - interval '10 seconds';
+        -- Rows of servers gone past the TTL (as SamplerConfig::ttl: 10 s, two intervals).
+        DELETE FROM pgferry_ash.published
+        WHERE at < clock_timestamp() - greatest(interval '10 seconds',
+                                                make_interval(secs => interval_ms / 500.0));
         SELECT coalesce(jsonb_agg(CASE WHEN m.pid IS NULL THEN x.r
                                        ELSE x.r || jsonb_build_object('srole', m.role,
                                                                       'squeue', m.queue,
