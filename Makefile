@@ -55,6 +55,20 @@ test-fuzz: setup
 
 test: lint test-rust test-python test-ts test-fuzz
 
+# Active session history on a second Postgres major: 16.2 from PyPI (scripts/setup.sh with
+# PGFERRY_EXTRA_PG=16). Opt-in, not part of `test`. That build ships neither
+# pg_stat_statements nor pg_cron nor lz4 (the engine schema needs it), so the tests that need
+# them (attribution.rs: the engine; cron.rs; the pg_stat_statements test; and the waits test
+# that asserts query ids, which its backends do not report without pg_stat_statements)
+# run on 15 only.
+.PHONY: test-ash-pg16
+test-ash-pg16:
+	PGFERRY_EXTRA_PG=16 scripts/setup.sh
+	PGFERRY_TEST_PRELOAD= PGFERRY_PG_BINDIR=$${PGFERRY_EXTRA_PG_DIR:-/opt/pgferry-pg16}/pgserver/pginstall/bin $(CARGO) test -p pgferry-ash \
+		--test published --test ring --test waits \
+		-- --skip query_text_from_pg_stat_statements_and_no_query_id_degrade \
+		--skip lock_waits_sleep_and_idle_in_transaction_are_reported
+
 # The engine benchmark against the skiplocked and append-only references (release build).
 bench: setup
 	$(CARGO) run --release -q -p pgferry-cli --bin pgferry -- bench compare --json

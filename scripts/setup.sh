@@ -72,4 +72,25 @@ for comp in rustfmt clippy; do
         fi
     fi
 done
+# Opt-in second Postgres major for the ASH tests (`make test-ash-pg16`, docs/ash.md):
+# PGFERRY_EXTRA_PG=16 unpacks PostgreSQL 16.2 from the PyPI wheel `pgserver` (a registry
+# package shipping the server binaries; apt.postgresql.org does not resolve from the
+# project's machines and Debian 12 ships only 15) into $PGFERRY_EXTRA_PG_DIR; the binaries
+# are then in $PGFERRY_EXTRA_PG_DIR/pgserver/pginstall/bin.
+if [ "${PGFERRY_EXTRA_PG:-}" = 16 ]; then
+    pg16="${PGFERRY_EXTRA_PG_DIR:-/opt/pgferry-pg16}"
+    # The wheel's layout is kept: its binaries find their libraries by a relative rpath.
+    if [ ! -x "$pg16/pgserver/pginstall/bin/postgres" ]; then
+        tmp="$(mktemp -d)"
+        python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+            --platform manylinux2014_x86_64 pgserver==0.1.4 -d "$tmp"
+        python3 -m zipfile -e "$tmp"/pgserver-0.1.4-*.whl "$tmp/x"
+        mkdir -p "$pg16"
+        cp -r "$tmp/x/." "$pg16/"
+        chmod -R a+rX "$pg16"
+        chmod a+x "$pg16"/pgserver/pginstall/bin/*
+        rm -rf "$tmp"
+    fi
+    "$pg16/pgserver/pginstall/bin/postgres" --version
+fi
 echo "setup: ok"

@@ -18,6 +18,14 @@ pub struct SamplerConfig {
     pub minute_retention: Duration,
     /// How long 1-hour rollups are kept.
     pub hour_retention: Duration,
+    /// How long the sampler waits, after its read of pg_stat_activity, for the other servers'
+    /// snapshots of the same tick (publish.rs); only when it sampled backends of pgferry it
+    /// does not serve itself.
+    pub publish_grace: Duration,
+    /// A server's published snapshot older than this is deleted (its server died; an old
+    /// snapshot never misattributes, this only keeps the table small). At least two
+    /// intervals and two publish heartbeats are kept whatever this says ([`Self::ttl`]).
+    pub publish_ttl: Duration,
 }
 
 impl Default for SamplerConfig {
@@ -28,11 +36,22 @@ impl Default for SamplerConfig {
             rotate_lock_timeout: Duration::from_millis(50),
             minute_retention: Duration::from_secs(8 * 86_400),
             hour_retention: Duration::from_secs(400 * 86_400),
+            publish_grace: Duration::from_millis(25),
+            publish_ttl: Duration::from_secs(10),
         }
     }
 }
 
 impl SamplerConfig {
+    /// How old a published snapshot may get before the sampler deletes it: `publish_ttl`, but
+    /// never so short that a live server's row (rewritten at least every interval while busy
+    /// and every heartbeat while idle) would be pruned.
+    pub fn ttl(&self) -> Duration {
+        self.publish_ttl
+            .max(self.interval * 2)
+            .max(crate::publish::HEARTBEAT * 2)
+    }
+
     pub fn validate(&self) -> Result<()> {
         if self.interval < Duration::from_millis(100) || self.interval > Duration::from_secs(60) {
             return Err(AshError::invalid(
@@ -70,6 +89,12 @@ impl SamplerConfig {
             return Err(AshError::invalid(
                 "ash hour retention",
                 "must be at least the minute retention",
+            ));
+        }
+        if self.publish_grace * 2 >= self.interval {
+            return Err(AshError::invalid(
+                "ash publish grace",
+                "must be under half the interval (the sampler waits it every tick)",
             ));
         }
         Ok(())
@@ -125,6 +150,13 @@ mod tests {
                     ..Default::default()
                 },
                 "ash hour retention",
+            ),
+            (
+                SamplerConfig {
+                    publish_grace: Duration::from_millis(600),
+                    ..Default::default()
+                },
+                "ash publish grace",
             ),
         ];
         for (c, field) in cases {

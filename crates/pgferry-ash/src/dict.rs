@@ -5,7 +5,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-use pgferry_core::serving::Serving;
 use tokio_postgres::Client;
 
 use crate::error::Result;
@@ -17,6 +16,25 @@ const UPSERT_COMBOS: &str = include_str!("../sql/upsert_combos.sql");
 const UPSERT_SERVING: &str = include_str!("../sql/upsert_serving.sql");
 const STATEMENTS_TEXT: &str = include_str!("../sql/statements_text.sql");
 const ACTIVITY_TEXT: &str = include_str!("../sql/activity_text.sql");
+
+/// What a pgferry backend was serving: from this process's registry, or published by
+/// another server (publish.rs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Serving {
+    pub role: String,
+    pub queue: String,
+    pub kind: String,
+}
+
+impl From<pgferry_core::serving::Serving> for Serving {
+    fn from(s: pgferry_core::serving::Serving) -> Serving {
+        Serving {
+            role: s.role.to_string(),
+            queue: s.queue,
+            kind: s.kind,
+        }
+    }
+}
 
 /// One backend as read from pg_stat_activity.
 #[derive(Debug, Clone)]
@@ -30,10 +48,15 @@ pub(crate) struct Backend {
     pub wait_type: Option<String>,
     pub wait_event: Option<String>,
     pub query_id: Option<i64>,
+    /// When its current (or, idle in a transaction, last) statement began, epoch seconds.
+    pub query_start: Option<f64>,
+    /// Parallel workers: the pid of the backend they work for (pg_stat_activity.leader_pid).
+    pub leader_pid: Option<i32>,
     pub blockers: Vec<i32>,
     /// false: returned only because it blocks a sampled backend.
     pub sampled: bool,
-    /// What it was serving, when it is one of this process's pooled connections.
+    /// What it was serving, when it is one of pgferry's pooled connections (this process's,
+    /// or another server's that published it).
     pub serving: Option<Serving>,
 }
 
@@ -147,7 +170,7 @@ impl Dict {
         if missing.is_empty() {
             return Ok(());
         }
-        let roles: Vec<&str> = missing.iter().map(|s| s.role).collect();
+        let roles: Vec<&str> = missing.iter().map(|s| s.role.as_str()).collect();
         let queues: Vec<&str> = missing.iter().map(|s| s.queue.as_str()).collect();
         let kinds: Vec<&str> = missing.iter().map(|s| s.kind.as_str()).collect();
         let rows = client

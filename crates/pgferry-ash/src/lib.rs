@@ -14,6 +14,7 @@ mod dict;
 pub mod encode;
 pub mod error;
 pub mod migrate;
+pub mod publish;
 pub mod read;
 pub mod sampler;
 pub mod seed;

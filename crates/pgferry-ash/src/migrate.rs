@@ -29,6 +29,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0002_serving.sql",
         sql: include_str!("../migrations/0002_serving.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_published.sql",
+        sql: include_str!("../migrations/0003_published.sql"),
+    },
 ];
 
 macro_rules! function {
@@ -56,6 +61,7 @@ pub const FUNCTIONS: &[Function] = &[
     function!("blocking_at", "12_blocking_at.sql"),
     function!("roll_up", "13_roll_up.sql"),
     function!("activity_ids", "14_activity_ids.sql"),
+    function!("published_serving", "17_published_serving.sql"),
     function!("take_sample", "15_take_sample.sql"),
     function!("sample_minute", "16_sample_minute.sql"),
 ];

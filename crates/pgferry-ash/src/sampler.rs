@@ -1,14 +1,14 @@
 //! The sampler: one read of pg_stat_activity and one INSERT per tick, plus the ring's
 //! rotation and the rollups when their time comes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, Statement};
 
 use crate::config::SamplerConfig;
-use crate::dict::{Backend, Dict};
+use crate::dict::{Backend, Dict, Serving};
 use crate::encode::{encode_data, encode_locks, LockEntry};
 use crate::error::{AshError, Result};
 
@@ -21,6 +21,8 @@ const ROTATE: &str = include_str!("../sql/rotate.sql");
 const ROLL_UP: &str = include_str!("../sql/roll_up.sql");
 const PRUNE_MINUTES: &str = include_str!("../sql/prune_minutes.sql");
 const PRUNE_HOURS: &str = include_str!("../sql/prune_hours.sql");
+const MATCH_PUBLISHED: &str = include_str!("../sql/publish/match.sql");
+const PRUNE_PUBLISHED: &str = include_str!("../sql/publish/prune.sql");
 
 /// Rollup retention is enforced this often.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
@@ -40,6 +42,10 @@ pub struct SampleReport {
     pub rotated: bool,
     /// Rollup rows written by this call (minutes and hours).
     pub rollup_rows: i64,
+    /// Backends attributed to a queue / kind from this process's own registry.
+    pub attributed_here: usize,
+    /// Backends attributed from what other servers published.
+    pub attributed_published: usize,
 }
 
 pub struct Sampler {
@@ -52,6 +58,7 @@ pub struct Sampler {
     /// Epoch second from which the next minute rollup is due.
     next_rollup: f64,
     last_prune: Option<Instant>,
+    last_published_prune: Option<Instant>,
 }
 
 impl Sampler {
@@ -81,6 +88,7 @@ impl Sampler {
             statements,
             next_rollup: 0.0,
             last_prune: None,
+            last_published_prune: None,
         })
     }
 
@@ -102,7 +110,7 @@ impl Sampler {
             .await?;
         // What this process's pooled connections serve, read right after the activity (an
         // operation that started in between is attributed by role only).
-        let serving = pgferry_core::serving::snapshot();
+        let mut serving = pgferry_core::serving::snapshot();
         let mut backends: Vec<Backend> = rows
             .iter()
             .map(|r| Backend {
@@ -115,11 +123,16 @@ impl Sampler {
                 wait_type: r.get("wait_event_type"),
                 wait_event: r.get("wait_event"),
                 query_id: r.get("query_id"),
+                query_start: r.get("query_start"),
+                leader_pid: r.get("leader_pid"),
                 blockers: r.get::<_, Option<Vec<i32>>>("blockers").unwrap_or_default(),
                 sampled: r.get("sampled"),
-                serving: serving.get(&r.get::<_, i32>("pid")).cloned(),
+                serving: serving.remove(&r.get::<_, i32>("pid")).map(Into::into),
             })
             .collect();
+        let attributed_here = backends.iter().filter(|b| b.serving.is_some()).count();
+        let attributed_published = self.attribute_published(&mut backends).await?;
+        inherit_from_leaders(&mut backends);
         reduce_blockers(&mut backends);
         let combos = self
             .dict
@@ -183,7 +196,61 @@ impl Sampler {
             at_epoch,
             rotated,
             rollup_rows,
+            attributed_here,
+            attributed_published,
         })
+    }
+
+    /// Attributes pgferry backends this process does not serve from what the other servers
+    /// published at this tick (they publish at the same aligned instant: the sampler gives
+    /// their writes `publish_grace` to land). Returns how many were attributed.
+    async fn attribute_published(&mut self, backends: &mut [Backend]) -> Result<usize> {
+        let due = match self.last_published_prune {
+            None => true,
+            Some(t) => t.elapsed() >= self.config.ttl() / 2,
+        };
+        if due {
+            let ttl = self.config.ttl().as_secs_f64();
+            self.client.execute(PRUNE_PUBLISHED, &[&ttl]).await?;
+            self.last_published_prune = Some(Instant::now());
+        }
+        let (pids, starts): (Vec<i32>, Vec<f64>) = backends
+            .iter()
+            .filter(|b| b.serving.is_none() && b.application.starts_with("pgferry-"))
+            .filter_map(|b| b.query_start.map(|q| (b.pid, q)))
+            .unzip();
+        if pids.is_empty() {
+            return Ok(0);
+        }
+        tokio::time::sleep(self.config.publish_grace).await;
+        let rows = self
+            .client
+            .query(
+                MATCH_PUBLISHED,
+                &[&pids, &starts, &crate::publish::server_id()],
+            )
+            .await?;
+        let mut found: HashMap<i32, Serving> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get("pid"),
+                    Serving {
+                        role: r.get("role"),
+                        queue: r.get("queue"),
+                        kind: r.get("kind"),
+                    },
+                )
+            })
+            .collect();
+        let mut n = 0;
+        for b in backends.iter_mut().filter(|b| b.serving.is_none()) {
+            if let Some(s) = found.remove(&b.pid) {
+                b.serving = Some(s);
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     /// Empties the slot two periods old. Gives up after the lock timeout when readers hold
@@ -227,6 +294,37 @@ impl Sampler {
     }
 }
 
+/// A parallel worker works for its leader's query: it takes the leader's pgferry attribution
+/// (queue, kind, role) and, when it has none of its own, the leader's application name and
+/// query id, so its time counts where the leader's does. Its backend type stays
+/// `parallel worker`, so the readers can still tell the two apart.
+fn inherit_from_leaders(backends: &mut [Backend]) {
+    let leaders: HashMap<i32, (Option<Serving>, String, Option<i64>)> = backends
+        .iter()
+        .filter(|b| b.leader_pid.is_none())
+        .map(|b| {
+            (
+                b.pid,
+                (b.serving.clone(), b.application.clone(), b.query_id),
+            )
+        })
+        .collect();
+    for b in backends.iter_mut() {
+        let Some((serving, app, query_id)) = b.leader_pid.and_then(|l| leaders.get(&l)) else {
+            continue;
+        };
+        if b.serving.is_none() {
+            b.serving = serving.clone();
+        }
+        if b.application.is_empty() {
+            b.application = app.clone();
+        }
+        if b.query_id.is_none() {
+            b.query_id = *query_id;
+        }
+    }
+}
+
 /// Keeps, of each lock waiter's blockers, those that are not themselves queued behind
 /// another of its blockers. `pg_blocking_pids` also names the waiters ahead in a lock's
 /// queue (100 waiters for one exclusive lock name 1 + 2 + … + 99 pids, all "blockers"), so
@@ -234,7 +332,6 @@ impl Sampler {
 /// waiter of the queue points at the holder, and a real chain (b holds t2 and waits for a;
 /// c waits for b) keeps b, since c does not also wait for a.
 fn reduce_blockers(backends: &mut [Backend]) {
-    use std::collections::HashMap;
     let sets: HashMap<i32, HashSet<i32>> = backends
         .iter()
         .filter(|b| !b.blockers.is_empty())
@@ -265,10 +362,9 @@ pub async fn run(pg: Config, config: SamplerConfig) {
                 continue;
             }
         };
-        let mut ticker = tokio::time::interval(config.interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            ticker.tick().await;
+            // On the wall clock's multiples of the interval, as every server's publisher.
+            tokio::time::sleep(crate::publish::until_aligned_tick(config.interval)).await;
             match sampler.run_once().await {
                 Ok(r) => tracing::trace!(sampled = r.sampled, "ash sample"),
                 Err(e) => {

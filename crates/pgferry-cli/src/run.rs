@@ -71,6 +71,12 @@ pub struct ServerArgs {
     #[arg(long, env = "PGFERRY_ASH_INTERVAL_MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub ash_interval_ms: u64,
+    /// Active session history: milliseconds between two publishes of what this server's
+    /// backends serve (queue, job kind), so whichever sampler runs (the leader's, or
+    /// pg_cron's) attributes them (0: never; default: --ash-interval-ms). See docs/ash.md.
+    #[arg(long, env = "PGFERRY_ASH_PUBLISH_MS",
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub ash_publish_ms: Option<u64>,
     /// Active session history: sample only these databases (comma-separated; default:
     /// every database of the cluster).
     #[arg(long, env = "PGFERRY_ASH_DATABASES", value_delimiter = ',')]
@@ -125,6 +131,15 @@ impl ServerArgs {
         Ok(Some(c))
     }
 
+    /// How often this server publishes what its backends serve; None: never.
+    fn ash_publish(&self) -> anyhow::Result<Option<std::time::Duration>> {
+        match self.ash_publish_ms.unwrap_or(self.ash_interval_ms) {
+            0 => Ok(None),
+            ms if ms < 100 => anyhow::bail!("--ash-publish-ms: {ms} ms is under 100 ms"),
+            ms => Ok(Some(std::time::Duration::from_millis(ms))),
+        }
+    }
+
     fn grpc_config(&self) -> pgferry_server::grpc::GrpcConfig {
         pgferry_server::grpc::GrpcConfig {
             keepalive: std::time::Duration::from_millis(self.grpc_keepalive_ms.max(1)),
@@ -146,6 +161,7 @@ pub async fn serve(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let ash = args.ash_config()?;
+    let ash_publish = args.ash_publish()?;
     if !args.no_migrate {
         let mut client = db::connect(&config, "migrate")
             .await
@@ -179,6 +195,14 @@ pub async fn serve(
         pgferry_http_jobs::worker::WorkerConfig::default(),
         stop_rx.clone(),
     ));
+    // Every server publishes what its backends serve, for the one sampler (docs/ash.md).
+    let ash_publisher = ash_publish.map(|every| {
+        tokio::spawn(pgferry_ash::publish::run(
+            config.clone(),
+            every,
+            stop_rx.clone(),
+        ))
+    });
     let leader_task = tokio::spawn(leader.run(stop_rx));
     // Ticks from whichever server leads reach this server's claimers through LISTEN.
     let tick_feed = tokio::spawn(pgferry_core::listen::run_tick_listener(
@@ -244,6 +268,9 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     let _ = leader_task.await;
     let _ = http_jobs.await;
+    if let Some(p) = ash_publisher {
+        let _ = p.await;
+    }
     tick_feed.abort();
     Ok(())
 }

@@ -6,10 +6,13 @@
 //!
 //! The pool learns each connection's backend pid once, when it connects (one `SELECT`); an
 //! operation marks its connection with [`serve`] for as long as its guard lives. Cost per
-//! operation: one uncontended mutex and a hash map insert and remove.
+//! operation: one uncontended mutex, a hash map insert and remove, and one `Instant::now()`
+//! (when the operation began: other servers' samplers check that a statement began inside
+//! it, `pgferry_ash::publish`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Instant;
 
 use deadpool_postgres::{ClientWrapper, HookError, StatementCache};
 
@@ -27,7 +30,9 @@ struct Registry {
     /// Backend pid of each live pooled connection, keyed by its statement cache (one per
     /// connection, alive exactly as long as the connection).
     pids: HashMap<usize, (Weak<StatementCache>, i32)>,
-    serving: HashMap<i32, Serving>,
+    /// What each backend serves, and since when (other servers' samplers check that the
+    /// statement they saw began inside the operation: pgferry-ash's publish.rs).
+    serving: HashMap<i32, (Serving, Instant)>,
 }
 
 fn registry() -> &'static Mutex<Registry> {
@@ -64,11 +69,14 @@ pub fn serve(client: &ClientWrapper, role: &'static str, queue: &str, kind: &str
     if let Some(pid) = pid {
         r.serving.insert(
             pid,
-            Serving {
-                role,
-                queue: queue.to_string(),
-                kind: kind.to_string(),
-            },
+            (
+                Serving {
+                    role,
+                    queue: queue.to_string(),
+                    kind: kind.to_string(),
+                },
+                Instant::now(),
+            ),
         );
     }
     ServingGuard(pid)
@@ -92,6 +100,17 @@ impl Drop for ServingGuard {
 
 /// The backends serving something right now, by pid.
 pub fn snapshot() -> HashMap<i32, Serving> {
+    registry()
+        .lock()
+        .expect("serving registry")
+        .serving
+        .iter()
+        .map(|(pid, (s, _))| (*pid, s.clone()))
+        .collect()
+}
+
+/// The backends serving something right now, by pid, with when each operation began.
+pub fn snapshot_since() -> HashMap<i32, (Serving, Instant)> {
     registry().lock().expect("serving registry").serving.clone()
 }
 

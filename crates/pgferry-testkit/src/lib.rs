@@ -81,10 +81,12 @@ fn start_shared() -> Result<Shared, String> {
             // count finished transactions) or changing plans mid-test; plan tests ANALYZE
             // explicitly.
             ("autovacuum".into(), "off".into()),
-            // Statement-count tests read pg_stat_statements.
+            // Statement-count tests read pg_stat_statements. PGFERRY_TEST_PRELOAD overrides
+            // it (empty: none) for a server build without the module (`make test-ash-pg16`).
             (
                 "shared_preload_libraries".into(),
-                "pg_stat_statements".into(),
+                std::env::var("PGFERRY_TEST_PRELOAD")
+                    .unwrap_or_else(|_| "pg_stat_statements".into()),
             ),
         ],
     };

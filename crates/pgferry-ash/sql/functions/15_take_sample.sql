@@ -1,8 +1,10 @@
 -- One sample taken inside the database, for the pg_cron mode (docs/ash.md): the same read of
 -- pg_stat_activity, dictionaries, encoding, ring rotation and rollups as the server's
--- sampler (src/sampler.rs), in one call. Backends are attributed to pgferry roles by their
--- application_name only: which queue a connection serves is known inside the server, not
--- here. Returns the backends sampled.
+-- sampler (src/sampler.rs), in one call. pgferry's backends are attributed to their queue,
+-- job kind and tenant from what the running servers published (pgferry_ash.published, at
+-- the same wall-clock-aligned ticks: the sample waits 25 ms for their snapshots), else to
+-- their role by application_name. Parallel workers take their leader's attribution.
+-- Returns the backends sampled.
 CREATE OR REPLACE FUNCTION pgferry_ash.take_sample(interval_ms int DEFAULT 1000,
                                                    databases text[] DEFAULT NULL)
 RETURNS int
@@ -41,6 +43,8 @@ BEGIN
                    ELSE 'CPU'
                END AS we,
                nullif(query_id, 0) AS qid, left(query, 4096) AS qtext,
+               extract(epoch FROM query_start)::float8 AS qs,
+               nullif(leader_pid, pid) AS lpid,
                coalesce(CASE WHEN wait_event_type = 'Lock' THEN pg_blocking_pids(pid) END,
                         '{}') AS blockers,
                (state IN ('active', 'idle in transaction', 'idle in transaction (aborted)')
@@ -61,6 +65,48 @@ BEGIN
     )
     SELECT coalesce(jsonb_agg(to_jsonb(kept)), '[]') INTO v_rows FROM kept;
 
+    -- pgferry backends: what the servers published for them (sql/functions/
+    -- 17_published_serving.sql), as srole / squeue / skind.
+    IF EXISTS (SELECT FROM jsonb_to_recordset(v_rows) AS r (app text)
+               WHERE r.app LIKE 'pgferry-%') THEN
+        PERFORM pg_sleep(0.025);
+        -- Rows of servers gone past the TTL (as SamplerConfig::ttl: 10 s, two intervals).
+        DELETE FROM pgferry_ash.published
+        WHERE at < clock_timestamp() - greatest(interval '10 seconds',
+                                                make_interval(secs => interval_ms / 500.0));
+        SELECT coalesce(jsonb_agg(CASE WHEN m.pid IS NULL THEN x.r
+                                       ELSE x.r || jsonb_build_object('srole', m.role,
+                                                                      'squeue', m.queue,
+                                                                      'skind', m.kind)
+                                  END), '[]')
+        INTO v_rows
+        FROM jsonb_array_elements(v_rows) AS x (r)
+        LEFT JOIN pgferry_ash.published_serving(
+            ARRAY(SELECT r.pid FROM jsonb_to_recordset(v_rows) AS r (pid int, app text)
+                  WHERE r.app LIKE 'pgferry-%' ORDER BY r.pid),
+            ARRAY(SELECT r.qs FROM jsonb_to_recordset(v_rows) AS r (pid int, app text, qs float8)
+                  WHERE r.app LIKE 'pgferry-%' ORDER BY r.pid)) m
+          ON m.pid = (x.r->>'pid')::int;
+    END IF;
+    -- Parallel workers work for their leader's query: they take its attribution, and its
+    -- application name and query id when they have none (as src/sampler.rs).
+    IF EXISTS (SELECT FROM jsonb_to_recordset(v_rows) AS r (lpid int) WHERE r.lpid IS NOT NULL)
+    THEN
+        SELECT coalesce(jsonb_agg(CASE WHEN l.r IS NULL THEN w.r
+            ELSE w.r || jsonb_strip_nulls(jsonb_build_object(
+                'srole', coalesce(w.r->'srole', l.r->'srole'),
+                'squeue', coalesce(w.r->'squeue', l.r->'squeue'),
+                'skind', coalesce(w.r->'skind', l.r->'skind')))
+                     || jsonb_build_object(
+                'app', CASE WHEN w.r->>'app' = '' THEN l.r->'app' ELSE w.r->'app' END,
+                'qid', CASE WHEN w.r->>'qid' IS NULL THEN l.r->'qid' ELSE w.r->'qid' END)
+            END), '[]')
+        INTO v_rows
+        FROM jsonb_array_elements(v_rows) AS w (r)
+        LEFT JOIN jsonb_array_elements(v_rows) AS l (r)
+          ON (w.r->>'lpid')::int = (l.r->>'pid')::int;
+    END IF;
+
     -- Dictionaries: what is new is inserted (entries are never deleted).
     INSERT INTO pgferry_ash.wait_event (type, event)
     SELECT DISTINCT r.wt, r.we FROM jsonb_to_recordset(v_rows) AS r (wt text, we text)
@@ -78,11 +124,18 @@ BEGIN
     WHERE r.qid IS NOT NULL
     ON CONFLICT (query_id) DO NOTHING;
 
-    -- Each backend's combo (serving_id 0: no queue attribution in this mode). Two
-    -- statements: the combos inserted by the first are invisible to its own query.
+    INSERT INTO pgferry_ash.serving (role, queue, kind)
+    SELECT DISTINCT r.srole, r.squeue, r.skind
+    FROM jsonb_to_recordset(v_rows) AS r (srole text, squeue text, skind text)
+    WHERE r.srole IS NOT NULL
+    ON CONFLICT DO NOTHING;
+
+    -- Each backend's combo. Two statements: the combos inserted by the first are invisible
+    -- to its own query.
     INSERT INTO pgferry_ash.combo (wait_id, query_ref, database_id, user_id, app_id,
-                                   backend_id)
-    SELECT DISTINCT r.wait_id, r.query_ref, r.database_id, r.user_id, r.app_id, r.backend_id
+                                   backend_id, serving_id)
+    SELECT DISTINCT r.wait_id, r.query_ref, r.database_id, r.user_id, r.app_id, r.backend_id,
+                    r.serving_id
     FROM pgferry_ash.activity_ids(v_rows) r
     ON CONFLICT DO NOTHING;
     CREATE TEMP TABLE IF NOT EXISTS ash_backend (pid int, sampled bool, by int[], combo int)
@@ -94,7 +147,8 @@ BEGIN
     JOIN pgferry_ash.combo c
       ON (c.wait_id, c.query_ref, c.database_id, c.user_id, c.app_id, c.backend_id,
           c.serving_id)
-       = (r.wait_id, r.query_ref, r.database_id, r.user_id, r.app_id, r.backend_id, 0);
+       = (r.wait_id, r.query_ref, r.database_id, r.user_id, r.app_id, r.backend_id,
+          r.serving_id);
 
     -- data: combo ids sorted, a run of n > 1 preceded by -n (src/encode.rs).
     SELECT coalesce(array_agg(u.v ORDER BY g.combo, u.o), '{}')

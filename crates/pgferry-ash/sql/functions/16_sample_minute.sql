@@ -8,19 +8,21 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_end timestamptz := date_trunc('minute', clock_timestamp()) + interval '1 minute';
     v_step interval := make_interval(secs => interval_ms / 1000.0);
-    v_next timestamptz := clock_timestamp();
+    -- Samples fall on the wall clock's multiples of the interval, the ticks at which every
+    -- pgferry server publishes what its backends serve (src/publish.rs).
+    v_next timestamptz := to_timestamp(ceil(extract(epoch FROM clock_timestamp()) * 1000
+                                            / interval_ms) * interval_ms / 1000.0);
 BEGIN
     IF NOT pg_try_advisory_lock(hashtext('pgferry_ash.sample_minute')) THEN
         RETURN;
     END IF;
     -- A sample lost in a crash costs nothing worth a WAL flush per second (as the server's).
     PERFORM set_config('synchronous_commit', 'off', false);
-    LOOP
+    WHILE v_next < v_end LOOP
+        PERFORM pg_sleep(greatest(0, extract(epoch FROM v_next - clock_timestamp())));
         PERFORM pgferry_ash.take_sample(interval_ms, databases);
         COMMIT;
         v_next := v_next + v_step;
-        EXIT WHEN v_next >= v_end;
-        PERFORM pg_sleep(greatest(0, extract(epoch FROM v_next - clock_timestamp())));
     END LOOP;
     -- Prune the rollups past their default retention (8 days of minutes, 400 of hours).
     DELETE FROM pgferry_ash.rollup_1m WHERE minute < now() - interval '8 days';

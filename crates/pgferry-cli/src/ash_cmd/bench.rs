@@ -19,6 +19,17 @@ pub struct AshBenchArgs {
     /// Alternating cycle runs without and with the sampler (pairs).
     #[arg(long, default_value_t = 2)]
     pub cycle_pairs: usize,
+    /// Only the throughput comparison: `bench cycle` with ASH off and on (the leader's
+    /// sampler and this server's publisher, both every second) in ABBA order, `--cycle-pairs`
+    /// pairs (4: ABBAABBA), reported with each pair's ratio and the spread.
+    #[arg(long)]
+    pub overhead: bool,
+    /// Cadence of the sampler and the publisher in the "on" runs. Shorter than the default
+    /// second amplifies ASH's cost (100 ms: 10× the samples and publishes), so a cost too
+    /// small to resolve at 1 s can be bounded as the amplified cost ÷ the factor.
+    #[arg(long, default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    pub ash_interval_ms: u64,
 }
 
 pub async fn bench(args: AshBenchArgs) -> anyhow::Result<()> {
@@ -47,6 +58,11 @@ pub async fn bench(args: AshBenchArgs) -> anyhow::Result<()> {
             )
         }
     };
+    if args.overhead {
+        let report = overhead(&base, &args).await?;
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return stop_cluster(cluster).await;
+    }
     let mut costs = Vec::new();
     for (i, n) in args.backends.iter().enumerate() {
         eprintln!(
@@ -60,66 +76,11 @@ pub async fn bench(args: AshBenchArgs) -> anyhow::Result<()> {
     eprintln!("[ash] seeding 30 days of history and timing the readers");
     let cfg = pgferry_ash::bench::fresh_database(&base, "bench_ash_history").await?;
     let history = pgferry_ash::bench::history(&cfg, args.reader_runs).await?;
-    let mut cycle = serde_json::Value::Null;
-    if args.cycle_pairs > 0 {
-        let sampler_db = pgferry_ash::bench::fresh_database(&base, "bench_ash_sampler").await?;
-        let opts = args.cycle.opts();
-        let (mut off, mut on, mut duty) = (Vec::new(), Vec::new(), Vec::new());
-        for pair in 0..args.cycle_pairs {
-            // ABBA order: drift of the machine over the run cancels out of the pair means.
-            let order: [bool; 2] = if pair % 2 == 0 {
-                [false, true]
-            } else {
-                [true, false]
-            };
-            for sampler_on in order {
-                eprintln!(
-                    "[ash] cycle pair {}/{}: sampler {}",
-                    pair + 1,
-                    args.cycle_pairs,
-                    if sampler_on { "on (1 s)" } else { "off" }
-                );
-                if !sampler_on {
-                    let r = pgferry_bench::run(
-                        pgferry_bench::Variant::Cycle,
-                        &base,
-                        "bench_cycle_ash_off",
-                        &opts,
-                    )
-                    .await?;
-                    off.push(r.jobs_per_s);
-                    continue;
-                }
-                let (stop, stopped) = tokio::sync::watch::channel(false);
-                let db = sampler_db.clone();
-                let sampler = tokio::spawn(async move {
-                    pgferry_ash::bench::sample_until(
-                        &db,
-                        pgferry_ash::SamplerConfig::default(),
-                        stopped,
-                    )
-                    .await
-                });
-                let r = pgferry_bench::run(
-                    pgferry_bench::Variant::Cycle,
-                    &base,
-                    "bench_cycle_ash_on",
-                    &opts,
-                )
-                .await;
-                let _ = stop.send(true);
-                duty.push(sampler.await??);
-                on.push(r?.jobs_per_s);
-            }
-        }
-        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-        cycle = serde_json::json!({
-            "jobs_per_s_sampler_off": off,
-            "jobs_per_s_sampler_on": on,
-            "on_over_off": mean(&on) / mean(&off),
-            "sampler_duty": duty,
-        });
-    }
+    let cycle = if args.cycle_pairs > 0 {
+        overhead(&base, &args).await?
+    } else {
+        serde_json::Value::Null
+    };
     let out = serde_json::json!({
         "sample_cost": costs,
         "history": history,
@@ -134,9 +95,193 @@ pub async fn bench(args: AshBenchArgs) -> anyhow::Result<()> {
         },
     });
     println!("{}", serde_json::to_string_pretty(&out)?);
+    stop_cluster(cluster).await
+}
+
+async fn stop_cluster(
+    cluster: Option<(pgferry_pgcluster::Cluster, tempfile::TempDir)>,
+) -> anyhow::Result<()> {
     if let Some((cluster, dir)) = cluster {
         tokio::task::spawn_blocking(move || cluster.stop()).await??;
         drop(dir);
     }
     Ok(())
+}
+
+/// `bench cycle` with ASH off and on, in ABBA order (off-on, on-off, …: a drift of the
+/// machine over the run cancels out of each pair of pairs). "On" is what a server runs: the
+/// leader's sampler and the publisher of what the engine's backends serve, both every
+/// second, in this process, writing to their own database.
+async fn overhead(
+    base: &tokio_postgres::Config,
+    args: &AshBenchArgs,
+) -> anyhow::Result<serde_json::Value> {
+    let sampler_db = pgferry_ash::bench::fresh_database(base, "bench_ash_sampler").await?;
+    let opts = args.cycle.opts();
+    let pairs = args.cycle_pairs.max(1);
+    let (mut runs, mut duty) = (Vec::new(), Vec::new());
+    for pair in 0..pairs {
+        let order: [bool; 2] = if pair % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for ash_on in order {
+            eprintln!(
+                "[ash] cycle pair {}/{pairs}: ASH {}",
+                pair + 1,
+                if ash_on { "on" } else { "off" }
+            );
+            if !ash_on {
+                let r = pgferry_bench::run(
+                    pgferry_bench::Variant::Cycle,
+                    base,
+                    "bench_cycle_ash_off",
+                    &opts,
+                )
+                .await?;
+                runs.push((pair, false, r.jobs_per_s));
+                continue;
+            }
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            let db = sampler_db.clone();
+            let every = std::time::Duration::from_millis(args.ash_interval_ms);
+            let config = pgferry_ash::SamplerConfig {
+                interval: every,
+                publish_grace: (every / 4).min(pgferry_ash::SamplerConfig::default().publish_grace),
+                ..Default::default()
+            };
+            let sampler = tokio::spawn(async move {
+                pgferry_ash::bench::sample_until(&db, config, stopped).await
+            });
+            let publisher = tokio::spawn(pgferry_ash::publish::run(
+                sampler_db.clone(),
+                every,
+                stop.subscribe(),
+            ));
+            let r = pgferry_bench::run(
+                pgferry_bench::Variant::Cycle,
+                base,
+                "bench_cycle_ash_on",
+                &opts,
+            )
+            .await;
+            let _ = stop.send(true);
+            duty.push(sampler.await??);
+            publisher.await?;
+            runs.push((pair, true, r?.jobs_per_s));
+        }
+    }
+    let mut report = overhead_report(&runs, &duty)?;
+    report["ash_interval_ms"] = args.ash_interval_ms.into();
+    Ok(report)
+}
+
+/// Means, spread and each pair's on/off ratio of `(pair, ash_on, jobs_per_s)` runs.
+fn overhead_report(
+    runs: &[(usize, bool, f64)],
+    duty: &[pgferry_ash::bench::Duty],
+) -> serde_json::Result<serde_json::Value> {
+    let of = |on: bool| -> Vec<f64> { runs.iter().filter(|r| r.1 == on).map(|r| r.2).collect() };
+    let (off, on) = (of(false), of(true));
+    let mut ratios: Vec<f64> = runs
+        .chunks(2)
+        .filter_map(|p| match p {
+            [a, b] if a.1 != b.1 => {
+                let (on, off) = if a.1 { (a.2, b.2) } else { (b.2, a.2) };
+                Some(on / off)
+            }
+            _ => None,
+        })
+        .collect();
+    let order: String = runs.iter().map(|r| if r.1 { 'B' } else { 'A' }).collect();
+    let on_over_off = mean(&on) / mean(&off);
+    let ratio_mean = mean(&ratios);
+    let ratio_sd = sd(&ratios);
+    // A 95% interval of the mean pair ratio (t with n-1 degrees of freedom, n ≤ 10 pairs
+    // in practice; 2.0 past that table).
+    let t = match ratios.len() {
+        2 => 12.71,
+        3 => 4.30,
+        4 => 3.18,
+        5 => 2.78,
+        6 => 2.57,
+        7 => 2.45,
+        8 => 2.36,
+        9 => 2.31,
+        10 => 2.26,
+        _ => 2.0,
+    };
+    let half = t * ratio_sd / (ratios.len().max(1) as f64).sqrt();
+    ratios
+        .iter_mut()
+        .for_each(|r| *r = (*r * 10_000.0).round() / 10_000.0);
+    Ok(serde_json::json!({
+        "order": order,
+        "runs": runs.iter().map(|(pair, on, jps)| serde_json::json!({
+            "pair": pair, "ash": if *on { "on" } else { "off" }, "jobs_per_s": jps,
+        })).collect::<Vec<_>>(),
+        "jobs_per_s_sampler_off": off,
+        "jobs_per_s_sampler_on": on,
+        "off": stats(&off),
+        "on": stats(&on),
+        "on_over_off": on_over_off,
+        "pair_ratios_on_over_off": ratios,
+        "pair_ratio_mean": ratio_mean,
+        "pair_ratio_sd": ratio_sd,
+        "pair_ratio_95pct_interval": [ratio_mean - half, ratio_mean + half],
+        // The cost the throughput shows (1 - mean pair ratio), and whether this run can
+        // resolve the 1% target at all: the interval must be narrower than ±1%.
+        "cost_pct": (1.0 - ratio_mean) * 100.0,
+        "resolves_1pct": half < 0.01,
+        "sampler_duty": duty,
+    }))
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+fn sd(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let m = mean(v);
+    (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+}
+
+fn stats(v: &[f64]) -> serde_json::Value {
+    let m = mean(v);
+    serde_json::json!({
+        "mean": m,
+        "sd": sd(v),
+        "cv": if m > 0.0 { sd(v) / m } else { 0.0 },
+        "min": v.iter().copied().fold(f64::INFINITY, f64::min),
+        "max": v.iter().copied().fold(0.0, f64::max),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_are_read_in_abba_order_with_their_spread() {
+        let runs = [
+            (0, false, 100.0),
+            (0, true, 99.0),
+            (1, true, 98.0),
+            (1, false, 100.0),
+        ];
+        let r = overhead_report(&runs, &[]).unwrap();
+        assert_eq!(r["order"], "ABBA");
+        assert_eq!(
+            r["pair_ratios_on_over_off"],
+            serde_json::json!([0.99, 0.98])
+        );
+        assert!((r["cost_pct"].as_f64().unwrap() - 1.5).abs() < 1e-9);
+        assert_eq!(r["off"]["mean"], 100.0);
+        assert_eq!(r["on"]["min"], 98.0);
+        assert_eq!(r["resolves_1pct"], false, "two pairs: t = 12.7");
+    }
 }
