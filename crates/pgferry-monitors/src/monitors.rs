@@ -82,6 +82,12 @@ impl NewMonitor {
 
     pub fn validate(&self) -> Result<()> {
         validate_name("name", &self.name)?;
+        if self.cron.as_ref().is_some_and(|c| c.len() > 256) {
+            return Err(MonitorError::invalid("cron", "at most 256 characters"));
+        }
+        if self.timezone.len() > 64 {
+            return Err(MonitorError::invalid("timezone", "at most 64 characters"));
+        }
         match (&self.period_ms, &self.cron) {
             (Some(p), None) => {
                 if !(1000..=MAX_MS).contains(p) {
