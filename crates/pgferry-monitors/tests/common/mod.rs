@@ -21,6 +21,11 @@ pub struct Setup {
 /// A database with the engine's, the schedules' and the monitors' schemas, an engine on
 /// it, and a notification target of [`TENANT`] for every event.
 pub async fn setup() -> Setup {
+    setup_with(true).await
+}
+
+/// [`setup`], with or without a leader of its own.
+pub async fn setup_with(leader: bool) -> Setup {
     let db = pgferry_testkit::test_db().await;
     let mut client = db.connect().await;
     migrate::up_components(
@@ -47,8 +52,10 @@ pub async fn setup() -> Setup {
         .await
         .unwrap();
     let (stop, rx) = tokio::sync::watch::channel(false);
-    let leader = Leader::new(engine.clone(), db.config.clone(), LeaderConfig::default());
-    tokio::spawn(leader.run(rx));
+    if leader {
+        let leader = Leader::new(engine.clone(), db.config.clone(), LeaderConfig::default());
+        tokio::spawn(leader.run(rx));
+    }
     Setup {
         db,
         engine,
