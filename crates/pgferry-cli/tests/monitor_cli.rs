@@ -76,7 +76,13 @@ async fn the_served_leader_marks_late_what_the_cli_created_and_pinged() {
     assert_eq!(env.json(&["ping", "beat", "--start"])["state"], "late");
     assert_eq!(env.json(&["ping", "beat"])["state"], "up");
     assert_eq!(env.json(&["ping", "beat", "--fail"])["state"], "up");
-    assert_eq!(env.json(&["pings", "beat"])["pings"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        env.json(&["pings", "beat"])["pings"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
     assert_eq!(env.json(&["pause", "beat"])["state"], "paused");
     assert_eq!(env.json(&["resume", "beat"])["state"], "up");
     assert_eq!(env.json(&["list"])["monitors"][0]["name"], "beat");

@@ -118,7 +118,10 @@ pub async fn list<C: GenericClient>(
     limit: i64,
 ) -> Result<Vec<Alert>> {
     let rows = client
-        .query(LIST, &[&tenant_id, &subject_type, &subject, &before, &limit])
+        .query(
+            LIST,
+            &[&tenant_id, &subject_type, &subject, &before, &limit],
+        )
         .await?;
     rows.iter().map(Alert::from_row).collect()
 }

@@ -76,7 +76,7 @@ pub async fn run(engine: Arc<Engine>, pg: tokio_postgres::Config, config: DutyCo
                 }
             }
             // The state gauges every ten passes: a GROUP BY over small tables.
-            if passes % 10 == 0 {
+            if passes.is_multiple_of(10) {
                 if let Err(e) = refresh_states(&client).await {
                     tracing::debug!(error = %e, "monitor states not counted");
                 }

@@ -70,7 +70,12 @@ fn header(out: &mut String, name: &str, help: &str, kind: &str) {
 /// Appends the monitor metrics to a Prometheus text exposition.
 pub fn render(out: &mut String) {
     let name = "pgferry_monitor_alerts_total";
-    header(out, name, "Alerts raised by this process, by subject and kind.", "counter");
+    header(
+        out,
+        name,
+        "Alerts raised by this process, by subject and kind.",
+        "counter",
+    );
     for (s, subject) in SUBJECTS.iter().enumerate() {
         for (k, kind) in ALERT_KINDS.iter().enumerate() {
             let n = ALERTS[s][k].load(Relaxed);
@@ -78,30 +83,60 @@ pub fn render(out: &mut String) {
         }
     }
     let name = "pgferry_monitor_pings_total";
-    header(out, name, "Heartbeat pings received by this process, by kind.", "counter");
+    header(
+        out,
+        name,
+        "Heartbeat pings received by this process, by kind.",
+        "counter",
+    );
     for (i, kind) in ["success", "start", "fail"].iter().enumerate() {
         let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {}", PINGS[i].load(Relaxed));
     }
     let name = "pgferry_notifications_total";
-    header(out, name, "Notification HTTP jobs enqueued by this process.", "counter");
+    header(
+        out,
+        name,
+        "Notification HTTP jobs enqueued by this process.",
+        "counter",
+    );
     let _ = writeln!(out, "{name} {}", NOTIFIED.load(Relaxed));
     let name = "pgferry_webhook_inbound_total";
-    header(out, name, "Inbound webhook requests answered by this process, by outcome.", "counter");
+    header(
+        out,
+        name,
+        "Inbound webhook requests answered by this process, by outcome.",
+        "counter",
+    );
     for (i, outcome) in INBOUND.iter().enumerate() {
         let n = INBOUND_COUNTS[i].load(Relaxed);
         let _ = writeln!(out, "{name}{{outcome=\"{outcome}\"}} {n}");
     }
     let name = "pgferry_webhook_fanout_jobs_total";
-    header(out, name, "HTTP jobs enqueued to webhook targets (events and replays).", "counter");
+    header(
+        out,
+        name,
+        "HTTP jobs enqueued to webhook targets (events and replays).",
+        "counter",
+    );
     let _ = writeln!(out, "{name} {}", FANOUT.load(Relaxed));
     let states = STATES.lock().expect("not poisoned").clone();
     let name = "pgferry_monitor_state";
-    header(out, name, "Monitors by state (the leader's latest count).", "gauge");
+    header(
+        out,
+        name,
+        "Monitors by state (the leader's latest count).",
+        "gauge",
+    );
     for (state, n) in &states.0 {
         let _ = writeln!(out, "{name}{{state=\"{state}\"}} {n}");
     }
     let name = "pgferry_schedule_health";
-    header(out, name, "Watched schedules by health (the leader's latest count).", "gauge");
+    header(
+        out,
+        name,
+        "Watched schedules by health (the leader's latest count).",
+        "gauge",
+    );
     for (state, n) in &states.1 {
         let _ = writeln!(out, "{name}{{state=\"{state}\"}} {n}");
     }

@@ -378,7 +378,15 @@ async fn apply_ping(
                 let reason = format!("pinged at {} after being {}", format_time(now), m.state);
                 let details = json!({"previous": m.state});
                 alerts::raise(
-                    engine, tx, m.tenant_id, "monitor", &name, "recovered", &reason, now, details,
+                    engine,
+                    tx,
+                    m.tenant_id,
+                    "monitor",
+                    &name,
+                    "recovered",
+                    &reason,
+                    now,
+                    details,
                 )
                 .await?;
             }
@@ -412,7 +420,15 @@ async fn apply_ping(
                     "previous": m.state,
                 });
                 alerts::raise(
-                    engine, tx, m.tenant_id, "monitor", &name, "failed", &reason, now, details,
+                    engine,
+                    tx,
+                    m.tenant_id,
+                    "monitor",
+                    &name,
+                    "failed",
+                    &reason,
+                    now,
+                    details,
                 )
                 .await?;
             }
@@ -447,7 +463,11 @@ pub(crate) async fn mark_late(
         (None, None) => format!("no ping by {}", format_time(due)),
     };
     let alerting = m.state == "late" || m.state == "down";
-    let state = if alerting { m.state.clone() } else { "late".into() };
+    let state = if alerting {
+        m.state.clone()
+    } else {
+        "late".into()
+    };
     let failures = m.consecutive_failures;
     let last = m.last_ping_at;
     m.set(tx, &state, None, None, failures, last).await?;

@@ -69,11 +69,20 @@ pub async fn watch(
         let outcome: String = r.try_get("outcome")?;
         let reason: Option<String> = r.try_get("reason")?;
         let job: Option<i64> = r.try_get("job_id")?;
-        let workflow = r.try_get::<_, Option<String>>("target_type")?.as_deref() == Some("workflow");
+        let workflow =
+            r.try_get::<_, Option<String>>("target_type")?.as_deref() == Some("workflow");
         let reason = reason.unwrap_or_default();
         let bad = match outcome.as_str() {
-            "missed" => Some(("late", "missed", format!("fire at {} missed: {reason}", format_time(fat)))),
-            "skipped" => Some(("failed", "skipped", format!("fire at {} skipped: {reason}", format_time(fat)))),
+            "missed" => Some((
+                "late",
+                "missed",
+                format!("fire at {} missed: {reason}", format_time(fat)),
+            )),
+            "skipped" => Some((
+                "failed",
+                "skipped",
+                format!("fire at {} skipped: {reason}", format_time(fat)),
+            )),
             "fired" | "backfilled" => match job {
                 // Its job decides later.
                 Some(j) if !workflow => {
@@ -192,8 +201,12 @@ async fn apply(engine: &Engine, tx: &Transaction<'_>, v: Verdict, now: SystemTim
                 return Ok(false);
             }
             let none: Option<SystemTime> = None;
-            tx.execute(HEALTH_SET, &[&v.schedule_id, &"up", &none]).await?;
-            let reason = format!("fire at {} succeeded after being {state}", format_time(v.fire_at));
+            tx.execute(HEALTH_SET, &[&v.schedule_id, &"up", &none])
+                .await?;
+            let reason = format!(
+                "fire at {} succeeded after being {state}",
+                format_time(v.fire_at)
+            );
             alerts::raise(
                 engine,
                 tx,

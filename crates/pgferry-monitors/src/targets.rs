@@ -88,9 +88,7 @@ pub fn validate_events(events: &[String]) -> Result<()> {
         ));
     }
     let part = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 64
-            && s.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_lowercase() || c == '_')
     };
     for e in events {
         let ok = match e.split_once('.') {
@@ -130,7 +128,10 @@ impl Targets {
         t.validate()?;
         let c = self.engine.pool().get().await?;
         match c
-            .query_opt(INSERT, &[&tenant_id, &t.name, &t.url, &t.events, &t.enabled])
+            .query_opt(
+                INSERT,
+                &[&tenant_id, &t.name, &t.url, &t.events, &t.enabled],
+            )
             .await?
         {
             Some(r) => Target::from_row(&r),

@@ -283,7 +283,11 @@ impl Webhooks {
         };
         let mut kept = Map::new();
         for (k, v) in headers.iter().take(MAX_HEADERS) {
-            let v: String = v.chars().take(MAX_HEADER_VALUE).filter(|c| *c != '\0').collect();
+            let v: String = v
+                .chars()
+                .take(MAX_HEADER_VALUE)
+                .filter(|c| *c != '\0')
+                .collect();
             kept.insert(k.to_ascii_lowercase(), Value::String(v));
         }
         let tx = c.transaction().await?;

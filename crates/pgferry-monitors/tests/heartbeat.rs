@@ -23,7 +23,12 @@ async fn late_after_period_and_grace_then_recovered_by_a_ping() {
 
     // Whole seconds: the database keeps microseconds.
     let t0 = SystemTime::UNIX_EPOCH
-        + secs(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs());
+        + secs(
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_secs(),
+        );
     let up = monitors
         .ping_at(&m.token, PingKind::Success, Some("ok"), t0)
         .await
@@ -51,7 +56,10 @@ async fn late_after_period_and_grace_then_recovered_by_a_ping() {
     let sent_kinds: Vec<&str> = sent.iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(sent_kinds, ["monitor.late", "monitor.recovered"]);
     assert_eq!(sent[0]["subject"], "nightly");
-    assert!(sent[0]["reason"].as_str().unwrap().contains("no ping since"));
+    assert!(sent[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("no ping since"));
     assert!(sent[0]["time"].is_string() && sent[0]["details"]["due_at"].is_string());
     // History is kept, newest first.
     let pings = monitors.pings(TENANT, "nightly", 10).await.unwrap();
@@ -86,7 +94,10 @@ async fn down_only_after_n_consecutive_failures() {
     let alerts = s.alerts("monitor", "flaky").await;
     let kinds: Vec<&str> = alerts.iter().map(|a| a.0.as_str()).collect();
     assert_eq!(kinds, ["failed", "recovered"]);
-    assert!(alerts[0].1.contains("3 consecutive failed runs"), "{alerts:?}");
+    assert!(
+        alerts[0].1.contains("3 consecutive failed runs"),
+        "{alerts:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,7 +117,10 @@ async fn a_start_without_a_finish_within_the_grace_is_late() {
     assert_eq!(s.pass(t0 + secs(31)).await.late, 1);
     let alerts = s.alerts("monitor", "backup").await;
     assert_eq!(alerts.len(), 1);
-    assert!(alerts[0].1.contains("not finished within its grace"), "{alerts:?}");
+    assert!(
+        alerts[0].1.contains("not finished within its grace"),
+        "{alerts:?}"
+    );
     // A run that finishes in time is not late.
     monitors
         .ping_at(&m.token, PingKind::Start, None, t0 + secs(100))
@@ -195,7 +209,10 @@ async fn paused_monitors_are_never_late_and_resume_from_now() {
         .ping_at(&m.token, PingKind::Success, None, t0)
         .await
         .unwrap();
-    assert_eq!(monitors.set_paused(TENANT, "p", true).await.unwrap().state, "paused");
+    assert_eq!(
+        monitors.set_paused(TENANT, "p", true).await.unwrap().state,
+        "paused"
+    );
     assert_eq!(s.pass(t0 + secs(3600)).await.due, 0);
     // Pings while paused are recorded but change nothing.
     let still = monitors

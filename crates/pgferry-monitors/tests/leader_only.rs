@@ -19,8 +19,15 @@ async fn two_servers_duties_alert_once() {
     };
     // Both compete for the leader lock; the one that leads runs the duty.
     for _ in 0..2 {
-        let leader = Leader::new(s.engine.clone(), s.db.config.clone(), LeaderConfig::default())
-            .with_duty(pgferry_monitors::leader_duty(s.engine.clone(), config.clone()));
+        let leader = Leader::new(
+            s.engine.clone(),
+            s.db.config.clone(),
+            LeaderConfig::default(),
+        )
+        .with_duty(pgferry_monitors::leader_duty(
+            s.engine.clone(),
+            config.clone(),
+        ));
         tokio::spawn(leader.run(rx.clone()));
     }
     let monitors = Monitors::new(s.engine.clone());

@@ -62,7 +62,13 @@ async fn finish_jobs(s: &Setup, name: &str, ok: bool) -> usize {
     }
     let done: Vec<_> = jobs
         .iter()
-        .map(|j| if ok { j.completed(None) } else { j.discarded("boom") })
+        .map(|j| {
+            if ok {
+                j.completed(None)
+            } else {
+                j.discarded("boom")
+            }
+        })
         .collect();
     s.engine.complete(&done).await.unwrap();
     jobs.len()
@@ -86,7 +92,10 @@ async fn a_missed_fire_is_late_and_the_next_good_fire_recovers() {
     let alerts = s.alerts("schedule", "missy").await;
     let kinds: Vec<&str> = alerts.iter().map(|a| a.0.as_str()).collect();
     assert_eq!(kinds, ["late", "recovered"], "{alerts:?}");
-    assert!(alerts[0].1.contains("missed") && alerts[0].1.contains("grace"), "{alerts:?}");
+    assert!(
+        alerts[0].1.contains("missed") && alerts[0].1.contains("grace"),
+        "{alerts:?}"
+    );
     let sent = s.notifications_n(2).await;
     let sent_kinds: Vec<&str> = sent.iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(sent_kinds, ["schedule.late", "schedule.recovered"]);

@@ -29,7 +29,9 @@ async fn target() -> (String, Seen) {
             let s = s.clone();
             async move {
                 let body = String::from_utf8_lossy(&body).to_string();
-                s.lock().unwrap().push((uri.path().to_string(), headers, body));
+                s.lock()
+                    .unwrap()
+                    .push((uri.path().to_string(), headers, body));
                 "ok"
             }
         },
@@ -54,7 +56,10 @@ async fn received(seen: &Seen, path: &str, n: usize) -> Vec<(HeaderMap, String)>
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("{path}: fewer than {n} deliveries: {:?}", seen.lock().unwrap());
+    panic!(
+        "{path}: fewer than {n} deliveries: {:?}",
+        seen.lock().unwrap()
+    );
 }
 
 /// A server whose tenants may reach loopback, with the HTTP job service running.
@@ -95,7 +100,10 @@ async fn heartbeat_alerts_reach_the_tenants_target_and_nobody_elses() {
     let b = srv.key("tenant-b", &["admin"]).await;
     // The crate's idea of a tenant's http queue is the server's.
     let c = srv.db.connect().await;
-    let tid = pgferry_server::auth::admin::tenant_id(&c, "tenant-a").await.unwrap().unwrap();
+    let tid = pgferry_server::auth::admin::tenant_id(&c, "tenant-a")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         pgferry_monitors::http_queue(tid),
         pgferry_server::auth::engine_queue(tid, "http").unwrap()
@@ -152,7 +160,9 @@ async fn heartbeat_alerts_reach_the_tenants_target_and_nobody_elses() {
     .await
     .unwrap();
     assert_eq!(r.late, 1);
-    let (_, got, _) = srv.call("GET", "/v1/monitors/nightly", Some(&a), None).await;
+    let (_, got, _) = srv
+        .call("GET", "/v1/monitors/nightly", Some(&a), None)
+        .await;
     assert_eq!(got["state"], "late");
     let (s, _, _) = srv.call("GET", &format!("{ping}/start"), None, None).await;
     assert_eq!(s, 200);
@@ -172,14 +182,24 @@ async fn heartbeat_alerts_reach_the_tenants_target_and_nobody_elses() {
     kinds.sort();
     assert_eq!(kinds, ["monitor.late", "monitor.recovered"]);
     let (_, alerts, _) = srv
-        .call("GET", "/v1/alerts?type=monitor&subject=nightly", Some(&a), None)
+        .call(
+            "GET",
+            "/v1/alerts?type=monitor&subject=nightly",
+            Some(&a),
+            None,
+        )
         .await;
     assert_eq!(alerts["alerts"][0]["kind"], "recovered", "{alerts}");
     assert_eq!(alerts["alerts"][1]["kind"], "late");
     let (_, pings, _) = srv
         .call("GET", "/v1/monitors/nightly/pings", Some(&a), None)
         .await;
-    let pk: Vec<&str> = pings["pings"].as_array().unwrap().iter().map(|p| p["kind"].as_str().unwrap()).collect();
+    let pk: Vec<&str> = pings["pings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["kind"].as_str().unwrap())
+        .collect();
     assert_eq!(pk, ["success", "start", "success"]);
 
     // Tenant B: 404 for A's monitor and target, nothing listed, no alerts.
@@ -190,17 +210,27 @@ async fn heartbeat_alerts_reach_the_tenants_target_and_nobody_elses() {
     let (_, l, _) = srv.call("GET", "/v1/monitors", Some(&b), None).await;
     assert_eq!(l["monitors"], json!([]));
     let (_, l, _) = srv
-        .call("GET", "/v1/alerts?type=monitor&subject=nightly", Some(&b), None)
+        .call(
+            "GET",
+            "/v1/alerts?type=monitor&subject=nightly",
+            Some(&b),
+            None,
+        )
         .await;
     assert_eq!(l["alerts"], json!([]));
-    let (s, _, _) = srv.call("POST", "/v1/monitors/nightly/pause", Some(&b), None).await;
+    let (s, _, _) = srv
+        .call("POST", "/v1/monitors/nightly/pause", Some(&b), None)
+        .await;
     assert_eq!(s, 404);
 
     // Bad input names the field; a private address is refused by the SSRF guard.
     for (body, field) in [
         (json!({"name": "x", "period_ms": 10}), "period_ms"),
         (json!({"name": "x", "cron": "61 * * * *"}), "cron"),
-        (json!({"name": "x", "period_ms": 60000, "failure_threshold": 0}), "failure_threshold"),
+        (
+            json!({"name": "x", "period_ms": 60000, "failure_threshold": 0}),
+            "failure_threshold",
+        ),
         (json!({"name": "Bad Name", "period_ms": 60000}), "name"),
     ] {
         let (s, e, _) = srv.call("POST", "/v1/monitors", Some(&a), Some(body)).await;
@@ -276,17 +306,28 @@ async fn inbound_webhooks_verify_dedup_fan_out_and_replay() {
     // Missing and wrong signatures: 401, nothing stored.
     let (s, e, _) = post(None, "evt_1", body).await;
     assert_eq!((s, error_of(&e).0.as_str()), (401, "bad_signature"), "{e}");
-    let (s, _, _) = post(Some(format!("sha256={}", sign("other", body))), "evt_1", body).await;
+    let (s, _, _) = post(
+        Some(format!("sha256={}", sign("other", body))),
+        "evt_1",
+        body,
+    )
+    .await;
     assert_eq!(s, 401);
     // Good: stored and fanned out to both targets.
     let good = Some(format!("sha256={}", sign("whsec", body)));
     let (s, r, _) = post(good.clone(), "evt_1", body).await;
     assert_eq!(s, 200, "{r}");
-    assert_eq!((&r["duplicate"], &r["deliveries"]), (&json!(false), &json!(2)));
+    assert_eq!(
+        (&r["duplicate"], &r["deliveries"]),
+        (&json!(false), &json!(2))
+    );
     // The same provider id again: one event, duplicate.
     let (s, dup, _) = post(good.clone(), "evt_1", body).await;
     assert_eq!(s, 200);
-    assert_eq!((&dup["duplicate"], &dup["event_id"]), (&json!(true), &r["event_id"]));
+    assert_eq!(
+        (&dup["duplicate"], &dup["event_id"]),
+        (&json!(true), &r["event_id"])
+    );
     let one = received(&seen, "/one", 1).await;
     received(&seen, "/two", 1).await;
     assert_eq!(one[0].1, body);
@@ -297,7 +338,12 @@ async fn inbound_webhooks_verify_dedup_fan_out_and_replay() {
     let (s, r2, _) = post(Some(sign("whsec", body2)), "evt_2", body2).await;
     assert_eq!(s, 200, "{r2}");
     let (_, page, _) = srv
-        .call("GET", "/v1/webhook-endpoints/stripe-prod/events?limit=1", Some(&a), None)
+        .call(
+            "GET",
+            "/v1/webhook-endpoints/stripe-prod/events?limit=1",
+            Some(&a),
+            None,
+        )
         .await;
     assert_eq!(page["events"][0]["id"], r["event_id"], "{page}");
     assert_eq!(page["events"][0]["body"], body);
@@ -316,14 +362,18 @@ async fn inbound_webhooks_verify_dedup_fan_out_and_replay() {
     let (s, rp, _) = srv
         .call(
             "POST",
-            &format!("/v1/webhook-endpoints/stripe-prod/events/{}/replay", r["event_id"]),
+            &format!(
+                "/v1/webhook-endpoints/stripe-prod/events/{}/replay",
+                r["event_id"]
+            ),
             Some(&a),
             None,
         )
         .await;
     assert_eq!((s, &rp["deliveries"]), (200, &json!(2)), "{rp}");
     received(&seen, "/one", 2).await;
-    let since = pgferry_schedules::schedule::format_time(SystemTime::now() - Duration::from_secs(3600));
+    let since =
+        pgferry_schedules::schedule::format_time(SystemTime::now() - Duration::from_secs(3600));
     let (s, all, _) = srv
         .call(
             "POST",
@@ -345,11 +395,21 @@ async fn inbound_webhooks_verify_dedup_fan_out_and_replay() {
 
     // Tenant B sees none of it; unknown slugs are 404 without a key too.
     let (s, _, _) = srv
-        .call("GET", "/v1/webhook-endpoints/stripe-prod/events", Some(&b), None)
+        .call(
+            "GET",
+            "/v1/webhook-endpoints/stripe-prod/events",
+            Some(&b),
+            None,
+        )
         .await;
     assert_eq!(s, 404);
     let (s, _, _) = srv
-        .call("POST", "/v1/webhook-endpoints/stripe-prod/replay", Some(&b), Some(json!({"since": since})))
+        .call(
+            "POST",
+            "/v1/webhook-endpoints/stripe-prod/replay",
+            Some(&b),
+            Some(json!({"since": since})),
+        )
         .await;
     assert_eq!(s, 404);
     let (s, _, _) = srv.send(srv.raw("POST", "/in/nope").body("{}")).await;

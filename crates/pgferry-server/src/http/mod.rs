@@ -317,14 +317,22 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         // Unauthenticated: the token or slug is the address (docs/monitors.md).
         (Method::GET, "/ping/{token}", get(monitors::ping)),
         (Method::POST, "/ping/{token}", post(monitors::ping)),
-        (Method::GET, "/ping/{token}/start", get(monitors::ping_start)),
+        (
+            Method::GET,
+            "/ping/{token}/start",
+            get(monitors::ping_start),
+        ),
         (
             Method::POST,
             "/ping/{token}/start",
             post(monitors::ping_start),
         ),
         (Method::GET, "/ping/{token}/fail", get(monitors::ping_fail)),
-        (Method::POST, "/ping/{token}/fail", post(monitors::ping_fail)),
+        (
+            Method::POST,
+            "/ping/{token}/fail",
+            post(monitors::ping_fail),
+        ),
         (Method::POST, "/in/{slug}", post(webhooks::receive)),
     ]
 }

@@ -97,9 +97,8 @@ pub(crate) fn name_ok(field: &'static str, name: &str) -> ApiResult<()> {
 pub(crate) fn url_allowed(state: &AppState, field: &str, url: &str) -> ApiResult<()> {
     no_nul(field, url)?;
     let args = json!({"method": "POST", "url": url});
-    super::http_jobs::check(&state.http.config.http_jobs_allow, &args).map_err(|e| {
-        ApiError::bad_request(field, e.message.clone())
-    })
+    super::http_jobs::check(&state.http.config.http_jobs_allow, &args)
+        .map_err(|e| ApiError::bad_request(field, e.message.clone()))
 }
 
 // ---- monitors ----
@@ -229,14 +228,23 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn set_paused(state: AppState, p: Principal, name: String, paused: bool) -> ApiResult<Json<Value>> {
+async fn set_paused(
+    state: AppState,
+    p: Principal,
+    name: String,
+    paused: bool,
+) -> ApiResult<Json<Value>> {
     p.require(Scope::Admin)?;
     name_ok("name", &name)?;
     let m = monitors(&state)
         .set_paused(p.tenant_id, &name, paused)
         .await
         .map_err(api)?;
-    let action = if paused { "monitor.pause" } else { "monitor.resume" };
+    let action = if paused {
+        "monitor.pause"
+    } else {
+        "monitor.resume"
+    };
     audit(&state, &p, action, &name).await?;
     Ok(Json(monitor_json(&m)))
 }
@@ -302,7 +310,10 @@ pub async fn alerts(
             "subject" => {
                 no_nul("subject", &v)?;
                 if v.is_empty() || v.len() > 128 {
-                    return Err(ApiError::bad_request("subject", "must be 1 to 128 characters"));
+                    return Err(ApiError::bad_request(
+                        "subject",
+                        "must be 1 to 128 characters",
+                    ));
                 }
                 subject = Some(v)
             }
@@ -325,9 +336,10 @@ pub async fn alerts(
         .get()
         .await
         .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))?;
-    let rows = pgferry_monitors::alerts::list(&**client, p.tenant_id, &kind, &subject, before, limit)
-        .await
-        .map_err(api)?;
+    let rows =
+        pgferry_monitors::alerts::list(&**client, p.tenant_id, &kind, &subject, before, limit)
+            .await
+            .map_err(api)?;
     let items: Vec<Value> = rows
         .iter()
         .map(|a| {
@@ -347,7 +359,12 @@ pub async fn alerts(
 
 // ---- pings (no API key: the token is the secret) ----
 
-async fn ping_as(state: &AppState, token: &str, kind: PingKind, body: &Bytes) -> ApiResult<Json<Value>> {
+async fn ping_as(
+    state: &AppState,
+    token: &str,
+    kind: PingKind,
+    body: &Bytes,
+) -> ApiResult<Json<Value>> {
     let text = (!body.is_empty()).then(|| String::from_utf8_lossy(body).replace('\0', ""));
     let m = monitors(state)
         .ping(token, kind, text.as_deref())
@@ -360,15 +377,27 @@ async fn ping_as(state: &AppState, token: &str, kind: PingKind, body: &Bytes) ->
     Ok(Json(json!({"ok": true, "state": m.state})))
 }
 
-pub async fn ping(State(state): State<AppState>, Path(token): Path<String>, body: Bytes) -> ApiResult<Json<Value>> {
+pub async fn ping(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
     ping_as(&state, &token, PingKind::Success, &body).await
 }
 
-pub async fn ping_start(State(state): State<AppState>, Path(token): Path<String>, body: Bytes) -> ApiResult<Json<Value>> {
+pub async fn ping_start(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
     ping_as(&state, &token, PingKind::Start, &body).await
 }
 
-pub async fn ping_fail(State(state): State<AppState>, Path(token): Path<String>, body: Bytes) -> ApiResult<Json<Value>> {
+pub async fn ping_fail(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
     ping_as(&state, &token, PingKind::Fail, &body).await
 }
 
@@ -424,10 +453,7 @@ pub async fn create_target(
     events_ok(&t.events)?;
     t.validate().map_err(api)?;
     url_allowed(&state, "url", &t.url)?;
-    let t = targets(&state)
-        .create(p.tenant_id, &t)
-        .await
-        .map_err(api)?;
+    let t = targets(&state).create(p.tenant_id, &t).await.map_err(api)?;
     audit(&state, &p, "notification_target.create", &t.name).await?;
     Ok((StatusCode::CREATED, Json(target_json(&t))))
 }
@@ -464,10 +490,7 @@ pub async fn get_target(
 ) -> ApiResult<Json<Value>> {
     p.require(Scope::Read)?;
     name_ok("name", &name)?;
-    let t = targets(&state)
-        .get(p.tenant_id, &name)
-        .await
-        .map_err(api)?;
+    let t = targets(&state).get(p.tenant_id, &name).await.map_err(api)?;
     Ok(Json(target_json(&t)))
 }
 
@@ -500,7 +523,13 @@ pub async fn update_target(
         url_allowed(&state, "url", u)?;
     }
     let t = targets(&state)
-        .update(p.tenant_id, &name, b.url.as_deref(), b.events.as_deref(), b.enabled)
+        .update(
+            p.tenant_id,
+            &name,
+            b.url.as_deref(),
+            b.events.as_deref(),
+            b.enabled,
+        )
         .await
         .map_err(api)?;
     audit(&state, &p, "notification_target.update", &name).await?;

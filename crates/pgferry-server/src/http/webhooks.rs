@@ -213,7 +213,9 @@ pub async fn replay_one(
         .await
         .map_err(api)?;
     audit(&state, &p, "webhook_endpoint.replay", &slug).await?;
-    Ok(Json(json!({"events": 1, "deliveries": jobs.len(), "job_ids": jobs})))
+    Ok(Json(
+        json!({"events": 1, "deliveries": jobs.len(), "job_ids": jobs}),
+    ))
 }
 
 #[derive(Debug, Deserialize)]
