@@ -25,6 +25,16 @@ use super::extract::{no_nul, Authed, JsonBody, Objects};
 use crate::auth::{admin, Principal, Scope};
 use crate::AppState;
 
+/// An optional field that, when present, must not be null (the document does not declare
+/// these nullable): absent is `None`, `null` is a 400 naming the field.
+pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
 /// Largest page.
 pub(crate) const MAX_PAGE: i64 = 1000;
 
@@ -111,15 +121,15 @@ fn monitors(state: &AppState) -> Monitors {
 #[serde(deny_unknown_fields)]
 pub struct CreateMonitor {
     name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     period_ms: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     cron: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     timezone: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     grace_ms: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     failure_threshold: Option<i32>,
 }
 
@@ -422,9 +432,9 @@ fn target_json(t: &Target) -> Value {
 pub struct CreateTarget {
     name: String,
     url: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     events: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     enabled: Option<bool>,
 }
 
@@ -497,11 +507,11 @@ pub async fn get_target(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateTarget {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     url: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     events: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     enabled: Option<bool>,
 }
 

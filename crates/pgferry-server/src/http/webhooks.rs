@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{no_nul, Authed, JsonBody, Objects};
-use super::monitors::{after_name, api, audit, name_ok, page, pairs, url_allowed};
+use super::monitors::{after_name, api, audit, name_ok, page, pairs, present, url_allowed};
 use crate::auth::Scope;
 use crate::AppState;
 
@@ -27,7 +27,7 @@ fn store(state: &AppState) -> Webhooks {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SignatureBody {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     scheme: Option<String>,
     header: String,
     secret: String,
@@ -37,9 +37,9 @@ pub struct SignatureBody {
 #[serde(deny_unknown_fields)]
 pub struct CreateEndpoint {
     slug: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     signature: Option<SignatureBody>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     event_id_header: Option<String>,
     targets: Vec<String>,
 }
