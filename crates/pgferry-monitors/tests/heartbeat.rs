@@ -231,3 +231,31 @@ async fn paused_monitors_are_never_late_and_resume_from_now() {
         .await
         .is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_duty_finds_due_monitors_with_an_index_scan() {
+    let s = setup().await;
+    let c = s.db.connect().await;
+    // 20,000 monitors, a few due: the scan must not read them all.
+    c.batch_execute(
+        "INSERT INTO pgferry_mon.monitors (tenant_id, name, token, period_ms, grace_ms, state, due_at)
+         SELECT 7, 'm' || i, md5(i::text) || md5((i + 1)::text), 60000, 0, 'up',
+                now() + make_interval(secs => i)
+         FROM generate_series(1, 20000) AS i;
+         ANALYZE pgferry_mon.monitors;",
+    )
+    .await
+    .unwrap();
+    let due = include_str!("../sql/monitors_due.sql");
+    let now = SystemTime::now() + secs(5);
+    let plan: Vec<String> = c
+        .query(&format!("EXPLAIN {due}"), &[&now, &1000i64])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("Index Scan using monitors_due"), "{plan}");
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+}

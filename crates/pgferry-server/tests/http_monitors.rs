@@ -233,7 +233,10 @@ async fn heartbeat_alerts_reach_the_tenants_target_and_nobody_elses() {
         ),
         (json!({"name": "Bad Name", "period_ms": 60000}), "name"),
         // Optional fields are not nullable.
-        (json!({"name": "x", "period_ms": 60000, "cron": null}), "cron"),
+        (
+            json!({"name": "x", "period_ms": 60000, "cron": null}),
+            "cron",
+        ),
     ] {
         let (s, e, _) = srv.call("POST", "/v1/monitors", Some(&a), Some(body)).await;
         assert_eq!((s, error_of(&e).1.as_deref()), (400, Some(field)), "{e}");
