@@ -82,6 +82,34 @@ pub async fn raise<C: GenericClient>(
     at: SystemTime,
     details: Value,
 ) -> Result<i64> {
+    let (id, event) = record(
+        client,
+        tenant_id,
+        subject_type,
+        subject,
+        kind,
+        reason,
+        at,
+        details,
+    )
+    .await?;
+    crate::targets::notify(engine, client, tenant_id, &event).await?;
+    Ok(id)
+}
+
+/// Records an alert on `client` and returns it with its event, which the caller notifies
+/// (the duty notifies a whole pass's events with one enqueue).
+#[allow(clippy::too_many_arguments)]
+pub async fn record<C: GenericClient>(
+    client: &C,
+    tenant_id: i64,
+    subject_type: &str,
+    subject: &str,
+    kind: &str,
+    reason: &str,
+    at: SystemTime,
+    details: Value,
+) -> Result<(i64, Event)> {
     let row = client
         .query_one(
             INSERT,
@@ -103,9 +131,8 @@ pub async fn raise<C: GenericClient>(
         time: at,
         details,
     };
-    crate::targets::notify(engine, client, tenant_id, &event).await?;
     crate::metrics::alert(subject_type, kind);
-    Ok(row.try_get("id")?)
+    Ok((row.try_get("id")?, event))
 }
 
 /// A subject's alerts, newest first, with ids below `before`.

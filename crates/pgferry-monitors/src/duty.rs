@@ -96,12 +96,16 @@ pub async fn run_once(
 ) -> Result<DutyReport> {
     let mut report = DutyReport::default();
     let tx = client.transaction().await?;
+    let mut events = Vec::new();
     for row in tx.query(DUE, &[&now, &config.batch]).await? {
         report.due += 1;
-        if mark_late(engine, &tx, Monitor::from_row(&row)?, now).await? {
-            report.late += 1;
+        if let Some(e) = mark_late(&tx, Monitor::from_row(&row)?, now).await? {
+            events.push(e);
         }
     }
+    report.late = events.len();
+    // The pass's notifications in one enqueue (a COPY), not one per alert.
+    crate::targets::notify_all(engine, &tx, &events).await?;
     report.schedule_alerts =
         crate::schedule_watch::watch(engine, &tx, now, config.settle, config.batch).await?;
     tx.commit().await?;

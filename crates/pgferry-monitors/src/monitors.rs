@@ -15,7 +15,7 @@ use pgferry_schedules::timing::Timing;
 use serde_json::json;
 use tokio_postgres::{GenericClient, Transaction};
 
-use crate::alerts;
+use crate::alerts::{self, Event};
 use crate::error::{validate_name, MonitorError, Result};
 
 const INSERT: &str = include_str!("../sql/monitor_insert.sql");
@@ -437,16 +437,16 @@ async fn apply_ping(
     }
 }
 
-/// Marks a due monitor late (the duty's verdict), with one alert unless it already
-/// alerts. Called with the monitor's row locked.
+/// Marks a due monitor late (the duty's verdict), recording one alert unless it already
+/// alerts; returns the alert's event for the caller to notify. Called with the monitor's
+/// row locked.
 pub(crate) async fn mark_late(
-    engine: &Engine,
     tx: &Transaction<'_>,
     m: Monitor,
     now: SystemTime,
-) -> Result<bool> {
+) -> Result<Option<(i64, Event)>> {
     let Some(due) = m.due_at else {
-        return Ok(false);
+        return Ok(None);
     };
     let reason = match (m.started_at, m.last_ping_at) {
         (Some(s), _) => format!(
@@ -472,15 +472,14 @@ pub(crate) async fn mark_late(
     let last = m.last_ping_at;
     m.set(tx, &state, None, None, failures, last).await?;
     if alerting {
-        return Ok(false);
+        return Ok(None);
     }
     let details = json!({
         "due_at": format_time(due),
         "started_at": m.started_at.map(format_time),
         "last_ping_at": m.last_ping_at.map(format_time),
     });
-    alerts::raise(
-        engine,
+    let (_, event) = alerts::record(
         tx,
         m.tenant_id,
         "monitor",
@@ -491,7 +490,7 @@ pub(crate) async fn mark_late(
         details,
     )
     .await?;
-    Ok(true)
+    Ok(Some((m.tenant_id, event)))
 }
 
 /// `s` cut to at most `max` bytes at a character boundary.

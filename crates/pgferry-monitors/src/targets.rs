@@ -2,6 +2,7 @@
 //! on the tenant's `http` queue, so delivery gets the HTTP worker's retries, SSRF checks
 //! and attempt history, and happens only if the caller's transaction commits.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -201,29 +202,42 @@ pub async fn notify<C: GenericClient>(
     tenant_id: i64,
     event: &Event,
 ) -> Result<Vec<i64>> {
-    let rows = client.query(ENABLED, &[&tenant_id]).await?;
-    let body = event.to_json().to_string();
+    notify_all(engine, client, &[(tenant_id, event.clone())]).await
+}
+
+/// [`notify`] for many events (of any tenants) with one enqueue; each tenant's targets are
+/// read once.
+pub async fn notify_all<C: GenericClient>(
+    engine: &Engine,
+    client: &C,
+    events: &[(i64, Event)],
+) -> Result<Vec<i64>> {
+    let mut targets: HashMap<i64, Vec<Target>> = HashMap::new();
     let mut jobs = Vec::new();
-    for r in &rows {
-        let t = Target::from_row(r)?;
-        if !t.wants(&event.kind) {
-            continue;
+    for (tenant_id, event) in events {
+        if !targets.contains_key(tenant_id) {
+            let rows = client.query(ENABLED, &[tenant_id]).await?;
+            let list = rows.iter().map(Target::from_row).collect::<Result<_>>()?;
+            targets.insert(*tenant_id, list);
         }
-        let args = json!({
-            "method": "POST",
-            "url": t.url,
-            "headers": {
-                "content-type": "application/json",
-                "pgferry-event": event.kind,
-            },
-            "body": body,
-            "timeout_ms": 10_000,
-        });
-        jobs.push(
-            NewJob::new(crate::http_queue(tenant_id), "http", args)
-                .max_attempts(NOTIFY_ATTEMPTS)
-                .meta(json!({"notification": {"target": t.name, "event": event.kind}})),
-        );
+        let body = event.to_json().to_string();
+        for t in targets[tenant_id].iter().filter(|t| t.wants(&event.kind)) {
+            let args = json!({
+                "method": "POST",
+                "url": t.url,
+                "headers": {
+                    "content-type": "application/json",
+                    "pgferry-event": event.kind,
+                },
+                "body": body,
+                "timeout_ms": 10_000,
+            });
+            jobs.push(
+                NewJob::new(crate::http_queue(*tenant_id), "http", args)
+                    .max_attempts(NOTIFY_ATTEMPTS)
+                    .meta(json!({"notification": {"target": t.name, "event": event.kind}})),
+            );
+        }
     }
     if jobs.is_empty() {
         return Ok(Vec::new());
