@@ -6,6 +6,7 @@ mod bench_cmd;
 mod chaos_cmd;
 mod dev;
 mod migrate_cmd;
+mod monitor_cmd;
 mod run;
 mod schedule_cmd;
 mod tenant_cmd;
@@ -109,6 +110,14 @@ enum Command {
         #[command(subcommand)]
         cmd: schedule_cmd::ScheduleCmd,
     },
+    /// Heartbeat monitors of the key's tenant: list, get, create, delete, pause, resume,
+    /// ping, pings, alerts (HTTP API; JSON output).
+    Monitor {
+        #[command(flatten)]
+        target: admin::api::Target,
+        #[command(subcommand)]
+        cmd: monitor_cmd::MonitorCmd,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     Completions { shell: clap_complete::Shell },
     /// Manage API keys (operators; talks to the database directly).
@@ -160,6 +169,7 @@ async fn main() -> std::process::ExitCode {
         Command::Job { target, cmd } => admin::job(&target, cmd).await,
         Command::Dead { target, cmd } => admin::dead(&target, cmd).await,
         Command::Schedule { target, cmd } => schedule_cmd::run(&target, cmd).await,
+        Command::Monitor { target, cmd } => monitor_cmd::run(&target, cmd).await,
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -185,6 +185,11 @@ pub async fn serve(
         engine.clone(),
         pgferry_schedules::FirerConfig::default(),
     ));
+    // Late monitors and schedules watched as monitors (docs/monitors.md), from the leader.
+    leader = leader.with_duty(pgferry_monitors::leader_duty(
+        engine.clone(),
+        pgferry_monitors::DutyConfig::default(),
+    ));
     let rescues = leader.subscribe_rescues();
     let http_jobs = tokio::spawn(pgferry_http_jobs::service::run(
         engine.clone(),

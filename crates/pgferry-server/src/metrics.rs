@@ -456,6 +456,7 @@ pub async fn handler(State(state): State<AppState>) -> impl IntoResponse {
                 state.receipts.whole()
             );
             pgferry_schedules::metrics::render(&mut out);
+            pgferry_monitors::metrics::render(&mut out);
             out
         },
     )

@@ -35,6 +35,8 @@ pub const ALL: &[Component<'static>] = &[
     SERVER,
     pgferry_ash::migrate::COMPONENT,
     pgferry_schedules::migrate::COMPONENT,
+    // After schedules: it references and indexes their tables.
+    pgferry_monitors::migrate::COMPONENT,
     crate::dashboard::bulk::COMPONENT,
 ];
 

@@ -11,10 +11,12 @@ pub mod error;
 pub mod extract;
 pub mod http_jobs;
 mod jobs;
+mod monitors;
 pub mod openapi;
 mod queues;
 pub(crate) mod results;
 mod schedules;
+mod webhooks;
 mod workers;
 mod workflow_steps;
 mod workflows;
@@ -231,6 +233,107 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             "/v1/schedules/{name}/backfill",
             post(schedules::backfill),
         ),
+        // Monitors, notification targets, alerts, inbound webhooks (docs/monitors.md).
+        (Method::POST, "/v1/monitors", post(monitors::create)),
+        (Method::GET, "/v1/monitors", get(monitors::list)),
+        (Method::GET, "/v1/monitors/{name}", get(monitors::get)),
+        (
+            Method::DELETE,
+            "/v1/monitors/{name}",
+            axum::routing::delete(monitors::delete),
+        ),
+        (
+            Method::POST,
+            "/v1/monitors/{name}/pause",
+            post(monitors::pause),
+        ),
+        (
+            Method::POST,
+            "/v1/monitors/{name}/resume",
+            post(monitors::resume),
+        ),
+        (
+            Method::GET,
+            "/v1/monitors/{name}/pings",
+            get(monitors::pings),
+        ),
+        (Method::GET, "/v1/alerts", get(monitors::alerts)),
+        (
+            Method::POST,
+            "/v1/notification-targets",
+            post(monitors::create_target),
+        ),
+        (
+            Method::GET,
+            "/v1/notification-targets",
+            get(monitors::list_targets),
+        ),
+        (
+            Method::GET,
+            "/v1/notification-targets/{name}",
+            get(monitors::get_target),
+        ),
+        (
+            Method::PATCH,
+            "/v1/notification-targets/{name}",
+            patch(monitors::update_target),
+        ),
+        (
+            Method::DELETE,
+            "/v1/notification-targets/{name}",
+            axum::routing::delete(monitors::delete_target),
+        ),
+        (
+            Method::POST,
+            "/v1/webhook-endpoints",
+            post(webhooks::create),
+        ),
+        (Method::GET, "/v1/webhook-endpoints", get(webhooks::list)),
+        (
+            Method::GET,
+            "/v1/webhook-endpoints/{slug}",
+            get(webhooks::get),
+        ),
+        (
+            Method::DELETE,
+            "/v1/webhook-endpoints/{slug}",
+            axum::routing::delete(webhooks::delete),
+        ),
+        (
+            Method::GET,
+            "/v1/webhook-endpoints/{slug}/events",
+            get(webhooks::events),
+        ),
+        (
+            Method::POST,
+            "/v1/webhook-endpoints/{slug}/events/{id}/replay",
+            post(webhooks::replay_one),
+        ),
+        (
+            Method::POST,
+            "/v1/webhook-endpoints/{slug}/replay",
+            post(webhooks::replay_since),
+        ),
+        // Unauthenticated: the token or slug is the address (docs/monitors.md).
+        (Method::GET, "/ping/{token}", get(monitors::ping)),
+        (Method::POST, "/ping/{token}", post(monitors::ping)),
+        (
+            Method::GET,
+            "/ping/{token}/start",
+            get(monitors::ping_start),
+        ),
+        (
+            Method::POST,
+            "/ping/{token}/start",
+            post(monitors::ping_start),
+        ),
+        (Method::GET, "/ping/{token}/fail", get(monitors::ping_fail)),
+        (
+            Method::POST,
+            "/ping/{token}/fail",
+            post(monitors::ping_fail),
+        ),
+        (Method::POST, "/in/{slug}", post(webhooks::receive)),
     ]
 }
 

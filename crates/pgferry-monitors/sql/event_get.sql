@@ -1,0 +1,1 @@
+SELECT id, received_at, provider_event_id, headers, body FROM pgferry_mon.events WHERE endpoint_id = $1 AND id = $2

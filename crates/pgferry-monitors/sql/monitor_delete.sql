@@ -1,0 +1,1 @@
+DELETE FROM pgferry_mon.monitors WHERE tenant_id = $1 AND name = $2

@@ -1,0 +1,5 @@
+INSERT INTO pgferry_mon.monitors
+    (tenant_id, name, token, period_ms, cron, timezone, grace_ms, failure_threshold, state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (tenant_id, name) DO NOTHING
+RETURNING id, tenant_id, name, token, period_ms, cron, timezone, grace_ms, failure_threshold, state, due_at, started_at, consecutive_failures, last_ping_at, created_at

@@ -1,0 +1,1 @@
+SELECT state, count(*) AS n FROM pgferry_mon.monitors GROUP BY state

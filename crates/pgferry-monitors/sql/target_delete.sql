@@ -1,0 +1,1 @@
+DELETE FROM pgferry_mon.targets WHERE tenant_id = $1 AND name = $2

@@ -1,0 +1,3 @@
+SELECT name, url, events, enabled, created_at
+FROM pgferry_mon.targets WHERE tenant_id = $1 AND name > $2
+ORDER BY name LIMIT $3

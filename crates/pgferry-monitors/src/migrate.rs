@@ -1,0 +1,25 @@
+//! The monitors schema (`pgferry_mon`) as the migration component `monitors` (ADR 0017),
+//! applied after the schedules component (it references and indexes `pgferry_sched`).
+
+use pgferry_core::migrate::{self, Component, Migration};
+use tokio_postgres::Client;
+
+use crate::error::Result;
+
+pub const COMPONENT: Component<'static> = Component {
+    name: "monitors",
+    migrations: MIGRATIONS,
+    functions: &[],
+};
+
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "0001_monitors.sql",
+    sql: include_str!("../migrations/0001_monitors.sql"),
+}];
+
+/// Applies the monitors component alone (after the engine's and the schedules'). Returns
+/// the versions applied by this call.
+pub async fn up(client: &mut Client) -> Result<Vec<i32>> {
+    Ok(migrate::up_components(client, &[COMPONENT]).await?.versions)
+}
