@@ -93,25 +93,22 @@ pub fn producer(
 }
 
 /// Like [`producer`] with instances spread over 1000 concurrency keys `<key_prefix><n>`
-/// (limit 1 each; keys are global names, so each phase has its own). Its depth is checked
-/// in the database (no worker stats feed these counters).
+/// (limit 1 each; keys are global names, so each round has its own). Its depth is what it
+/// started minus the steps the handlers counted (`counters.finished`): no count query on
+/// the instances table, whose cost would grow with the run and with the hot key's rows.
 pub fn keyed_producer(
     config: Config,
     counters: Arc<Counters>,
     queue: &'static str,
-    key_prefix: &'static str,
+    key_prefix: String,
     opts: &BenchOpts,
 ) -> tokio::task::JoinHandle<anyhow::Result<()>> {
-    let batch = opts.enqueue_batch as i32;
-    let max_active = (opts.max_depth / 3).max(1000) as i64;
+    let (batch, max_depth) = (opts.enqueue_batch as i32, opts.max_depth as u64);
     tokio::spawn(async move {
         let c = measure::connect(&config, "wf-producer").await?;
-        let active = "SELECT count(*) FROM pgferry.wf_instances
-                       WHERE queue = $1 AND active AND concurrency_key <> 'hot'";
         while counters.running() {
-            let n: i64 = c.query_one(active, &[&queue]).await?.get("count");
-            if n > max_active {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+            if counters.depth() > max_depth {
+                tokio::time::sleep(Duration::from_millis(1)).await;
                 continue;
             }
             c.query_one(
@@ -119,6 +116,7 @@ pub fn keyed_producer(
                 &[&batch, &"three", &queue, &key_prefix, &1000i32],
             )
             .await?;
+            counters.add_enqueued(3 * batch as u64);
         }
         Ok(())
     })
