@@ -175,7 +175,7 @@ async fn code_three_step(
 
 /// Instances of a 3-step `machine` (kind, queue, progress label) started while workers run
 /// them for the bench's duration.
-async fn steps_phase(
+pub(crate) async fn steps_phase(
     config: &Config,
     wf: &Workflows,
     opts: &BenchOpts,

@@ -7,9 +7,9 @@
 -- p_concurrency_strategy (when this start creates its key, or changes it when given):
 -- what a start whose key has no free slot does. 'queue' (the default): its first step
 -- waits among the key's waiters. 'cancel_in_progress': the oldest active instance holding
--- a slot of the key is cancelled (with its descendants), until a slot is free, and this
--- one runs. 'cancel_newest': this instance is cancelled at once (it exists, status
--- cancelled, so the caller can see what became of it).
+-- a slot of the key is cancelled (with its descendants) and this one takes its slot (the
+-- key's waiters keep their turn). 'cancel_newest': this instance is cancelled at once (it
+-- exists, status cancelled, so the caller can see what became of it).
 CREATE OR REPLACE FUNCTION pgferry.wf_start(
     p_kind text, p_queue text, p_step text, p_input jsonb, p_state jsonb,
     p_correlation_key text, p_concurrency_key text, p_concurrency_limit int,
@@ -61,24 +61,36 @@ BEGIN
     -- Only a step due now takes a slot at its start (wf_emit); one due later takes it when
     -- claimed, and the strategies act on starts.
     IF v_strategy = 'cancel_in_progress' AND coalesce(p_run_at, now()) <= now() THEN
-        -- Cancel the oldest holders until a slot is free (a cancel frees its slot, and a
-        -- waiter it promotes is a holder the next turn cancels). The holder is found
-        -- without a lock and cancelled with wf_cancel's root-first locks; one that ended
-        -- meanwhile is skipped by wf_cancel. Bounded: a key has at most `max` holders,
-        -- plus the waiters a cancel may promote. Starts that cancel on one key take turns
-        -- (a transaction-scoped advisory lock on the key): two of them cancelling each
-        -- other's next holder would deadlock.
+        -- Starts that cancel on one key take turns (a transaction-scoped advisory lock on
+        -- the key): two of them cancelling each other's holders would deadlock.
         PERFORM pg_advisory_xact_lock(hashtextextended('pgferry.wf_key/' || p_concurrency_key, 0));
         LOOP
             EXIT WHEN (SELECT k.running < k.max FROM pgferry.wf_keys k WHERE k.key = p_concurrency_key);
+            -- The oldest holder, found without a lock: wf_cancel takes its locks root
+            -- first, as every statement that ends an instance does.
             SELECT i.id INTO v_holder FROM pgferry.wf_instances i
              WHERE i.concurrency_key = p_concurrency_key AND i.active AND i.has_slot
                AND i.id <> wf_start.id
              ORDER BY i.id
              LIMIT 1;
-            EXIT WHEN v_holder IS NULL OR v_n >= 1000;
-            PERFORM pgferry.wf_cancel(v_holder, format('cancelled by newer instance %s on concurrency key %s (cancel_in_progress)', id, p_concurrency_key));
+            EXIT WHEN v_holder IS NULL OR v_n >= 10;
             v_n := v_n + 1;
+            -- This instance goes to the front of the key's waiters, so the slot the cancel
+            -- frees passes to it (wf_free_slot), not to an older waiter: the key's other
+            -- waiters are not in progress and keep their turn.
+            INSERT INTO pgferry.wf_key_waiters (key, seq, instance_id) OVERRIDING SYSTEM VALUE
+            SELECT p_concurrency_key, coalesce(min(kw.seq), 0) - 1, wf_start.id
+              FROM pgferry.wf_key_waiters kw WHERE kw.key = p_concurrency_key;
+            UPDATE pgferry.wf_instances SET status = 'queued' WHERE wf_instances.id = wf_start.id;
+            PERFORM pgferry.wf_cancel(v_holder, format(
+                'cancelled by newer instance %s on concurrency key %s (cancel_in_progress)',
+                id, p_concurrency_key));
+            IF (SELECT i.has_slot FROM pgferry.wf_instances i WHERE i.id = wf_start.id) THEN
+                RETURN;  -- promoted: runnable, in the picker, holding the slot
+            END IF;
+            -- The holder had ended meanwhile (and its slot went elsewhere): look again.
+            DELETE FROM pgferry.wf_key_waiters kw WHERE kw.instance_id = wf_start.id;
+            UPDATE pgferry.wf_instances SET status = 'runnable' WHERE wf_instances.id = wf_start.id;
         END LOOP;
     END IF;
     e := pgferry.wf_emit(id, p_queue, coalesce(p_priority, 0)::smallint, p_concurrency_key,

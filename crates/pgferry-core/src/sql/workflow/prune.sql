@@ -26,8 +26,13 @@ WITH RECURSIVE queues (queue) AS (
 ), gone AS (
     DELETE FROM pgferry.wf_instances i USING doomed d WHERE i.id = d.id
     RETURNING i.id
-), signals AS (
-    DELETE FROM pgferry.wf_signals s USING gone WHERE s.instance_id = gone.id
+), inbox AS (
+    -- Two deletes, one per partial index of wf_signals (each predicate implies its index's).
+    DELETE FROM pgferry.wf_signals s USING gone
+     WHERE s.instance_id = gone.id AND s.consumed_gen IS NULL
+), consumed AS (
+    DELETE FROM pgferry.wf_signals s USING gone
+     WHERE s.instance_id = gone.id AND s.consumed_gen IS NOT NULL
 ), steps AS (
     DELETE FROM pgferry.wf_steps s USING gone WHERE s.instance_id = gone.id
 )
