@@ -14,6 +14,7 @@ mod runtime_cycle;
 mod scheduled;
 pub mod two_process;
 pub mod workflow;
+pub mod workflow_grpc;
 mod workflow_load;
 mod workflow_seed;
 

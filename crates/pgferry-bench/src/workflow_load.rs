@@ -77,6 +77,17 @@ pub fn producer(
     queue: &'static str,
     opts: &BenchOpts,
 ) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    producer_on(config, counters, kind, queue.to_string(), opts)
+}
+
+/// [`producer`] on a queue named at run time (a tenant's queue in the engine).
+pub fn producer_on(
+    config: Config,
+    counters: Arc<Counters>,
+    kind: &'static str,
+    queue: String,
+    opts: &BenchOpts,
+) -> tokio::task::JoinHandle<anyhow::Result<()>> {
     let (batch, max_depth) = (opts.enqueue_batch as i32, opts.max_depth as u64);
     tokio::spawn(async move {
         let c = measure::connect(&config, "wf-producer").await?;
@@ -93,25 +104,22 @@ pub fn producer(
 }
 
 /// Like [`producer`] with instances spread over 1000 concurrency keys `<key_prefix><n>`
-/// (limit 1 each; keys are global names, so each phase has its own). Its depth is checked
-/// in the database (no worker stats feed these counters).
+/// (limit 1 each; keys are global names, so each round has its own). Its depth is what it
+/// started minus the steps the handlers counted (`counters.finished`): no count query on
+/// the instances table, whose cost would grow with the run and with the hot key's rows.
 pub fn keyed_producer(
     config: Config,
     counters: Arc<Counters>,
     queue: &'static str,
-    key_prefix: &'static str,
+    key_prefix: String,
     opts: &BenchOpts,
 ) -> tokio::task::JoinHandle<anyhow::Result<()>> {
-    let batch = opts.enqueue_batch as i32;
-    let max_active = (opts.max_depth / 3).max(1000) as i64;
+    let (batch, max_depth) = (opts.enqueue_batch as i32, opts.max_depth as u64);
     tokio::spawn(async move {
         let c = measure::connect(&config, "wf-producer").await?;
-        let active = "SELECT count(*) FROM pgferry.wf_instances
-                       WHERE queue = $1 AND active AND concurrency_key <> 'hot'";
         while counters.running() {
-            let n: i64 = c.query_one(active, &[&queue]).await?.get("count");
-            if n > max_active {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+            if counters.depth() > max_depth {
+                tokio::time::sleep(Duration::from_millis(1)).await;
                 continue;
             }
             c.query_one(
@@ -119,6 +127,7 @@ pub fn keyed_producer(
                 &[&batch, &"three", &queue, &key_prefix, &1000i32],
             )
             .await?;
+            counters.add_enqueued(3 * batch as u64);
         }
         Ok(())
     })
@@ -143,13 +152,6 @@ pub async fn window(
     producer: tokio::task::JoinHandle<anyhow::Result<()>>,
 ) -> anyhow::Result<Window> {
     let steps = || -> u64 { stats.iter().map(|s| s.steps.load(Ordering::Relaxed)).sum() };
-    let bar = indicatif::ProgressBar::new(opts.duration.as_secs().max(1));
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{prefix:>14} [{bar:30}] {pos}/{len}s {msg}")
-            .expect("template")
-            .progress_chars("=> "),
-    );
-    bar.set_prefix(label.to_string());
     // Feed the producer's depth check while warming up and measuring.
     let feed = {
         let counters = counters.clone();
@@ -164,6 +166,43 @@ pub async fn window(
             }
         })
     };
+    let w = measured(label, counters, steps, opts, producer).await;
+    feed.await?;
+    w
+}
+
+/// [`window`] for steps counted elsewhere (`applied`), whose counter also feeds `counters`.
+pub async fn window_counted(
+    label: &str,
+    counters: &Arc<Counters>,
+    applied: &Arc<std::sync::atomic::AtomicU64>,
+    opts: &BenchOpts,
+    producer: tokio::task::JoinHandle<anyhow::Result<()>>,
+) -> anyhow::Result<Window> {
+    measured(
+        label,
+        counters,
+        || applied.load(Ordering::Relaxed),
+        opts,
+        producer,
+    )
+    .await
+}
+
+async fn measured(
+    label: &str,
+    counters: &Arc<Counters>,
+    steps: impl Fn() -> u64,
+    opts: &BenchOpts,
+    producer: tokio::task::JoinHandle<anyhow::Result<()>>,
+) -> anyhow::Result<Window> {
+    let bar = indicatif::ProgressBar::new(opts.duration.as_secs().max(1));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{prefix:>14} [{bar:30}] {pos}/{len}s {msg}")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(label.to_string());
     tokio::time::sleep(opts.warmup).await;
     let (s0, e0) = (steps(), counters.enqueued.load(Ordering::Relaxed));
     let start = Instant::now();
@@ -177,7 +216,6 @@ pub async fn window(
     let (s1, e1) = (steps(), counters.enqueued.load(Ordering::Relaxed));
     counters.stop.store(true, Ordering::SeqCst);
     producer.await??;
-    feed.await?;
     bar.finish_and_clear();
     Ok(Window {
         jobs: s1 - s0,

@@ -44,6 +44,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub segment_ms: Option<u64>,
     /// cycle: run in process (the engine directly) or through a server over gRPC.
+    /// workflow --via grpc: the 3-step machine over WorkflowWorker streams beside in-process
+    /// workers of the same run.
     #[arg(long, value_enum, default_value_t = Via::Inprocess)]
     pub via: Via,
     /// cycle --via grpc: execution slots over all worker streams (`--workers` streams).
@@ -283,6 +285,9 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             pgferry_bench::peer::compare(&base, &opts).await?
         }
         BenchCmd::Compare(_) => pgferry_bench::compare(&base, &opts).await?,
+        BenchCmd::Workflow(_) if args.via == Via::Grpc => {
+            pgferry_bench::workflow_grpc::run(&base, &opts).await?
+        }
         BenchCmd::Workflow(_) => pgferry_bench::workflow::run(&base, &opts).await?,
         BenchCmd::Ash(_) | BenchCmd::TwoProcess(_) => unreachable!("answered above"),
     };

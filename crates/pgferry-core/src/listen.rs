@@ -29,6 +29,9 @@ pub const SEGMENT_CHANNEL: &str = "pgferry_segment";
 /// The channel a process that does not lead notifies after it appended to the log while the
 /// ticker may be idle (nudge_ticker.sql); no payload.
 pub const GREW_CHANNEL: &str = "pgferry_grew";
+/// The channel a signal delivered to an awaiting workflow instance notifies (wf_signal); the
+/// payload is the instance's queue. Idle workflow workers of that queue claim at once.
+pub const WF_READY_CHANNEL: &str = "pgferry_wf_ready";
 
 const NUDGE_TICKER: &str = include_str!("sql/nudge_ticker.sql");
 
@@ -75,7 +78,7 @@ async fn listen_once(engine: &Engine, pg: &Config) -> Result<()> {
     client
         .batch_execute(&format!(
             "LISTEN {TICK_CHANNEL}; LISTEN {CANCEL_CHANNEL}; LISTEN {SEGMENT_CHANNEL}; \
-             LISTEN {WF_CANCEL_CHANNEL}; LISTEN {GREW_CHANNEL}"
+             LISTEN {WF_CANCEL_CHANNEL}; LISTEN {GREW_CHANNEL}; LISTEN {WF_READY_CHANNEL}"
         ))
         .await?;
     let growth = engine.signals().growth();
@@ -87,6 +90,10 @@ async fn listen_once(engine: &Engine, pg: &Config) -> Result<()> {
                 let Some((channel, payload)) = msg else { break };
                 if channel == GREW_CHANNEL {
                     growth.heard_elsewhere();
+                    continue;
+                }
+                if channel == WF_READY_CHANNEL {
+                    let _ = engine.signals().wf_ready().send(payload);
                     continue;
                 }
                 let Ok(n) = payload.parse::<i64>() else {

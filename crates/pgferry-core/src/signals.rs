@@ -19,6 +19,9 @@ pub struct Signals {
     cancels: broadcast::Sender<i64>,
     /// Workflow instance ids cancelled (from LISTEN pgferry_wf_cancel).
     wf_cancels: broadcast::Sender<i64>,
+    /// Queues where a workflow step became runnable by a signal (from LISTEN
+    /// pgferry_wf_ready): idle workflow workers claim at once instead of polling.
+    wf_ready: broadcast::Sender<String>,
     /// Signalled after each enqueue: an in-process ticker ticks without waiting, and a
     /// process that does not lead tells the leader (growth.rs).
     growth: LogGrowth,
@@ -36,6 +39,7 @@ impl Default for Signals {
             ticks: watch::Sender::new(0),
             cancels: broadcast::Sender::new(1024),
             wf_cancels: broadcast::Sender::new(1024),
+            wf_ready: broadcast::Sender::new(1024),
             growth: LogGrowth::default(),
             waiting: AtomicUsize::new(0),
             hunger: Notify::new(),
@@ -111,6 +115,12 @@ impl Signals {
 
     pub fn publish_wf_cancel(&self, instance_id: i64) {
         let _ = self.wf_cancels.send(instance_id);
+    }
+
+    /// The sender of "a workflow step became runnable in this queue" (a clone: workflow
+    /// workers subscribe to it, the LISTEN task sends on it).
+    pub fn wf_ready(&self) -> broadcast::Sender<String> {
+        self.wf_ready.clone()
     }
 
     /// Notified when this process appended to the log (the ticker's early wake-up).

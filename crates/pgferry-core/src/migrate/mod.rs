@@ -102,6 +102,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0016_side_rows_keep_times.sql",
         sql: include_str!("../../migrations/0016_side_rows_keep_times.sql"),
     },
+    Migration {
+        version: 18,
+        name: "0018_workflow_strategies_retention.sql",
+        sql: include_str!("../../migrations/0018_workflow_strategies_retention.sql"),
+    },
 ];
 
 /// The engine's live functions, callees before SQL-language callers.

@@ -45,6 +45,10 @@ pub struct Start {
     /// The key's limit when this start creates it (1 unless set); an existing key keeps
     /// its limit ([`Workflows::set_concurrency_limit`] changes it).
     pub concurrency_limit: Option<i32>,
+    /// What this start does when its key has no free slot ([`ConcurrencyStrategy`]); also
+    /// recorded on the key (the key's strategy applies to later starts that do not set
+    /// one). `None`: the key's strategy, `Queue` for a new key.
+    pub concurrency_strategy: Option<ConcurrencyStrategy>,
     /// Each step takes a token of this rate limit ([`Workflows::set_rate_limit`]).
     pub rate_key: Option<String>,
     /// 0 (least urgent) to 9.
@@ -66,6 +70,7 @@ impl Start {
             correlation_key: None,
             concurrency_key: None,
             concurrency_limit: None,
+            concurrency_strategy: None,
             rate_key: None,
             priority: 0,
             run_at: None,
@@ -94,10 +99,54 @@ impl Start {
         if let Some(n) = self.concurrency_limit {
             validate::positive("concurrency_limit", n)?;
         }
+        if self.concurrency_strategy.is_some() && self.concurrency_key.is_none() {
+            return Err(Error::InvalidArgument {
+                field: "concurrency_strategy",
+                reason: "a concurrency strategy needs a concurrency_key".into(),
+            });
+        }
         if let Some(n) = self.max_attempts {
             validate::attempts(n)?;
         }
         Ok(())
+    }
+}
+
+/// What a start does when its concurrency key has no free slot (Hatchet's concurrency
+/// strategies, on pgferry's slots).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConcurrencyStrategy {
+    /// Its first step waits among the key's waiters and runs when a slot frees, oldest
+    /// first (the default).
+    Queue,
+    /// The oldest active instance holding a slot of the key is cancelled (with its
+    /// descendants) to make room, and the new one runs.
+    CancelInProgress,
+    /// The new instance is cancelled at once (it exists with status `cancelled` and an
+    /// error naming the key); the running ones go on.
+    CancelNewest,
+}
+
+impl ConcurrencyStrategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConcurrencyStrategy::Queue => "queue",
+            ConcurrencyStrategy::CancelInProgress => "cancel_in_progress",
+            ConcurrencyStrategy::CancelNewest => "cancel_newest",
+        }
+    }
+
+    /// Parses a strategy's name; an unknown one is an error naming `concurrency_strategy`.
+    pub fn parse(s: &str) -> Result<ConcurrencyStrategy> {
+        match s {
+            "queue" => Ok(ConcurrencyStrategy::Queue),
+            "cancel_in_progress" => Ok(ConcurrencyStrategy::CancelInProgress),
+            "cancel_newest" => Ok(ConcurrencyStrategy::CancelNewest),
+            _ => Err(Error::InvalidArgument {
+                field: "concurrency_strategy",
+                reason: format!("{s:?} is not one of queue, cancel_in_progress, cancel_newest"),
+            }),
+        }
     }
 }
 
@@ -153,16 +202,34 @@ impl ClaimedStep {
 #[derive(Clone)]
 pub struct Workflows {
     pool: Pool,
+    /// "A step of this queue became runnable" (wake.rs): wakes idle workers.
+    ready: tokio::sync::broadcast::Sender<String>,
 }
 
 impl Workflows {
+    /// On a bare pool: its workers poll, unless [`Workflows::listen_ready`] runs.
     pub fn new(pool: Pool) -> Workflows {
-        Workflows { pool }
+        Workflows {
+            pool,
+            ready: tokio::sync::broadcast::Sender::new(1024),
+        }
     }
 
-    /// On an engine's pool.
+    /// On an engine's pool; its workers are woken through the engine's LISTEN task.
     pub fn of(engine: &crate::Engine) -> Workflows {
-        Workflows::new(engine.pool().clone())
+        Workflows {
+            pool: engine.pool().clone(),
+            ready: engine.signals().wf_ready(),
+        }
+    }
+
+    pub(crate) fn ready_sender(&self) -> tokio::sync::broadcast::Sender<String> {
+        self.ready.clone()
+    }
+
+    /// Announcements of queues where a step became runnable (wake.rs).
+    pub fn subscribe_ready(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.ready.subscribe()
     }
 
     pub fn pool(&self) -> &Pool {
@@ -180,7 +247,8 @@ impl Workflows {
     pub async fn start_tx<C: GenericClient>(client: &C, start: &Start) -> Result<Started> {
         start.validate()?;
         let priority = i16::from(start.priority);
-        let params: [&(dyn ToSql + Sync); 12] = [
+        let strategy = start.concurrency_strategy.map(ConcurrencyStrategy::as_str);
+        let params: [&(dyn ToSql + Sync); 13] = [
             &start.kind,
             &start.queue,
             &start.step,
@@ -193,6 +261,7 @@ impl Workflows {
             &priority,
             &start.run_at,
             &start.max_attempts,
+            &strategy,
         ];
         let row = client.query_one(START, &params).await?;
         Ok(Started {

@@ -13,9 +13,12 @@ mod lease;
 mod machine;
 pub mod retention;
 mod validate;
+mod wake;
 mod worker;
 
-pub use client::{SignalSent, Start, Started, StepRef, Target, Workflows, MAX_PAYLOAD_BYTES};
+pub use client::{
+    ConcurrencyStrategy, SignalSent, Start, Started, StepRef, Target, Workflows, MAX_PAYLOAD_BYTES,
+};
 pub use inspect::{
     InstanceFilter, InstanceInfo, InstancePage, InstanceSummary, StepRecord, STATUSES,
 };

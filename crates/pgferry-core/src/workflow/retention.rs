@@ -1,7 +1,10 @@
 //! Retention of ended instances: the leader removes instances that ended longer ago than
+//! their queue's retention ([`Workflows::set_retention`]), else
 //! `LeaderConfig::workflow_retention`, a batch per statement through the partial index on
-//! `finished_at` of ended instances, with their signals and step history. Never on the hot
-//! path; a batch that found a full batch goes again at once.
+//! (queue, `finished_at`) of ended instances, with their signals and step history. Never
+//! on the hot path (the outcomes write no retention rows; the index is entered at the
+//! terminal transition, which is never a HOT update anyway); a batch that found a full
+//! batch goes again at once.
 
 use tokio_postgres::Client;
 
@@ -10,6 +13,30 @@ use crate::leader::duty::{Duty, DutyFuture, Next};
 use crate::leader::LeaderConfig;
 
 const PRUNE: &str = include_str!("../sql/workflow/prune.sql");
+const SET_RETENTION: &str = include_str!("../sql/workflow/set_retention.sql");
+const CLEAR_RETENTION: &str = include_str!("../sql/workflow/clear_retention.sql");
+
+impl super::Workflows {
+    /// Ended instances of `queue` are removed `retention` after they ended (`None`: the
+    /// leader's default, `LeaderConfig::workflow_retention`). One statement.
+    pub async fn set_retention(
+        &self,
+        queue: &str,
+        retention: Option<std::time::Duration>,
+    ) -> Result<()> {
+        crate::job::validate_queue_name(queue)?;
+        let client = self.pool().get().await?;
+        match retention {
+            Some(r) => {
+                client
+                    .execute(SET_RETENTION, &[&queue, &r.as_secs_f64()])
+                    .await?
+            }
+            None => client.execute(CLEAR_RETENTION, &[&queue]).await?,
+        };
+        Ok(())
+    }
+}
 
 /// Removes up to `batch` ended instances older than the retention; returns how many.
 pub async fn prune(client: &Client, retention: std::time::Duration, batch: i32) -> Result<i64> {

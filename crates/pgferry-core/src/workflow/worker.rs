@@ -25,7 +25,10 @@ pub struct WorkerConfig {
     pub batch: usize,
     /// How long a claimed step may run before it is claimed again.
     pub lease: Duration,
-    /// Pause after a claim found nothing.
+    /// Longest pause after claims found nothing: the pause starts at 1 ms and doubles up
+    /// to this while the queue stays empty. A signal delivered to an instance of the queue
+    /// ends the pause at once (wake.rs), so this bounds how late a step that came due by
+    /// time (a sleep, a deadline, a start from another process) is seen by an idle worker.
     pub idle_poll: Duration,
     /// Delay before running a step again after its handler panicked.
     pub panic_backoff: Backoff,
@@ -38,7 +41,7 @@ impl WorkerConfig {
             name: format!("worker-{}", std::process::id()),
             batch: 64,
             lease: Duration::from_secs(60),
-            idle_poll: Duration::from_millis(5),
+            idle_poll: Duration::from_millis(20),
             panic_backoff: Backoff::default(),
         }
     }
@@ -51,6 +54,9 @@ pub struct WorkerStats {
     pub steps: AtomicU64,
     /// Outcomes refused as stale (cancelled meanwhile, or claimed again after the lease).
     pub stale: AtomicU64,
+    /// Idle pauses ended early by an announcement that a step of the queue became
+    /// runnable (a delivered signal, wake.rs).
+    pub woken: AtomicU64,
 }
 
 pub struct Worker {
@@ -90,10 +96,22 @@ impl Worker {
     /// retried after a pause.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<()> {
         self.register().await?;
+        let first = Duration::from_millis(1).min(self.config.idle_poll);
+        let mut idle = first;
+        // Subscribed before the first claim: an announcement made while a claim runs wakes
+        // the pause after it.
+        let mut ready = self.wf.subscribe_ready();
         while !*shutdown.borrow() {
             let pause = match self.run_once().await {
-                Ok(0) => self.config.idle_poll,
-                Ok(_) => continue,
+                Ok(0) => {
+                    let p = idle;
+                    idle = (idle * 2).min(self.config.idle_poll);
+                    p
+                }
+                Ok(_) => {
+                    idle = first;
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!(queue = %self.config.queue, error = %e, "workflow worker");
                     Duration::from_millis(200)
@@ -101,6 +119,10 @@ impl Worker {
             };
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
+                _ = super::wake::woken(&mut ready, &self.config.queue) => {
+                    idle = first;
+                    self.stats.woken.fetch_add(1, Ordering::Relaxed);
+                }
                 _ = shutdown.changed() => {}
             }
         }

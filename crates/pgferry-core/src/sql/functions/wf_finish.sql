@@ -1,16 +1,110 @@
 
--- Applies a batch of step outcomes in one statement (wf_apply each, in the given order; the
--- engine orders a batch by concurrency key, then parent, then instance, so that batches
--- take their locks in one order). Returns per outcome whether it was applied or stale.
+-- Applies a batch of step outcomes in one statement; returns per outcome, in the given
+-- order, whether it was applied or stale (docs/adr/0016-set-based-outcomes.md).
+--
+-- The common outcomes of an instance that touches nothing shared are applied set-based,
+-- a handful of statements for the whole batch (the "plain" part below): `next` and
+-- `retry` (within max_attempts) without a concurrency or rate key, `sleep` without a held
+-- slot, and `done` of an instance with no parent that never spawned (so it has no
+-- children to cancel and no join to make). Such an outcome writes its history row, its
+-- picker row and its instance row and nothing else, so the batch's rows can be written
+-- together and their order does not matter.
+--
+-- Everything else (await, spawn, fail, keyed or rate-limited steps, a child's end with
+-- its parent's join, a retry past max_attempts) goes through wf_apply one by one, in the
+-- given order, after the plain part (the engine orders a batch by parent, then instance,
+-- so that batches take their locks in one order).
 CREATE OR REPLACE FUNCTION pgferry.wf_finish(p_outcomes jsonb)
 RETURNS TABLE (id bigint, applied boolean)
 LANGUAGE plpgsql AS $$
+#variable_conflict use_column
 DECLARE
-    o jsonb;
+    v_plain bigint[];
+    o       jsonb;
+    n       bigint;
 BEGIN
-    FOR o IN SELECT * FROM jsonb_array_elements(p_outcomes) LOOP
+    WITH b AS (
+        -- One outcome per instance (a repeated one is stale, below, as it always was).
+        SELECT DISTINCT ON ((t.e->>'id')::bigint)
+               (t.e->>'id')::bigint AS id, (t.e->>'seq')::int AS seq,
+               t.e->>'outcome' AS kind, t.e AS o, t.n
+          FROM jsonb_array_elements(p_outcomes) WITH ORDINALITY AS t(e, n)
+         WHERE t.e->>'outcome' IN ('next', 'retry', 'sleep', 'done')
+         ORDER BY (t.e->>'id')::bigint, t.n
+    ), plain AS (
+        -- Locked in id order; a row changed meanwhile (cancelled, claimed again) is
+        -- re-checked on its new version by the lock and falls out (stale, in wf_apply).
+        SELECT i.id, i.step_seq, i.step, i.attempt, i.worker, i.step_started_at, i.queue,
+               i.priority, b.kind, b.o, b.n
+          FROM pgferry.wf_instances i
+          JOIN b ON b.id = i.id
+         WHERE i.status = 'running' AND i.step_seq = b.seq AND NOT i.has_slot
+           AND CASE b.kind
+                 WHEN 'next' THEN i.concurrency_key IS NULL AND i.rate_key IS NULL
+                 WHEN 'retry' THEN i.concurrency_key IS NULL AND i.rate_key IS NULL
+                                   AND i.attempt < i.max_attempts
+                 WHEN 'sleep' THEN true
+                 WHEN 'done' THEN i.parent_id IS NULL AND i.join_gen IS NULL
+               END
+         ORDER BY i.id
+           FOR UPDATE OF i
+    ), history AS (
+        INSERT INTO pgferry.wf_steps (instance_id, step_seq, step, attempt, outcome, error,
+                                      worker, started_at)
+        SELECT p.id, p.step_seq, p.step, p.attempt, p.kind, p.o->>'reason', p.worker,
+               p.step_started_at
+          FROM plain p
+    ), picker AS (
+        -- The row the claim leased comes due again: now, after the delay, or at the wake-up.
+        INSERT INTO pgferry.wf_ready (instance_id, queue, priority, visible_at)
+        SELECT p.id, p.queue, p.priority,
+               CASE p.kind
+                 WHEN 'next' THEN now()
+                 WHEN 'retry' THEN now() + make_interval(
+                                       secs => coalesce((p.o->>'delay_ms')::float8, 0) / 1000)
+                 ELSE to_timestamp((p.o->>'until_ms')::float8 / 1000)
+               END
+          FROM plain p
+         WHERE p.kind <> 'done'
+        ON CONFLICT (instance_id) DO UPDATE SET visible_at = EXCLUDED.visible_at
+    ), ended AS (
+        DELETE FROM pgferry.wf_ready r USING plain p
+         WHERE r.instance_id = p.id AND p.kind = 'done'
+    ), moved AS (
+        UPDATE pgferry.wf_instances i
+           SET step = CASE WHEN p.kind IN ('next', 'sleep') THEN p.o->>'step' ELSE i.step END,
+               state = CASE WHEN p.kind IN ('next', 'sleep')
+                            THEN coalesce(nullif(p.o->'state', 'null'::jsonb), i.state)
+                            ELSE i.state END,
+               status = CASE p.kind WHEN 'sleep' THEN 'sleeping' WHEN 'done' THEN 'done'
+                                    ELSE 'runnable' END,
+               attempt = CASE p.kind WHEN 'retry' THEN i.attempt + 1 WHEN 'done' THEN i.attempt
+                                     ELSE 1 END,
+               wake = CASE WHEN p.kind = 'retry' THEN i.wake END,
+               error = CASE p.kind WHEN 'retry' THEN p.o->>'reason' WHEN 'done' THEN NULL
+                                   ELSE i.error END,
+               active = p.kind <> 'done',
+               result = CASE WHEN p.kind = 'done' THEN p.o->'result' ELSE i.result END,
+               awaits = CASE WHEN p.kind = 'done' THEN NULL ELSE i.awaits END,
+               await_deadline = CASE WHEN p.kind = 'done' THEN NULL ELSE i.await_deadline END,
+               finished_at = CASE WHEN p.kind = 'done' THEN now() ELSE i.finished_at END,
+               updated_at = now()
+          FROM plain p
+         WHERE i.id = p.id
+        RETURNING p.n
+    )
+    SELECT coalesce(array_agg(m.n), '{}') INTO v_plain FROM moved m;
+
+    -- The rest, one by one in the given order; answers in the given order.
+    FOR o, n IN SELECT t.e, t.n FROM jsonb_array_elements(p_outcomes) WITH ORDINALITY AS t(e, n)
+                 ORDER BY t.n
+    LOOP
         id := (o->>'id')::bigint;
-        applied := pgferry.wf_apply(o);
+        IF n = ANY (v_plain) THEN
+            applied := true;
+        ELSE
+            applied := pgferry.wf_apply(o);
+        END IF;
         RETURN NEXT;
     END LOOP;
 END $$;

@@ -2,8 +2,8 @@
 -- Sends a signal to an instance, by id or by (queue, correlation key); also callable inside
 -- the caller's own transaction. An instance awaiting this name consumes it at once and
 -- becomes runnable in the same statement; otherwise it waits in the inbox for an await that
--- names it (consumed then, exactly once). Errors: P0002 no such active instance, 55000 the
--- instance already ended.
+-- names it (consumed then, exactly once). A delivery NOTIFYs pgferry_wf_ready (the queue).
+-- Errors: P0002 no such active instance, 55000 the instance already ended.
 CREATE OR REPLACE FUNCTION pgferry.wf_signal(p_id bigint, p_queue text, p_correlation_key text,
                                   p_name text, p_payload jsonb,
                                   OUT signal_id bigint, OUT instance_id bigint,
@@ -39,5 +39,11 @@ BEGIN
            SET status = e.status, has_slot = e.has_slot, wake = 'signal', awaits = NULL,
                await_deadline = NULL, updated_at = now()
          WHERE i.id = v.id;
+        -- Idle workers of the queue claim at once (listen.rs, workflow/wake.rs) instead of
+        -- finding the step at their next poll. Delivered at COMMIT, so never before the
+        -- step is claimable; one per (transaction, queue).
+        IF e.status = 'runnable' THEN
+            PERFORM pg_notify('pgferry_wf_ready', v.queue);
+        END IF;
     END IF;
 END $$;
