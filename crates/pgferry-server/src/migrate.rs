@@ -35,6 +35,7 @@ pub const ALL: &[Component<'static>] = &[
     SERVER,
     pgferry_ash::migrate::COMPONENT,
     pgferry_schedules::migrate::COMPONENT,
+    pgferry_http_jobs::migrate::COMPONENT,
     crate::dashboard::bulk::COMPONENT,
 ];
 
