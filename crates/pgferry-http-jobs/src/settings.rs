@@ -26,8 +26,9 @@ const TENANT_SETTINGS: &str = include_str!("../sql/tenant_settings.sql");
 
 /// Active secrets per tenant: the old and the new one while a key rotates.
 pub const MAX_SECRETS: i64 = 2;
-/// Largest allow list (ranges + CIDRs) and most rate limits of one tenant.
-pub const MAX_ALLOW: usize = 64;
+/// Longest CIDR list and range list of one tenant's allow list, and most rate limits.
+pub const MAX_CIDRS: usize = 64;
+pub const MAX_RANGES: usize = 7;
 pub const MAX_RATES: usize = 1000;
 /// Longest destination key.
 pub const MAX_DESTINATION: usize = 300;
@@ -92,8 +93,11 @@ pub fn parse_allow(
     ranges: &[String],
     cidrs: &[String],
 ) -> std::result::Result<Allow, (&'static str, String)> {
-    if ranges.len() + cidrs.len() > MAX_ALLOW {
-        return Err(("ranges", format!("at most {MAX_ALLOW} entries in all")));
+    if ranges.len() > MAX_RANGES {
+        return Err(("ranges", format!("at most {MAX_RANGES} entries")));
+    }
+    if cidrs.len() > MAX_CIDRS {
+        return Err(("cidrs", format!("at most {MAX_CIDRS} entries")));
     }
     let mut allow = Allow::none();
     for r in ranges {

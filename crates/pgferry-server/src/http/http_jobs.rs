@@ -168,7 +168,10 @@ pub async fn delete_secret(
     path: Result<Path<i64>, axum::extract::rejection::PathRejection>,
 ) -> ApiResult<StatusCode> {
     p.require(Scope::Admin)?;
-    let Path(id) = path.map_err(|_| ApiError::bad_request("id", "must be an integer"))?;
+    let Path(id) = path
+        .ok()
+        .filter(|Path(id)| *id >= 1)
+        .ok_or_else(|| ApiError::bad_request("id", "a secret id (a positive integer)"))?;
     settings(&state).delete_secret(p.tenant_id, id).await?;
     audit(
         &state,

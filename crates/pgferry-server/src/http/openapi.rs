@@ -12,7 +12,10 @@ use crate::AppState;
 const DOCUMENT: &str = include_str!("openapi.json");
 /// Parts of the API kept in their own documents (fewer merge conflicts in one large file),
 /// merged into [`DOCUMENT`]: tags, paths, components.
-const PARTS: &[&str] = &[include_str!("openapi_schedules.json")];
+const PARTS: &[&str] = &[
+    include_str!("openapi_schedules.json"),
+    include_str!("openapi_http_jobs.json"),
+];
 
 /// The document for a server with `config`.
 pub fn document(config: &HttpConfig) -> Value {
