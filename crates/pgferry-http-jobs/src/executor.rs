@@ -131,6 +131,8 @@ pub struct ExecutorConfig {
     pub pool_per_host: usize,
     /// Secrets signing every request (none: unsigned).
     pub secrets: Vec<Vec<u8>>,
+    /// Extra trusted CA certificates (PEM) besides the public web roots.
+    pub root_certs_pem: Vec<Vec<u8>>,
 }
 
 impl Default for ExecutorConfig {
@@ -140,6 +142,7 @@ impl Default for ExecutorConfig {
             max_body: 64 * 1024,
             pool_per_host: 32,
             secrets: Vec::new(),
+            root_certs_pem: Vec::new(),
         }
     }
 }
@@ -156,7 +159,11 @@ impl Executor {
     pub fn new(config: ExecutorConfig) -> reqwest::Result<Executor> {
         let allow = config.allow.clone();
         let redirect_allow = config.allow.clone();
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        for pem in &config.root_certs_pem {
+            builder = builder.add_root_certificate(reqwest::Certificate::from_pem(pem)?);
+        }
+        let client = builder
             .no_proxy()
             .pool_max_idle_per_host(config.pool_per_host)
             .tcp_nodelay(true)
