@@ -6,6 +6,7 @@
 mod cycle;
 mod grpc_cycle;
 mod http_cycle;
+pub mod http_jobs;
 mod measure;
 pub mod peer;
 mod reference_log;

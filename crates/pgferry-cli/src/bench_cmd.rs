@@ -157,6 +157,29 @@ pub enum BenchCmd {
     /// Active session history: sample cost under simulated load, readers over seeded
     /// history, rotation, and the sampler's effect on the cycle (docs/performance.md).
     Ash(crate::ash_cmd::AshBenchArgs),
+    /// HTTP jobs: runlater's load profile through the HTTP API (70% create immediate HTTP
+    /// jobs, 15% delayed ones, 15% list) delivered to a loopback target; saturation, then
+    /// half of it (docs/performance.md).
+    HttpJobs(HttpJobsArgs),
+}
+
+#[derive(clap::Args, Clone)]
+pub struct HttpJobsArgs {
+    /// Print the report as JSON (the only format; kept for scripts).
+    #[arg(long)]
+    pub json: bool,
+    /// Measured seconds per window.
+    #[arg(long, default_value_t = 10)]
+    pub duration: u64,
+    /// Warmup seconds (not counted).
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u64,
+    /// Closed-loop API clients of the saturation window.
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// Use this database instead of a private cluster.
+    #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
+    pub database_url: Option<String>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
@@ -251,6 +274,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         | BenchCmd::Reference { args: a, .. } => a.clone(),
         BenchCmd::Ash(a) => return crate::ash_cmd::bench(a.clone()).await,
         BenchCmd::TwoProcess(a) => return two_process(a.clone()).await,
+        BenchCmd::HttpJobs(a) => return http_jobs(a.clone()).await,
     };
     let (base, cluster) = private_or_given(&args.database_url).await?;
     let opts = args.opts();
@@ -289,7 +313,9 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             pgferry_bench::workflow_grpc::run(&base, &opts).await?
         }
         BenchCmd::Workflow(_) => pgferry_bench::workflow::run(&base, &opts).await?,
-        BenchCmd::Ash(_) | BenchCmd::TwoProcess(_) => unreachable!("answered above"),
+        BenchCmd::Ash(_) | BenchCmd::TwoProcess(_) | BenchCmd::HttpJobs(_) => {
+            unreachable!("answered above")
+        }
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     stop_private(cluster).await
@@ -348,6 +374,19 @@ async fn two_process(args: TwoProcessArgs) -> anyhow::Result<()> {
         },
     };
     let report = pgferry_bench::two_process::run(&base, &opts).await;
+    stop_private(cluster).await?;
+    println!("{}", serde_json::to_string_pretty(&report?)?);
+    Ok(())
+}
+
+async fn http_jobs(args: HttpJobsArgs) -> anyhow::Result<()> {
+    let (base, cluster) = private_or_given(&args.database_url).await?;
+    let opts = pgferry_bench::http_jobs::HttpJobsOpts {
+        duration_s: args.duration,
+        warmup_s: args.warmup,
+        clients: args.clients,
+    };
+    let report = pgferry_bench::http_jobs::run_fresh(&base, &opts).await;
     stop_private(cluster).await?;
     println!("{}", serde_json::to_string_pretty(&report?)?);
     Ok(())

@@ -191,13 +191,15 @@ pub async fn serve(
         pgferry_monitors::DutyConfig::default(),
     ));
     let rescues = leader.subscribe_rescues();
-    let http_jobs = tokio::spawn(pgferry_http_jobs::service::run(
+    // Destinations that start failing or recover notify the tenant's targets (issue 22).
+    let http_jobs = tokio::spawn(pgferry_http_jobs::service::run_with_sink(
         engine.clone(),
         pgferry_http_jobs::ExecutorConfig {
             allow: args.http_jobs_allow()?,
             ..Default::default()
         },
         pgferry_http_jobs::worker::WorkerConfig::default(),
+        pgferry_monitors::http_transitions::NotifyTransitions::new(engine.clone()),
         stop_rx.clone(),
     ));
     // Every server publishes what its backends serve, for the one sampler (docs/ash.md).

@@ -30,6 +30,13 @@ pub struct HttpRequest {
     /// Text the response body must contain.
     #[serde(default)]
     pub expect_body: Option<String>,
+    /// Where to POST the outcome once the job succeeds or fails for good (sent as an HTTP
+    /// job of its own: retried, checked by the guard, signed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
+    /// The flow-control key shared by jobs to several hosts (default: host:port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 fn get() -> String {
@@ -41,6 +48,8 @@ fn default_timeout() -> u64 {
 }
 
 pub const MAX_TIMEOUT_MS: u64 = 300_000;
+/// Longest `group`.
+pub const MAX_GROUP: usize = 300;
 
 /// A bad request definition; `field` as the API spells it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,6 +82,16 @@ impl HttpRequest {
         }
         if self.expect_status.iter().any(|s| !(100..=599).contains(s)) {
             return bad("expect_status", "statuses are 100 to 599".into());
+        }
+        if let Some(cb) = &self.callback_url {
+            if let Err(e) = ssrf::parse(cb, allow) {
+                return bad("callback_url", e.to_string());
+            }
+        }
+        if let Some(g) = &self.group {
+            if g.is_empty() || g.len() > MAX_GROUP {
+                return bad("group", format!("1 to {MAX_GROUP} bytes"));
+            }
         }
         Ok(())
     }
@@ -112,6 +131,8 @@ pub struct ExecutorConfig {
     pub pool_per_host: usize,
     /// Secrets signing every request (none: unsigned).
     pub secrets: Vec<Vec<u8>>,
+    /// Extra trusted CA certificates (PEM) besides the public web roots.
+    pub root_certs_pem: Vec<Vec<u8>>,
 }
 
 impl Default for ExecutorConfig {
@@ -121,6 +142,7 @@ impl Default for ExecutorConfig {
             max_body: 64 * 1024,
             pool_per_host: 32,
             secrets: Vec::new(),
+            root_certs_pem: Vec::new(),
         }
     }
 }
@@ -137,7 +159,11 @@ impl Executor {
     pub fn new(config: ExecutorConfig) -> reqwest::Result<Executor> {
         let allow = config.allow.clone();
         let redirect_allow = config.allow.clone();
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        for pem in &config.root_certs_pem {
+            builder = builder.add_root_certificate(reqwest::Certificate::from_pem(pem)?);
+        }
+        let client = builder
             .no_proxy()
             .pool_max_idle_per_host(config.pool_per_host)
             .tcp_nodelay(true)
@@ -156,9 +182,27 @@ impl Executor {
         Ok(Executor { client, config })
     }
 
-    /// Runs one attempt. Checks the destination first (before each attempt, not only at
-    /// creation).
+    /// The same settings with another allow list (a tenant's): a client of its own, since
+    /// the guard is the client's resolver.
+    pub fn with_allow(&self, allow: Allow) -> reqwest::Result<Executor> {
+        Executor::new(ExecutorConfig {
+            allow,
+            ..self.config.clone()
+        })
+    }
+
+    pub fn allow(&self) -> &Allow {
+        &self.config.allow
+    }
+
+    /// Runs one attempt signed with the configured secrets (if any).
     pub async fn run(&self, req: &HttpRequest) -> Attempt {
+        self.run_signed(req, &self.config.secrets).await
+    }
+
+    /// Runs one attempt signed with `secrets` (none: unsigned). Checks the destination
+    /// first (before each attempt, not only at creation).
+    pub async fn run_signed(&self, req: &HttpRequest, secrets: &[Vec<u8>]) -> Attempt {
         if let Err(e) = req.validate(&self.config.allow) {
             return refused(e.to_string(), true);
         }
@@ -171,14 +215,14 @@ impl Executor {
             r = r.header(k, v);
         }
         let body = req.body.clone().unwrap_or_default();
-        if !self.config.secrets.is_empty() {
+        if !secrets.is_empty() {
             let now = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default()
                 .as_secs() as i64;
             r = r.header(
                 sign::HEADER,
-                sign::header_value(&self.config.secrets, now, body.as_bytes()),
+                sign::header_value(secrets, now, body.as_bytes()),
             );
         }
         if req.body.is_some() {

@@ -1,13 +1,20 @@
-//! pgferry-http-jobs: the parts of HTTP jobs (issue 22, ADR 0015) that do not need the
-//! queue: the SSRF guard ([`ssrf`]), request signing ([`sign`]) and the pooled executor of
-//! one attempt ([`executor`]). The worker that runs `http` jobs from queues is not built
-//! yet (docs/http-jobs.md).
+//! pgferry-http-jobs: HTTP jobs (issue 22, ADR 0015): the SSRF guard ([`ssrf`]), request
+//! signing ([`sign`]), the pooled executor of one attempt ([`executor`]), the worker that
+//! runs `http` queues ([`worker`], [`service`]), per-tenant settings ([`settings`]: signing
+//! secrets, allow lists, rates; schema in [`migrate`]), per-destination rates ([`rate`])
+//! and destination failure/recovery transitions ([`transitions`]).
 
 pub mod executor;
+pub mod migrate;
+pub mod rate;
 pub mod service;
+pub mod settings;
 pub mod sign;
 pub mod ssrf;
+pub mod transitions;
 pub mod worker;
 
 pub use executor::{Attempt, Executor, ExecutorConfig, HttpRequest, Response};
-pub use ssrf::{Allow, Range, Refused};
+pub use settings::{Rate, Settings, TenantSettings};
+pub use ssrf::{Allow, Cidr, Range, Refused};
+pub use transitions::{NoSink, Transition, TransitionSink};

@@ -10,6 +10,7 @@ use pgferry_core::Engine;
 use tokio::sync::watch;
 
 use crate::executor::{Executor, ExecutorConfig};
+use crate::transitions::{NoSink, TransitionSink};
 use crate::worker::{HttpWorker, WorkerConfig};
 
 const HTTP_QUEUES: &str = include_str!("../sql/http_queues.sql");
@@ -19,11 +20,22 @@ const IDLE: Duration = Duration::from_millis(100);
 /// How often new `http` queues are looked for.
 const DISCOVER: Duration = Duration::from_secs(2);
 
-/// Runs until `stop` turns true.
+/// Runs until `stop` turns true; destination transitions go to the table only.
 pub async fn run(
     engine: Arc<Engine>,
     executor: ExecutorConfig,
     config: WorkerConfig,
+    stop: watch::Receiver<bool>,
+) {
+    run_with_sink(engine, executor, config, Arc::new(NoSink), stop).await
+}
+
+/// Runs until `stop` turns true; destination transitions also go to `sink`.
+pub async fn run_with_sink(
+    engine: Arc<Engine>,
+    executor: ExecutorConfig,
+    config: WorkerConfig,
+    sink: Arc<dyn TransitionSink>,
     mut stop: watch::Receiver<bool>,
 ) {
     let executor = match Executor::new(executor) {
@@ -33,7 +45,12 @@ pub async fn run(
             return;
         }
     };
-    let worker = Arc::new(HttpWorker::new(engine.clone(), executor, config));
+    let worker = Arc::new(HttpWorker::with_sink(
+        engine.clone(),
+        executor,
+        config,
+        sink,
+    ));
     let mut running: HashSet<String> = HashSet::new();
     let mut tasks = tokio::task::JoinSet::new();
     loop {

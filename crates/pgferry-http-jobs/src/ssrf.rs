@@ -19,7 +19,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use url::{Host, Url};
 
 /// A named range a tenant can be allowed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Range {
     Loopback,
     Private,
@@ -73,9 +73,12 @@ pub enum Refused {
     Resolve { host: String, reason: String },
 }
 
-/// The ranges a tenant is allowed beyond the public internet.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Allow(pub BTreeSet<Range>);
+/// The ranges a tenant is allowed beyond the public internet: named ranges and CIDRs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Allow {
+    pub ranges: BTreeSet<Range>,
+    pub cidrs: BTreeSet<Cidr>,
+}
 
 impl Allow {
     pub fn none() -> Allow {
@@ -83,14 +86,99 @@ impl Allow {
     }
 
     pub fn of(ranges: &[Range]) -> Allow {
-        Allow(ranges.iter().copied().collect())
+        Allow {
+            ranges: ranges.iter().copied().collect(),
+            cidrs: BTreeSet::new(),
+        }
     }
 
-    /// `Ok` when `addr` is public or in an allowed range.
+    /// Everything either allows (the server's list plus a tenant's).
+    pub fn union(&self, other: &Allow) -> Allow {
+        Allow {
+            ranges: self.ranges.union(&other.ranges).copied().collect(),
+            cidrs: self.cidrs.union(&other.cidrs).copied().collect(),
+        }
+    }
+
+    /// `Ok` when `addr` is public, in an allowed range or inside an allowed CIDR.
     pub fn check(&self, addr: IpAddr) -> Result<(), Refused> {
         match classify(addr) {
-            Some(range) if !self.0.contains(&range) => Err(Refused::Range { addr, range }),
+            Some(range) if !self.ranges.contains(&range) && !self.in_cidr(addr) => {
+                Err(Refused::Range { addr, range })
+            }
             _ => Ok(()),
+        }
+    }
+
+    fn in_cidr(&self, addr: IpAddr) -> bool {
+        // IPv4 carried in IPv6 meets the IPv4 CIDRs, as it meets the IPv4 ranges.
+        let v4 = match addr {
+            IpAddr::V6(v6) => embedded_v4(v6).map(IpAddr::V4),
+            IpAddr::V4(_) => None,
+        };
+        self.cidrs
+            .iter()
+            .any(|c| c.contains(addr) || v4.is_some_and(|a| c.contains(a)))
+    }
+}
+
+/// An address block, `10.1.0.0/16` or `fd00::/8` (host bits must be zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Cidr {
+    pub addr: IpAddr,
+    pub prefix: u8,
+}
+
+impl Cidr {
+    /// Parses `a.b.c.d/n` or `x::y/n`; a bare address is a /32 or /128.
+    pub fn parse(s: &str) -> Result<Cidr, String> {
+        let (a, p) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a
+            .parse()
+            .map_err(|_| format!("{a:?} is not an IP address"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            None => max,
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("prefix {p:?} is not 0 to {max}"))?,
+        };
+        let c = Cidr { addr, prefix };
+        if c.network() != addr {
+            return Err(format!("{s:?} has host bits set (the network is {})", c));
+        }
+        Ok(c)
+    }
+
+    fn network(&self) -> IpAddr {
+        mask(self.addr, self.prefix)
+    }
+
+    pub fn contains(&self, addr: IpAddr) -> bool {
+        addr.is_ipv4() == self.addr.is_ipv4() && mask(addr, self.prefix) == self.addr
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+fn mask(addr: IpAddr, prefix: u8) -> IpAddr {
+    match addr {
+        IpAddr::V4(a) => {
+            let m = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V4(Ipv4Addr::from(u32::from(a) & m))
+        }
+        IpAddr::V6(a) => {
+            let m = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V6(Ipv6Addr::from(u128::from(a) & m))
         }
     }
 }
@@ -304,6 +392,26 @@ mod tests {
         assert!(parse("http://169.254.169.254/", &lo).is_err());
         assert_eq!(Range::parse("link_local"), Some(Range::LinkLocal));
         assert_eq!(Range::parse("everything"), None);
+    }
+
+    #[test]
+    fn cidrs_allow_their_block_only() {
+        let mut a = Allow::none();
+        a.cidrs.insert(Cidr::parse("10.1.0.0/16").unwrap());
+        a.cidrs.insert(Cidr::parse("fd00::/8").unwrap());
+        assert!(parse("http://10.1.2.3/", &a).is_ok());
+        assert!(parse("http://[::ffff:10.1.2.3]/", &a).is_ok());
+        assert!(parse("http://[fd12::1]/", &a).is_ok());
+        assert!(parse("http://10.2.0.1/", &a).is_err());
+        assert!(parse("http://127.0.0.1/", &a).is_err());
+        assert!(Cidr::parse("10.1.0.1/16").is_err());
+        assert!(Cidr::parse("10.1.0.0/33").is_err());
+        assert!(Cidr::parse("nope/8").is_err());
+        assert_eq!(
+            Cidr::parse("127.0.0.1").unwrap().to_string(),
+            "127.0.0.1/32"
+        );
+        assert_eq!(Cidr::parse("0.0.0.0/0").unwrap().prefix, 0);
     }
 
     #[tokio::test]

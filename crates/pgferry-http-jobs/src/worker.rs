@@ -1,32 +1,47 @@
-//! Runs HTTP jobs from queues: claims, executes each attempt on the pooled [`Executor`],
-//! and records the outcome through the engine.
+//! Runs HTTP jobs from queues: claims, executes each attempt on the pooled [`Executor`] of
+//! the tenant's allow list, signed with the tenant's secrets, and records the outcome
+//! through the engine.
 //!
 //! - success: completed, the response (status, headers, bounded body) kept as the result;
 //! - failure: retried with the queue's backoff, or after `Retry-After` when the destination
 //!   sent one on 429/503 (whichever is later); the response goes with the error;
-//! - a `Retry-After` pauses the whole destination (host:port): its other jobs are snoozed
-//!   until then without being sent;
+//! - a `Retry-After` pauses the whole destination key (host:port, or the job's `group`):
+//!   its other jobs are snoozed until then without being sent;
 //! - refused by the SSRF guard or malformed: dead at once (retrying cannot help);
-//! - at most `per_destination` requests to one destination at once.
+//! - at most `per_destination` requests to one destination key at once, and at most its
+//!   rate ([`crate::rate`]);
+//! - a final outcome (completed, dead) of a job with `callback_url` enqueues the callback,
+//!   an HTTP job of its own, before the outcome is recorded (deduplicated per job, so a
+//!   re-run after a crash does not send two);
+//! - every attempt's success or failure feeds [`Transitions`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use pgferry_core::{ClaimedJob, Engine, Outcome};
+use pgferry_core::{ClaimedJob, Engine, NewJob, Outcome, OutcomeKind};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
 use crate::executor::{Attempt, Executor, HttpRequest};
+use crate::rate::{Limiter, Turn};
+use crate::settings::{Rate, Settings, TenantSettings};
+use crate::ssrf::Allow;
+use crate::transitions::{NoSink, Observed, TransitionSink, Transitions};
 
 /// The kind of job this worker runs.
 pub const KIND: &str = "http";
+
+/// How long a callback job's dedup key holds after it completed.
+const CALLBACK_UNIQUE: Duration = Duration::from_secs(7 * 86_400);
 
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     pub batch: usize,
     pub per_destination: usize,
+    /// The rate of destination keys a tenant set none for (None: unlimited).
+    pub default_rate: Option<Rate>,
 }
 
 impl Default for WorkerConfig {
@@ -34,26 +49,73 @@ impl Default for WorkerConfig {
         WorkerConfig {
             batch: 100,
             per_destination: 16,
+            default_rate: None,
         }
     }
 }
 
 pub struct HttpWorker {
     engine: Arc<Engine>,
+    /// The server's allow list, and the settings every tenant's executor copies.
     executor: Arc<Executor>,
     config: WorkerConfig,
-    paused: Mutex<HashMap<String, Instant>>,
-    slots: Mutex<HashMap<String, Arc<Semaphore>>>,
+    settings: Settings,
+    /// One client per effective allow list (server's ∪ tenant's).
+    executors: Mutex<HashMap<Allow, Arc<Executor>>>,
+    paused: Mutex<HashMap<(i64, String), Instant>>,
+    slots: Mutex<HashMap<(i64, String), Arc<Semaphore>>>,
+    limiter: Limiter,
+    transitions: Transitions,
+}
+
+/// One job's attempt as the batch records it.
+struct Ran {
+    outcome: Outcome,
+    observed: Option<Observed>,
+    callback: Option<NewJob>,
+}
+
+impl Ran {
+    fn only(outcome: Outcome) -> Ran {
+        Ran {
+            outcome,
+            observed: None,
+            callback: None,
+        }
+    }
+}
+
+/// The tenant of an `http` queue's engine name (`t<id>.http`); 0 for the untenanted one.
+pub fn tenant_of(queue: &str) -> i64 {
+    queue
+        .strip_prefix('t')
+        .and_then(|q| q.strip_suffix(".http"))
+        .and_then(|id| id.parse().ok())
+        .unwrap_or(0)
 }
 
 impl HttpWorker {
     pub fn new(engine: Arc<Engine>, executor: Arc<Executor>, config: WorkerConfig) -> HttpWorker {
+        HttpWorker::with_sink(engine, executor, config, Arc::new(NoSink))
+    }
+
+    /// A worker whose destination transitions also go to `sink`.
+    pub fn with_sink(
+        engine: Arc<Engine>,
+        executor: Arc<Executor>,
+        config: WorkerConfig,
+        sink: Arc<dyn TransitionSink>,
+    ) -> HttpWorker {
         HttpWorker {
+            settings: Settings::new(engine.clone()),
+            transitions: Transitions::new(engine.clone(), sink),
             engine,
             executor,
             config,
+            executors: Mutex::new(HashMap::new()),
             paused: Mutex::new(HashMap::new()),
             slots: Mutex::new(HashMap::new()),
+            limiter: Limiter::default(),
         }
     }
 
@@ -64,31 +126,106 @@ impl HttpWorker {
             .claim(queue, self.config.batch, "pgferry-http")
             .await?;
         let n = jobs.len();
-        if n > 0 {
-            let outcomes = join_all(jobs.iter().map(|j| self.run_job(j))).await;
-            self.engine.complete(&outcomes).await?;
+        if n == 0 {
+            return Ok(0);
+        }
+        let tenant = tenant_of(queue);
+        let settings = match self.settings.load(tenant).await {
+            Ok(s) => s,
+            Err(e) => {
+                // Nothing was sent: hand the batch back for a later claim.
+                let back: Vec<Outcome> = jobs
+                    .iter()
+                    .map(|j| j.snooze(Duration::from_secs(1)))
+                    .collect();
+                self.engine.complete(&back).await?;
+                return Err(e);
+            }
+        };
+        let executor = match self.executor_for(&settings.allow) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(error = %e, "HTTP client for a tenant's allow list");
+                self.executor.clone()
+            }
+        };
+        let ran = join_all(
+            jobs.iter()
+                .map(|j| self.run_job(queue, tenant, &settings, &executor, j)),
+        )
+        .await;
+        let callbacks: Vec<NewJob> = ran.iter().filter_map(|r| r.callback.clone()).collect();
+        if !callbacks.is_empty() {
+            self.engine.enqueue(&callbacks).await?;
+        }
+        let outcomes: Vec<Outcome> = ran.iter().map(|r| r.outcome.clone()).collect();
+        self.engine.complete(&outcomes).await?;
+        for o in ran.into_iter().filter_map(|r| r.observed) {
+            if let Err(e) = self.transitions.observe(o).await {
+                tracing::warn!(error = %e, "HTTP destination state not recorded");
+            }
         }
         Ok(n)
     }
 
-    async fn run_job(&self, job: &ClaimedJob) -> Outcome {
+    fn executor_for(&self, tenant_allow: &Allow) -> reqwest::Result<Arc<Executor>> {
+        if tenant_allow == &Allow::none() {
+            return Ok(self.executor.clone());
+        }
+        let allow = self.executor.allow().union(tenant_allow);
+        let mut ex = self.executors.lock().expect("not poisoned");
+        if let Some(e) = ex.get(&allow) {
+            return Ok(e.clone());
+        }
+        let e = Arc::new(self.executor.with_allow(allow.clone())?);
+        ex.insert(allow, e.clone());
+        Ok(e)
+    }
+
+    async fn run_job(
+        &self,
+        queue: &str,
+        tenant: i64,
+        settings: &TenantSettings,
+        executor: &Executor,
+        job: &ClaimedJob,
+    ) -> Ran {
         let req: HttpRequest = match serde_json::from_value(job.args.clone()) {
             Ok(r) => r,
-            Err(e) => return job.discarded(format!("not an HTTP job's args: {e}")),
+            Err(e) => return Ran::only(job.discarded(format!("not an HTTP job's args: {e}"))),
         };
-        let dest = destination(&req.url);
+        let dest = (
+            tenant,
+            req.group.clone().unwrap_or_else(|| destination(&req.url)),
+        );
         if let Some(wait) = self.paused_for(&dest) {
-            return job.snooze(wait);
+            return Ran::only(job.snooze(wait));
+        }
+        if let Some(rate) = settings
+            .rates
+            .get(&dest.1)
+            .copied()
+            .or(self.config.default_rate)
+        {
+            match self.limiter.turn(tenant, &dest.1, rate, Instant::now()) {
+                Turn::Snooze(wait) => return Ran::only(job.snooze(wait)),
+                Turn::SendAfter(wait) if !wait.is_zero() => tokio::time::sleep(wait).await,
+                Turn::SendAfter(_) => {}
+            }
         }
         let slot = self.slot(&dest);
         let _permit = slot.acquire().await;
-        match self.executor.run(&req).await {
-            Attempt::Succeeded(resp) => job.completed(Some(json!(resp))),
+        let attempt = executor.run_signed(&req, &settings.secrets).await;
+        let (outcome, observed) = match attempt {
+            Attempt::Succeeded(resp) => {
+                let o = observed(tenant, &dest.1, job, true, Some(resp.status), None);
+                (job.completed(Some(json!(resp))), Some(o))
+            }
             Attempt::Failed {
                 refused: true,
                 error,
                 ..
-            } => job.discarded(error),
+            } => (job.discarded(error), None),
             Attempt::Failed {
                 response,
                 error,
@@ -103,32 +240,101 @@ impl HttpWorker {
                     }
                     None => backoff,
                 };
+                let status = response.as_ref().map(|r| r.status);
+                let o = observed(tenant, &dest.1, job, false, status, Some(error.clone()));
                 let detail = json!({"error": error, "response": response});
-                job.failed(detail.to_string(), delay)
+                (job.failed(detail.to_string(), delay), Some(o))
             }
+        };
+        let callback = callback(queue, &req, job, &outcome, observed.as_ref());
+        Ran {
+            outcome,
+            observed,
+            callback,
         }
     }
 
-    fn paused_for(&self, dest: &str) -> Option<Duration> {
+    fn paused_for(&self, dest: &(i64, String)) -> Option<Duration> {
         let paused = self.paused.lock().expect("not poisoned");
         let until = *paused.get(dest)?;
         until.checked_duration_since(Instant::now())
     }
 
-    fn pause(&self, dest: &str, for_: Duration) {
+    fn pause(&self, dest: &(i64, String), for_: Duration) {
         let until = Instant::now() + for_;
         let mut paused = self.paused.lock().expect("not poisoned");
-        let e = paused.entry(dest.to_string()).or_insert(until);
+        let e = paused.entry(dest.clone()).or_insert(until);
         *e = (*e).max(until);
     }
 
-    fn slot(&self, dest: &str) -> Arc<Semaphore> {
+    fn slot(&self, dest: &(i64, String)) -> Arc<Semaphore> {
         let mut slots = self.slots.lock().expect("not poisoned");
         slots
-            .entry(dest.to_string())
+            .entry(dest.clone())
             .or_insert_with(|| Arc::new(Semaphore::new(self.config.per_destination)))
             .clone()
     }
+}
+
+fn observed(
+    tenant: i64,
+    dest: &str,
+    job: &ClaimedJob,
+    ok: bool,
+    status: Option<u16>,
+    error: Option<String>,
+) -> Observed {
+    Observed {
+        tenant_id: tenant,
+        destination: dest.to_string(),
+        ok,
+        job_id: job.job_id,
+        status,
+        error,
+    }
+}
+
+/// The callback job of a final outcome, if the job asked for one: a signed POST of the
+/// outcome to `callback_url`, on the same queue (so the same tenant's guard and secrets).
+fn callback(
+    queue: &str,
+    req: &HttpRequest,
+    job: &ClaimedJob,
+    outcome: &Outcome,
+    observed: Option<&Observed>,
+) -> Option<NewJob> {
+    let url = req.callback_url.as_ref()?;
+    let status = match outcome.kind {
+        OutcomeKind::Completed => "succeeded",
+        OutcomeKind::Dead => "failed",
+        _ => return None,
+    };
+    let body = json!({
+        "job_id": job.job_id,
+        "status": status,
+        "attempts": job.attempt,
+        "url": req.url,
+        "response_status": observed.and_then(|o| o.status),
+        "error": observed
+            .and_then(|o| o.error.clone())
+            .or_else(|| outcome.error.clone()),
+    });
+    let args = HttpRequest {
+        method: "POST".into(),
+        url: url.clone(),
+        headers: BTreeMap::from([("content-type".to_string(), "application/json".to_string())]),
+        body: Some(body.to_string()),
+        timeout_ms: req.timeout_ms,
+        expect_status: Vec::new(),
+        expect_body: None,
+        callback_url: None,
+        group: None,
+    };
+    Some(
+        NewJob::new(queue, KIND, json!(args))
+            .unique(format!("pgferry-callback:{}", job.job_id))
+            .unique_period(CALLBACK_UNIQUE),
+    )
 }
 
 /// The flow-control key of a URL: host and port.

@@ -89,6 +89,8 @@ fn req(url: String) -> HttpRequest {
         timeout_ms: 5_000,
         expect_status: vec![],
         expect_body: None,
+        callback_url: None,
+        group: None,
     }
 }
 

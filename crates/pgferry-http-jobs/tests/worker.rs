@@ -46,7 +46,12 @@ async fn target(hits: Arc<AtomicUsize>) -> String {
 async fn http_jobs_complete_retry_after_pause_the_destination_and_refusals_die() {
     let db = pgferry_testkit::test_db().await;
     let mut client = db.connect().await;
-    migrate::up(&mut client).await.unwrap();
+    migrate::up_components(
+        &mut client,
+        &[migrate::ENGINE, pgferry_http_jobs::migrate::COMPONENT],
+    )
+    .await
+    .unwrap();
     let engine = Engine::new(db.pool(8), EngineConfig::default());
     let hits = Arc::new(AtomicUsize::new(0));
     let base = target(hits.clone()).await;

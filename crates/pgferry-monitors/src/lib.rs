@@ -6,10 +6,12 @@
 //! - [`monitors`]: heartbeat monitors (dead-man switches) and their pings.
 //! - [`duty`]: the leader duty that finds late monitors and watches schedules' fires.
 //! - [`webhooks`]: inbound webhook endpoints, their stored events and replay.
+//! - [`http_transitions`]: HTTP-job destinations failing and recovering, as notifications.
 
 pub mod alerts;
 pub mod duty;
 pub mod error;
+pub mod http_transitions;
 pub mod metrics;
 pub mod migrate;
 pub mod monitors;

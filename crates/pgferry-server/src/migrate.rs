@@ -37,6 +37,7 @@ pub const ALL: &[Component<'static>] = &[
     pgferry_schedules::migrate::COMPONENT,
     // After schedules: it references and indexes their tables.
     pgferry_monitors::migrate::COMPONENT,
+    pgferry_http_jobs::migrate::COMPONENT,
     crate::dashboard::bulk::COMPONENT,
 ];
 

@@ -68,6 +68,7 @@ fn to_new_job(
     p: &Principal,
     mut spec: JobSpec,
     traceparent: Option<&str>,
+    http_allow: &pgferry_http_jobs::Allow,
 ) -> ApiResult<NewJob> {
     let engine_queue = p.queue(&spec.queue)?;
     // The request's trace context travels with the job unless the job carries its own.
@@ -78,7 +79,7 @@ fn to_new_job(
     }
     no_nul_json("args", &spec.args)?;
     if spec.queue == super::http_jobs::QUEUE {
-        super::http_jobs::check(&state.http.config.http_jobs_allow, &spec.args)?;
+        super::http_jobs::check(http_allow, &spec.args)?;
     }
     if let Some(m) = &spec.meta {
         for (k, v) in m {
@@ -230,7 +231,8 @@ pub async fn enqueue_one(
 ) -> ApiResult<(StatusCode, HeaderMap, Json<Value>)> {
     p.require(Scope::Produce)?;
     let queue = spec.queue.clone();
-    let job = to_new_job(&state, &p, spec, traceparent(&headers))?;
+    let allow = super::http_jobs::allow_for(&state, &p, queue == super::http_jobs::QUEUE).await?;
+    let job = to_new_job(&state, &p, spec, traceparent(&headers), &allow)?;
     let done = enqueue(&state, &p, &headers, vec![job], &[queue]).await?;
     let (Some(&id), Some(&duplicate)) = (done.ids.first(), done.duplicates.first()) else {
         return Err(ApiError::internal("enqueue returned no id"));
@@ -265,11 +267,13 @@ pub async fn enqueue_batch(
         .field("jobs"));
     }
     let queues: Vec<String> = batch.jobs.iter().map(|j| j.queue.clone()).collect();
+    let http = queues.iter().any(|q| q == super::http_jobs::QUEUE);
+    let allow = super::http_jobs::allow_for(&state, &p, http).await?;
     // Validate everything before writing anything: never a partial batch.
     let mut jobs = Vec::with_capacity(batch.jobs.len());
     for (i, spec) in batch.jobs.into_iter().enumerate() {
         jobs.push(
-            to_new_job(&state, &p, spec, traceparent(&headers))
+            to_new_job(&state, &p, spec, traceparent(&headers), &allow)
                 .map_err(|e| e.within(&format!("jobs[{i}]")))?,
         );
     }

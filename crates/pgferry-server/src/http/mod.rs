@@ -79,6 +79,8 @@ pub struct HttpState {
     pub limiter: std::sync::Arc<RateLimiter>,
     /// The OpenAPI document with this server's limits.
     pub openapi: serde_json::Value,
+    /// Tenants' HTTP job allow lists as creation checks last read them.
+    pub http_jobs: http_jobs::AllowCache,
 }
 
 impl HttpState {
@@ -88,6 +90,7 @@ impl HttpState {
             openapi: openapi::document(&config),
             config,
             tokens: tokio::sync::OnceCell::new(),
+            http_jobs: Default::default(),
         }
     }
 }
@@ -109,7 +112,7 @@ pub async fn token_key(state: &AppState) -> ApiResult<&crate::auth::token::Token
 
 /// Every `/v1` route: method, path (OpenAPI syntax), handler.
 pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
-    use axum::routing::{get, patch, post};
+    use axum::routing::{delete, get, patch, post, put};
     vec![
         (Method::GET, "/v1/openapi.json", get(openapi::handler)),
         (Method::POST, "/v1/jobs", post(jobs::enqueue_one)),
@@ -334,6 +337,57 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             post(monitors::ping_fail),
         ),
         (Method::POST, "/in/{slug}", post(webhooks::receive)),
+        (
+            Method::POST,
+            "/v1/http-jobs/secrets",
+            post(http_jobs::create_secret),
+        ),
+        (
+            Method::GET,
+            "/v1/http-jobs/secrets",
+            get(http_jobs::list_secrets),
+        ),
+        (
+            Method::POST,
+            "/v1/http-jobs/secrets/rotate",
+            post(http_jobs::rotate_secret),
+        ),
+        (
+            Method::DELETE,
+            "/v1/http-jobs/secrets/{id}",
+            delete(http_jobs::delete_secret),
+        ),
+        (
+            Method::GET,
+            "/v1/http-jobs/allow",
+            get(http_jobs::get_allow),
+        ),
+        (
+            Method::PUT,
+            "/v1/http-jobs/allow",
+            put(http_jobs::put_allow),
+        ),
+        (
+            Method::DELETE,
+            "/v1/http-jobs/allow",
+            delete(http_jobs::delete_allow),
+        ),
+        (
+            Method::GET,
+            "/v1/http-jobs/rates",
+            get(http_jobs::list_rates),
+        ),
+        (Method::PUT, "/v1/http-jobs/rates", put(http_jobs::put_rate)),
+        (
+            Method::DELETE,
+            "/v1/http-jobs/rates",
+            delete(http_jobs::delete_rate),
+        ),
+        (
+            Method::GET,
+            "/v1/http-jobs/transitions",
+            get(http_jobs::list_transitions),
+        ),
     ]
 }
 

@@ -15,6 +15,7 @@ const DOCUMENT: &str = include_str!("openapi.json");
 const PARTS: &[&str] = &[
     include_str!("openapi_schedules.json"),
     include_str!("openapi_monitors.json"),
+    include_str!("openapi_http_jobs.json"),
 ];
 
 /// The document for a server with `config`.

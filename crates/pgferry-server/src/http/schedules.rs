@@ -104,7 +104,11 @@ impl Objects for CreateBody {
     const OBJECTS: &'static [&'static str] = &["", "target"];
 }
 
-fn target(state: &AppState, p: &Principal, t: TargetBody) -> ApiResult<Target> {
+fn target(
+    p: &Principal,
+    t: TargetBody,
+    http_allow: &pgferry_http_jobs::Allow,
+) -> ApiResult<Target> {
     no_nul("target.kind", &t.kind)?;
     let queue = p
         .queue(&t.queue)
@@ -124,8 +128,7 @@ fn target(state: &AppState, p: &Principal, t: TargetBody) -> ApiResult<Target> {
             no_nul_json("target.args", &args)?;
             // Fires on the `http` queue are HTTP jobs: checked now as a job would be.
             if t.queue == super::http_jobs::QUEUE {
-                super::http_jobs::check(&state.http.config.http_jobs_allow, &args)
-                    .map_err(|e| e.within("target"))?;
+                super::http_jobs::check(http_allow, &args).map_err(|e| e.within("target"))?;
             }
             Ok(Target::Job {
                 queue,
@@ -157,10 +160,14 @@ fn target(state: &AppState, p: &Principal, t: TargetBody) -> ApiResult<Target> {
     }
 }
 
-fn spec(state: &AppState, p: &Principal, b: CreateBody) -> ApiResult<NewSchedule> {
+fn spec(
+    p: &Principal,
+    b: CreateBody,
+    http_allow: &pgferry_http_jobs::Allow,
+) -> ApiResult<NewSchedule> {
     no_nul("name", &b.name)?;
     validate_name(&b.name).map_err(api)?;
-    let target = target(state, p, b.target)?;
+    let target = target(p, b.target, http_allow)?;
     let mut s = NewSchedule::cron(b.name, "@hourly", target);
     s.cron = b.cron;
     if let Some(c) = &s.cron {
@@ -260,7 +267,9 @@ pub async fn create(
     JsonBody(b): JsonBody<CreateBody>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     p.require(Scope::Admin)?;
-    let spec = spec(&state, &p, b)?;
+    let http = b.target.queue == super::http_jobs::QUEUE;
+    let allow = super::http_jobs::allow_for(&state, &p, http).await?;
+    let spec = spec(&p, b, &allow)?;
     let s = store(&state)
         .create(p.tenant_id, &spec)
         .await

@@ -1,0 +1,1 @@
+DELETE FROM pgferry_http.rate_limits WHERE tenant_id = $1 AND destination = $2 RETURNING destination
