@@ -74,13 +74,15 @@ async fn server() -> (TestServer, tokio::sync::watch::Sender<bool>) {
     })
     .await;
     let (stop, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(pgferry_http_jobs::service::run(
+    // Wired as `pgferry serve` wires it: destination transitions notify the tenant.
+    tokio::spawn(pgferry_http_jobs::service::run_with_sink(
         srv.state.engine.clone(),
         ExecutorConfig {
             allow,
             ..Default::default()
         },
         pgferry_http_jobs::worker::WorkerConfig::default(),
+        pgferry_monitors::http_transitions::NotifyTransitions::new(srv.state.engine.clone()),
         rx,
     ));
     (srv, stop)
@@ -435,5 +437,80 @@ async fn inbound_webhooks_verify_dedup_fan_out_and_replay() {
     assert!(
         metrics.contains("pgferry_webhook_inbound_total{outcome=\"duplicate\"}"),
         "{metrics}"
+    );
+}
+
+/// An HTTP destination that starts failing, then recovers: each change reaches the tenant's
+/// notification target as an `http_job.failed` / `http_job.recovered` event (the HTTP-job
+/// worker's transitions, wired to `notify` as `serve` does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destination_failing_and_recovering_notifies_the_tenant() {
+    let (srv, _stop) = server().await;
+    let (hook, seen) = target().await;
+    let k = srv.key("tenant-flaky", &["admin"]).await;
+    // The destination answers with whatever status is set.
+    let status = Arc::new(std::sync::atomic::AtomicU16::new(200));
+    let st = status.clone();
+    let app = axum::Router::new().fallback(move || {
+        let st = st.clone();
+        async move {
+            axum::http::StatusCode::from_u16(st.load(std::sync::atomic::Ordering::SeqCst)).unwrap()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dest = format!("http://{}/charge", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (s, t, _) = srv
+        .call(
+            "POST",
+            "/v1/notification-targets",
+            Some(&k),
+            Some(json!({"name": "ops", "url": format!("{hook}/alerts"), "events": ["http_job.*"]})),
+        )
+        .await;
+    assert_eq!(s, 201, "{t}");
+    for (code, want) in [(200, "completed"), (500, "dead"), (200, "completed")] {
+        status.store(code, std::sync::atomic::Ordering::SeqCst);
+        let (s, b, _) = srv
+            .call(
+                "POST",
+                "/v1/jobs",
+                Some(&k),
+                Some(json!({"queue": "http", "kind": "http", "max_attempts": 1,
+                            "args": {"url": dest, "group": "payments"}})),
+            )
+            .await;
+        assert_eq!(s, 201, "{b}");
+        let id = b["job_id"].as_i64().unwrap();
+        let mut state = Value::Null;
+        for _ in 0..600 {
+            let (_, j, _) = srv
+                .call("GET", &format!("/v1/jobs/{id}"), Some(&k), None)
+                .await;
+            state = j["state"].clone();
+            if state == want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(state, want, "job {id} to {dest} answering {code}");
+    }
+    let got = received(&seen, "/alerts", 2).await;
+    let events: Vec<(String, String)> = got
+        .iter()
+        .map(|(_, body)| {
+            let e: Value = serde_json::from_str(body).unwrap();
+            (
+                e["kind"].as_str().unwrap().to_string(),
+                e["subject"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ("http_job.failed".to_string(), "payments".to_string()),
+            ("http_job.recovered".to_string(), "payments".to_string())
+        ]
     );
 }
