@@ -102,6 +102,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0016_side_rows_keep_times.sql",
         sql: include_str!("../../migrations/0016_side_rows_keep_times.sql"),
     },
+    Migration {
+        version: 17,
+        name: "0017_workflow_list_indexes.sql",
+        sql: include_str!("../../migrations/0017_workflow_list_indexes.sql"),
+    },
 ];
 
 /// The engine's live functions, callees before SQL-language callers.
