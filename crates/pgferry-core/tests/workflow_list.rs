@@ -187,7 +187,7 @@ async fn step_updates_stay_hot_with_the_ended_status_indexed() {
             .await
             .unwrap();
         let (id, seq): (i64, i32) = (r.get("id"), r.get("step_seq"));
-        let o = Outcome::next(&format!("s{step}"), json!({ "n": step }));
+        let o = Outcome::next(format!("s{step}"), json!({ "n": step }));
         let wire = serde_json::Value::Array(vec![o.to_wire(id, seq)]);
         client
             .query_one("SELECT applied FROM pgferry.wf_finish($1)", &[&wire])
