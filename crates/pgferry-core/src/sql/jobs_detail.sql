@@ -10,9 +10,10 @@
 --     (completions carry no per-job index, which would cost complete() an entry per job, but
 --     every outcome is written under its attempt's receipt: index completions_receipt). The
 --     claiming receipt is the lane's first receipt whose cursor passed the row; cursors only
---     move forward, so "has receipt r passed the row" is monotone in receipt_id within a lane,
---     and a binary search over receipt ids finds it: one probe of receipts_cursor per step,
---     about log2(receipt ids since the segment's reuse floor) steps. The cost follows the
+--     move forward, so "has receipt r passed the row" is monotone in receipt_id within a lane:
+--     a walk over the segments finds the receipt's partition, a binary search over receipt
+--     ids in it the receipt (one receipts_cursor probe in one partition per step: at most
+--     one per segment, then about log2(receipt ids since the reuse floor)). The cost follows the
 --     page, not the history of the jobs' segments. An attempt whose receipt is gone (its
 --     segment freed; a carried cursor lists no jobs) falls back to the array-overlap pass over
 --     its segment's completions that this statement used to make for every attempt;
@@ -70,20 +71,48 @@ a2 AS MATERIALIZED (
            c.receipt_id AS cursor_id
       FROM att a JOIN cur c ON c.lane = a.lane
 ),
--- The claiming receipt, by binary search on receipt ids in (lo, hi]: hi always passed the row
--- (it starts at the cursor), lo never did (it starts at the segment's reuse floor: no receipt
--- at or below it can name this incarnation of the segment). Each step reads the lane's newest
--- receipt in (lo, mid]: if it passed the row it is the new hi, otherwise nothing in (lo, mid]
--- did. Ends when no receipt id lies strictly between lo and hi.
+-- The claiming receipt, in two steps, each probe reading ONE receipts partition (a probe
+-- over the parent would merge every attached partition's index).
+-- 1. Its segment: receipts live in the segment current at the claim, the attempt's own or a
+--    later one. Walking the segments opened since the attempt's, oldest first, the first
+--    whose newest receipt of the lane passed the row holds the claiming receipt (passing is
+--    monotone in receipt order, and segments are current one after another).
+-- 2. Its id, by binary search on receipt ids in (lo, hi] within that partition: hi passed
+--    the row (it starts at that newest receipt), lo never did (the segment's reuse floor:
+--    no receipt at or below it can name this incarnation of the attempt's segment). Each
+--    step reads the lane's newest receipt in (lo, mid]: if it passed the row it is the new
+--    hi, otherwise nothing in (lo, mid] did. Ends when no id lies strictly between.
+rseg AS MATERIALIZED (
+    SELECT a.job_id, a.attempt, a.lane, a.segment, a.xid, a.seq, g.reuse_floor, f.segment AS rs,
+           f.receipt_id AS hi
+      FROM a2 a
+      JOIN pgferry.segments g ON g.segment = a.segment
+      CROSS JOIN LATERAL (
+          SELECT g2.segment, last.receipt_id
+            FROM pgferry.segments g2
+            CROSS JOIN LATERAL (
+                SELECT rc.receipt_id, rc.lo_snap, rc.hi_snap, rc.exhausted, rc.last_xid,
+                       rc.last_seq
+                  FROM pgferry.receipts rc
+                 WHERE rc.segment = g2.segment AND rc.lane = a.lane
+                 ORDER BY rc.receipt_id DESC
+                 LIMIT 1) last
+           WHERE g2.opened_at >= g.opened_at
+             AND coalesce(pg_visible_in_snapshot(a.xid, last.lo_snap)
+                          OR (pg_visible_in_snapshot(a.xid, last.hi_snap)
+                              AND (last.exhausted
+                                   OR (a.xid, a.seq) <= (last.last_xid, last.last_seq))),
+                          false)
+           ORDER BY g2.opened_at
+           LIMIT 1) f
+     WHERE a.claimed AND NOT a.handed
+),
 search AS MATERIALIZED (
-    WITH RECURSIVE s(job_id, attempt, lane, segment, xid, seq, lo, hi) AS (
-        SELECT a.job_id, a.attempt, a.lane, a.segment, a.xid, a.seq, g.reuse_floor,
-               a.cursor_id
-          FROM a2 a
-          JOIN pgferry.segments g ON g.segment = a.segment
-         WHERE a.claimed AND NOT a.handed
+    WITH RECURSIVE s(job_id, attempt, lane, segment, rs, xid, seq, lo, hi) AS (
+        SELECT r.job_id, r.attempt, r.lane, r.segment, r.rs, r.xid, r.seq, r.reuse_floor, r.hi
+          FROM rseg r
         UNION ALL
-        SELECT s.job_id, s.attempt, s.lane, s.segment, s.xid, s.seq,
+        SELECT s.job_id, s.attempt, s.lane, s.segment, s.rs, s.xid, s.seq,
                CASE WHEN p.passed THEN s.lo ELSE (s.lo + s.hi) / 2 END,
                CASE WHEN p.passed THEN p.receipt_id ELSE s.hi END
           FROM s
@@ -95,7 +124,7 @@ search AS MATERIALIZED (
                                        OR (s.xid, s.seq) <= (rc.last_xid, rc.last_seq))),
                               false) AS passed
                 FROM pgferry.receipts rc
-               WHERE rc.lane = s.lane AND rc.receipt_id > s.lo
+               WHERE rc.segment = s.rs AND rc.lane = s.lane AND rc.receipt_id > s.lo
                  AND rc.receipt_id <= (s.lo + s.hi) / 2
                ORDER BY rc.receipt_id DESC
                LIMIT 1) p ON true
@@ -108,7 +137,7 @@ search AS MATERIALIZED (
       CROSS JOIN LATERAL (
           SELECT rc.job_ids @> ARRAY[s.job_id] AS lists
             FROM pgferry.receipts rc
-           WHERE rc.lane = s.lane AND rc.receipt_id = s.hi
+           WHERE rc.segment = s.rs AND rc.lane = s.lane AND rc.receipt_id = s.hi
            LIMIT 1) v
      WHERE s.hi - s.lo <= 1 AND v.lists
 ),
