@@ -25,7 +25,10 @@ fn arg(name: &str, default: u64) -> u64 {
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} takes a number")))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number"))
+        })
         .unwrap_or(default)
 }
 
@@ -37,7 +40,9 @@ async fn main() {
         for with in [true, false] {
             let db = pgferry_testkit::test_db().await;
             let mut client = db.connect().await;
-            pgferry_core::migrate::up(&mut client).await.expect("migrate");
+            pgferry_core::migrate::up(&mut client)
+                .await
+                .expect("migrate");
             if !with {
                 client.batch_execute(WITHOUT_0017).await.unwrap();
             }
@@ -56,7 +61,10 @@ async fn main() {
             let mut steps = 0i64;
             loop {
                 let rows = client
-                    .query("SELECT * FROM pgferry.wf_claim('flows', 200, 'w', 30000)", &[])
+                    .query(
+                        "SELECT * FROM pgferry.wf_claim('flows', 200, 'w', 30000)",
+                        &[],
+                    )
                     .await
                     .unwrap();
                 if rows.is_empty() {
@@ -76,7 +84,10 @@ async fn main() {
                     })
                     .collect();
                 client
-                    .query("SELECT applied FROM pgferry.wf_finish($1)", &[&Value::Array(outcomes)])
+                    .query(
+                        "SELECT applied FROM pgferry.wf_finish($1)",
+                        &[&Value::Array(outcomes)],
+                    )
                     .await
                     .unwrap();
                 steps += rows.len() as i64;
