@@ -23,6 +23,15 @@ use pgferry_server::{AppState, ServerConfig};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
+/// The job lookup statement before and after issue 24's rework, timed on the same database.
+const DETAIL_BEFORE: &str = include_str!("sql/jobs_detail_overlap.sql");
+const DETAIL_AFTER: &str = include_str!("../../pgferry-core/src/sql/jobs_detail.sql");
+/// The workflow list statements: the general one, and the two of migration 0017.
+const WF_LIST: &str = include_str!("../../pgferry-core/src/sql/workflow/list.sql");
+const WF_LIST_ENDED: &str = include_str!("../../pgferry-core/src/sql/workflow/list_ended.sql");
+const WF_LIST_CORRELATED: &str =
+    include_str!("../../pgferry-core/src/sql/workflow/list_correlated.sql");
+
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
@@ -347,6 +356,116 @@ async fn main() {
                 format!("/ui/api/workflows/{middle}/children"),
             ),
         ]);
+    }
+    // Statement A/B on this database (before/after issue 24): the job lookup over 50 of the
+    // newest and 50 of the oldest finished jobs, prepared as lookup.rs prepares it.
+    let newest: Vec<i64> = client
+        .query(
+            "SELECT u.id FROM pgferry.completions c, unnest(c.job_ids) u(id)
+              ORDER BY c.receipt_id DESC LIMIT 50",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let oldest: Vec<i64> = client
+        .query(
+            "SELECT u.id FROM pgferry.completions c, unnest(c.job_ids) u(id)
+              ORDER BY c.receipt_id LIMIT 50",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for (label, sql) in [
+        ("before (overlap)", DETAIL_BEFORE),
+        ("after (receipt search)", DETAIL_AFTER),
+    ] {
+        let stmt = client.prepare(sql).await.unwrap();
+        for (which, ids) in [("newest 50", &newest), ("oldest 50", &oldest)] {
+            let mut ms = Vec::with_capacity(samples);
+            for _ in 0..samples {
+                let t = Instant::now();
+                client.query(&stmt, &[ids]).await.unwrap();
+                ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+            ms.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            println!(
+                "{}",
+                json!({
+                    "statement": format!("jobs_detail {label}, {which}"), "jobs": jobs,
+                    "samples": samples,
+                    "p50_ms": (pct(&ms, 0.5) * 100.0).round() / 100.0,
+                    "p95_ms": (pct(&ms, 0.95) * 100.0).round() / 100.0,
+                })
+            );
+        }
+    }
+    if workflows > 0 {
+        let key = format!("order-{}", workflows / 2);
+        let none: Option<String> = None;
+        let cases: [(&str, &str, Option<&str>, Option<&str>); 4] = [
+            (
+                "status=failed via list.sql (before)",
+                WF_LIST,
+                Some("failed"),
+                None,
+            ),
+            (
+                "status=failed via list_ended.sql (after)",
+                WF_LIST_ENDED,
+                Some("failed"),
+                None,
+            ),
+            (
+                "correlation_key via list.sql (before)",
+                WF_LIST,
+                None,
+                Some(key.as_str()),
+            ),
+            (
+                "correlation_key via list_correlated.sql (after)",
+                WF_LIST_CORRELATED,
+                None,
+                Some(key.as_str()),
+            ),
+        ];
+        for (label, sql, status, key) in cases {
+            let mut ms = Vec::with_capacity(samples);
+            for _ in 0..samples {
+                let t = Instant::now();
+                client
+                    .query(
+                        sql,
+                        &[
+                            &"t1.flows",
+                            &none,
+                            &status,
+                            &key,
+                            &None::<SystemTime>,
+                            &None::<i64>,
+                            &51i32,
+                        ],
+                    )
+                    .await
+                    .unwrap();
+                ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+            ms.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            println!(
+                "{}",
+                json!({
+                    "statement": format!("workflow {label}"), "workflows": workflows,
+                    "samples": samples,
+                    "p50_ms": (pct(&ms, 0.5) * 100.0).round() / 100.0,
+                    "p95_ms": (pct(&ms, 0.95) * 100.0).round() / 100.0,
+                })
+            );
+        }
     }
     for (name, uri) in requests {
         let mut ms = Vec::with_capacity(samples);

@@ -146,10 +146,10 @@ pub trait Backend: Send + Sync + 'static {
         })
     }
 
-    /// Starts a bulk operation of the caller's tenant (admin) on everything matching a
-    /// filter, run by the server as a durable operation: `{"op_id"}`. Body:
-    /// `{"action": "dead.retry" | "jobs.cancel", "queue", "kind"?, "error_contains"?,
-    /// "states"?}`.
+    /// Starts a bulk operation of the caller's tenant on everything matching a filter
+    /// (admin) or on a selection of jobs (`ids`, produce), run by the server as a durable
+    /// operation: `{"op_id"}`. Body: `{"action": "dead.retry" | "dead.purge" | "jobs.cancel",
+    /// "queue"?, "kind"?, "error_contains"?, "states"?}` or `{"action", "queue"?, "ids"}`.
     fn start_bulk<'a>(
         &'a self,
         who: &'a Identity,
@@ -178,6 +178,20 @@ pub trait Backend: Send + Sync + 'static {
     ) -> BoxFut<'a, Result<Value, BackendError>> {
         let _ = (who, op_id);
         Box::pin(async { Err(BackendError::unavailable("bulk operations are not served")) })
+    }
+
+    /// One of the caller's tenant's queues, as the engine sees it now (read): how long the
+    /// next job has waited, the median wait from enqueue to claim of the latest claims, and
+    /// the workers claiming from it: `{"queue", "oldest_pending_ms"?, "start_wait_p50_ms"?,
+    /// "start_wait_sample", "workers": [{worker, jobs, last_claim_unix_ms,
+    /// lease_until_unix_ms}]}`. A queue never used is "not found".
+    fn queue_activity<'a>(
+        &'a self,
+        who: &'a Identity,
+        queue: &'a str,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        let _ = (who, queue);
+        Box::pin(async { Err(BackendError::unavailable("queue activity is not served")) })
     }
 
     /// The caller's tenant's queues that hold workflow instances (read): `{"queues": [...]}`.

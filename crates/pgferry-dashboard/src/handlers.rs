@@ -174,6 +174,15 @@ pub struct ChildrenQuery {
 }
 
 /// The tenant's workflow queues (read): the workflows page's queue choices.
+/// A queue's latency and workers (read): the queues page.
+pub async fn queue_activity(
+    State(d): State<Shared>,
+    signed: SignedIn,
+    Path(queue): Path<String>,
+) -> Response {
+    answer(d.backend.queue_activity(&signed.identity, &queue).await)
+}
+
 pub async fn workflow_queues(State(d): State<Shared>, signed: SignedIn) -> Response {
     answer(d.backend.workflow_queues(&signed.identity).await)
 }
@@ -213,15 +222,21 @@ fn op_id(raw: &str) -> Result<i64, BackendError> {
         .ok_or_else(|| BackendError::bad_request("op_id", "an operation id is a positive integer"))
 }
 
-/// Starts a bulk operation on everything matching a filter (admin).
+/// Starts a bulk operation on everything matching a filter (admin) or on a selection of
+/// jobs (`ids`: produce, as each job's own retry or cancel; the backend checks the scope).
 pub async fn bulk_start(State(d): State<Shared>, signed: SignedIn, body: String) -> Response {
-    if let Err(e) = admin_only(&signed) {
-        return e.into_response();
-    }
     let body: Value = match serde_json::from_str(&body) {
         Ok(v) => v,
         Err(e) => return BackendError::bad_request("body", e.to_string()).into_response(),
     };
+    let selection = body.get("ids").is_some();
+    if !selection {
+        if let Err(e) = admin_only(&signed) {
+            return e.into_response();
+        }
+    } else if !signed.identity.allows("produce") {
+        return BackendError::forbidden("this API key lacks the `produce` scope").into_response();
+    }
     match d.backend.start_bulk(&signed.identity, body).await {
         Ok(v) => (StatusCode::ACCEPTED, Json(v)).into_response(),
         Err(e) => e.into_response(),

@@ -99,6 +99,7 @@ where
         .route("/api/bulk/{id}", get(handlers::bulk_get))
         .route("/api/bulk/{id}/cancel", post(handlers::bulk_cancel))
         .route("/api/workflow-queues", get(handlers::workflow_queues))
+        .route("/api/queues/{name}/activity", get(handlers::queue_activity))
         .route(
             "/api/workflows/{id}/children",
             get(handlers::workflow_children),

@@ -239,3 +239,191 @@ async fn bulk_retry_runs_on_the_server_with_progress_and_survives_its_server() {
     assert_eq!(r["status"], json!(403), "{r}");
     close(c).await;
 }
+
+/// The API ids of a queue's jobs in `state`, newest first.
+async fn ids_in(s: &TestServer, key: &str, queue: &str, state: &str) -> Vec<i64> {
+    let (st, b) = s
+        .api(
+            "GET",
+            &format!("/v1/jobs?queue={queue}&state={state}&limit=100"),
+            key,
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    b["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_i64().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selection_is_one_durable_operation() {
+    let s = TestServer::start().await;
+    let producer = s.key("acme", &["read", "produce"]).await;
+    let read = s.key("acme", &["read"]).await;
+    let globex = s.key("globex", &["admin"]).await;
+    let tenant = {
+        let c = s.db.connect().await;
+        pgferry_server::auth::admin::tenant_id(&c, "acme")
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let emails = pgferry_server::auth::engine_queue(tenant, "emails").unwrap();
+    dead_jobs(&s, &emails, 5, SMTP).await;
+    for i in 0..3 {
+        s.enqueue(&producer, "reports", "monthly", json!({ "month": i }))
+            .await;
+    }
+    let foreign = s
+        .enqueue(&globex, "reports", "monthly", json!({ "theirs": true }))
+        .await;
+    let dead = ids_in(&s, &producer, "emails", "dead").await;
+    assert_eq!(dead.len(), 5);
+
+    // Three of five dead jobs checked, "Retry selected": one request, one operation.
+    let (_driver, c) = browser().await;
+    sign_in(&c, &s.base, &producer).await;
+    go(&c, &s.base, "jobs?queue=emails&state=dead").await;
+    wait_text(&c, "#jobs-table tbody", |t| t.contains(SMTP)).await;
+    for id in &dead[..3] {
+        click(&c, &format!("input[aria-label='Select job {id}']")).await;
+    }
+    wait_text(&c, "#selection-count", |t| t == "3 selected").await;
+    click(&c, "#bulk-retry").await;
+    wait_text(&c, "#bulk-progress", |t| {
+        t.contains("done, 3 retried in 1 batches")
+    })
+    .await;
+    let still: Vec<i64> = ids_in(&s, &producer, "emails", "dead").await;
+    assert_eq!(
+        still,
+        dead[3..].to_vec(),
+        "only the checked jobs left the DLQ"
+    );
+    let ops: Vec<(String, Value, i64)> = {
+        let c = s.db.connect().await;
+        c.query(
+            "SELECT action, filter, done FROM pgferry.dashboard_ops WHERE tenant_id = $1",
+            &[&tenant],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+    };
+    assert_eq!(ops.len(), 1, "one operation: {ops:?}");
+    assert_eq!(ops[0].0, "dead.retry");
+    assert_eq!(ops[0].1["ids"], json!(dead[..3]));
+    assert_eq!(ops[0].2, 3);
+
+    // Two of three waiting jobs, "Cancel selected".
+    go(&c, &s.base, "jobs?queue=reports&state=pending").await;
+    let pending = ids_in(&s, &producer, "reports", "pending").await;
+    assert_eq!(pending.len(), 3);
+    wait_text(&c, "#jobs-table tbody", |t| t.contains("monthly")).await;
+    for id in &pending[..2] {
+        click(&c, &format!("input[aria-label='Select job {id}']")).await;
+    }
+    wait_text(&c, "#selection-count", |t| t == "2 selected").await;
+    click(&c, "#bulk-cancel").await;
+    wait_text(&c, "#bulk-progress", |t| {
+        t.contains("done, 2 cancelled in 1 batches")
+    })
+    .await;
+    screenshot(&c, "bulk-selection").await;
+    assert_eq!(
+        ids_in(&s, &producer, "reports", "pending").await,
+        pending[2..].to_vec()
+    );
+
+    // A selection a crashed server left (lease ran out) is taken over and finished; a job
+    // of another tenant slipped into it is not touched.
+    let op: i64 = {
+        let c = s.db.connect().await;
+        c.query_one(
+            "INSERT INTO pgferry.dashboard_ops (tenant_id, key_id, action, filter, owner, lease_until)
+             VALUES ($1, 0, 'jobs.cancel', $2::jsonb, 'crashed-server', now() - interval '1 second')
+             RETURNING op_id",
+            &[&tenant, &json!({ "queue": null, "ids": [pending[2], foreign] })],
+        )
+        .await
+        .unwrap()
+        .get(0)
+    };
+    let mut got = Value::Null;
+    for _ in 0..150 {
+        got = page_fetch(&c, "GET", &format!("/ui/api/bulk/{op}"), false, Value::Null).await
+            ["body"]
+            .clone();
+        if got["status"] != json!("running") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        (got["status"].clone(), got["done"].clone()),
+        (json!("done"), json!(1)),
+        "{got}"
+    );
+    assert!(ids_in(&s, &producer, "reports", "pending").await.is_empty());
+    assert_eq!(
+        ids_in(&s, &globex, "reports", "pending").await,
+        vec![foreign],
+        "another tenant's job stays"
+    );
+
+    // Bad selections are refused naming the field.
+    for bad in [
+        json!({ "action": "dead.retry", "ids": [] }),
+        json!({ "action": "dead.retry", "ids": [-3] }),
+        json!({ "action": "dead.retry", "ids": (1..=1001).collect::<Vec<i64>>() }),
+        json!({ "action": "dead.retry", "ids": "1,2" }),
+    ] {
+        let r = page_fetch(&c, "POST", "/ui/api/bulk", true, bad.clone()).await;
+        assert_eq!(
+            (r["status"].clone(), r["body"]["error"]["field"].clone()),
+            (json!(400), json!("ids")),
+            "{bad}: {r}"
+        );
+    }
+    let r = page_fetch(
+        &c,
+        "POST",
+        "/ui/api/bulk",
+        true,
+        json!({ "action": "jobs.cancel", "ids": [1], "states": ["pending"] }),
+    )
+    .await;
+    assert_eq!(r["body"]["error"]["field"], json!("states"), "{r}");
+    // A producer may act on a selection, not on everything matching (admin).
+    let r = page_fetch(
+        &c,
+        "POST",
+        "/ui/api/bulk",
+        true,
+        json!({ "action": "dead.retry", "queue": "emails" }),
+    )
+    .await;
+    assert_eq!(r["status"], json!(403), "{r}");
+    close(c).await;
+
+    // A read-only key cannot start one.
+    let (_d2, c) = browser().await;
+    sign_in(&c, &s.base, &read).await;
+    let r = page_fetch(
+        &c,
+        "POST",
+        "/ui/api/bulk",
+        true,
+        json!({ "action": "dead.retry", "ids": [dead[3]] }),
+    )
+    .await;
+    assert_eq!(r["status"], json!(403), "{r}");
+    close(c).await;
+    assert_eq!(ids_in(&s, &producer, "emails", "dead").await.len(), 2);
+}

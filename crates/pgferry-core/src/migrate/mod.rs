@@ -103,6 +103,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0016_side_rows_keep_times.sql"),
     },
     Migration {
+        version: 17,
+        name: "0017_workflow_list_indexes.sql",
+        sql: include_str!("../../migrations/0017_workflow_list_indexes.sql"),
+    },
+    Migration {
         version: 18,
         name: "0018_workflow_strategies_retention.sql",
         sql: include_str!("../../migrations/0018_workflow_strategies_retention.sql"),

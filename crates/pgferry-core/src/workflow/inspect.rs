@@ -10,6 +10,8 @@ use crate::error::{Error, Result};
 
 const GET: &str = include_str!("../sql/workflow/get.sql");
 const LIST: &str = include_str!("../sql/workflow/list.sql");
+const LIST_ENDED: &str = include_str!("../sql/workflow/list_ended.sql");
+const LIST_CORRELATED: &str = include_str!("../sql/workflow/list_correlated.sql");
 
 /// One step's outcome in an instance's history.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
@@ -177,10 +179,18 @@ impl Workflows {
             n => n,
         };
         let fetch = (limit + 1) as i32;
+        // A filter that can match rarely reads through its own index (migration 0017), so
+        // that a page costs its matches and not the queue's history: the correlation key
+        // first (a handful of instances), then a terminal status.
+        let statement = match (&f.correlation_key, f.status.as_deref()) {
+            (Some(_), _) => LIST_CORRELATED,
+            (None, Some("done" | "failed" | "cancelled")) => LIST_ENDED,
+            _ => LIST,
+        };
         let client = self.pool().get().await?;
         let rows = client
             .query(
-                LIST,
+                statement,
                 &[
                     &f.queue,
                     &f.kind,

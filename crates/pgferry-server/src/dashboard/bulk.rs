@@ -1,5 +1,6 @@
 //! Bulk operations from the dashboard: "retry every dead job matching this filter" or
-//! "cancel every waiting job matching it", run by the server as a durable operation with
+//! "cancel every waiting job matching it", or the same actions on a selection of checked
+//! jobs (`ids`, at most [`MAX_SELECTION`]), run by the server as a durable operation with
 //! progress (`pgferry.dashboard_ops`, migration component `dashboard`).
 //!
 //! The operation is a row; a runner task in every server takes operations whose lease ran
@@ -9,6 +10,7 @@
 //! a takeover does nothing twice; a batch done just before a crash is not counted (the
 //! count can be low, never high).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -45,6 +47,11 @@ const QUEUES_LIST: &str = include_str!("../http/sql/queues_list.sql");
 
 /// Jobs per batch: small enough that progress moves and a lease (below) is never near.
 pub const BATCH: u32 = 500;
+/// Most jobs one selection names (the page's checked rows, over several pages).
+pub const MAX_SELECTION: usize = 1000;
+/// Jobs of a selection acted on between two progress writes (a cancel is two engine calls
+/// per job; a retry or purge one statement per batch).
+const SELECTION_BATCH: usize = 100;
 const LEASE_SECS: f64 = 30.0;
 /// How often an idle runner looks for operations a dead server left.
 const IDLE_POLL: Duration = Duration::from_secs(5);
@@ -55,7 +62,7 @@ pub fn check(body: &Value) -> Result<(&'static str, Value), (&'static str, Strin
         .as_object()
         .ok_or(("body", "a JSON object".to_string()))?;
     for k in obj.keys() {
-        if !["action", "queue", "kind", "error_contains", "states"].contains(&k.as_str()) {
+        if !["action", "queue", "kind", "error_contains", "states", "ids"].contains(&k.as_str()) {
             return Err(("body", format!("unknown field {k:?}")));
         }
     }
@@ -76,6 +83,16 @@ pub fn check(body: &Value) -> Result<(&'static str, Value), (&'static str, Strin
     };
     // Dead jobs may be matched across every queue of the tenant; a cancel names its queue.
     let queue = text("queue")?;
+    // A selection: exactly these jobs (of the tenant; the queue, if named, narrows it).
+    if let Some(ids) = obj.get("ids") {
+        let ids = selection(ids)?;
+        for f in ["kind", "error_contains", "states"] {
+            if obj.contains_key(f) {
+                return Err((f, "not with ids (a selection names its jobs)".into()));
+            }
+        }
+        return Ok((action, json!({ "queue": queue, "ids": ids })));
+    }
     if queue.is_none() && action == "jobs.cancel" {
         return Err(("queue", "required".into()));
     }
@@ -105,6 +122,34 @@ pub fn check(body: &Value) -> Result<(&'static str, Value), (&'static str, Strin
         filter["states"] = json!(states);
     }
     Ok((action, filter))
+}
+
+/// The ids of a selection: 1 to MAX_SELECTION job ids (positive integers), duplicates dropped.
+fn selection(v: &Value) -> Result<Vec<i64>, (&'static str, String)> {
+    let bad = || {
+        (
+            "ids",
+            format!("a list of 1 to {MAX_SELECTION} job ids (positive integers)"),
+        )
+    };
+    let a = v.as_array().ok_or_else(bad)?;
+    if a.is_empty() || a.len() > MAX_SELECTION {
+        return Err(bad());
+    }
+    let mut seen = HashSet::new();
+    let mut ids = Vec::with_capacity(a.len());
+    for x in a {
+        let id = x.as_i64().filter(|&i| i > 0).ok_or_else(bad)?;
+        if seen.insert(id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}
+
+/// Whether a checked filter is a selection (its own scope: `produce`, as one job's action).
+pub fn is_selection(filter: &Value) -> bool {
+    filter.get("ids").is_some_and(Value::is_array)
 }
 
 /// The operation row as the API shows it.
@@ -239,6 +284,10 @@ impl Runner {
                     .collect()
             }
         };
+        if let Some(ids) = f["ids"].as_array() {
+            let ids: Vec<i64> = ids.iter().filter_map(Value::as_i64).collect();
+            return self.selection(op, action, &queues, &ids).await;
+        }
         let df = DeadFilter {
             queues: Some(queues.clone()),
             kind: s("kind"),
@@ -299,5 +348,69 @@ impl Runner {
                 return Ok(true);
             }
         }
+    }
+
+    /// Runs a selection in batches, acting only on jobs of the tenant's queues that are
+    /// still in a state the action applies to (so a batch repeated after a takeover does
+    /// nothing twice); true when done, false when the operation is no longer ours.
+    async fn selection(
+        &self,
+        op: i64,
+        action: &str,
+        queues: &[String],
+        ids: &[i64],
+    ) -> Result<bool, String> {
+        let e = |e: pgferry_core::Error| e.to_string();
+        let ours: HashSet<&str> = queues.iter().map(String::as_str).collect();
+        for chunk in ids.chunks(SELECTION_BATCH) {
+            let df = DeadFilter {
+                queues: Some(queues.to_vec()),
+                ids: Some(chunk.to_vec()),
+                ..DeadFilter::default()
+            };
+            let n = match action {
+                "dead.retry" => self
+                    .engine
+                    .retry_dead(&df, chunk.len() as u32)
+                    .await
+                    .map_err(e)?,
+                "dead.purge" => self.engine.purge_dead(&df).await.map_err(e)?,
+                _ => {
+                    let mut n = 0;
+                    for &id in chunk {
+                        let job = match self.engine.get_job(id).await {
+                            Ok(j) => j,
+                            Err(pgferry_core::Error::NotFound { .. }) => continue,
+                            Err(x) => return Err(e(x)),
+                        };
+                        // Another tenant's job, or one that is over: not acted on.
+                        if !ours.contains(job.queue.as_str())
+                            || !matches!(
+                                job.state,
+                                JobState::Pending | JobState::Scheduled | JobState::Running
+                            )
+                            || job.cancel_requested
+                        {
+                            continue;
+                        }
+                        self.engine
+                            .cancel(id, Some("bulk operation from the dashboard"))
+                            .await
+                            .map_err(e)?;
+                        n += 1;
+                    }
+                    n
+                }
+            };
+            let c = self.engine.pool().get().await.map_err(|e| e.to_string())?;
+            let still = c
+                .query_opt(PROGRESS, &[&op, &self.owner, &n, &LEASE_SECS])
+                .await
+                .map_err(|e| e.to_string())?;
+            if still.is_none() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 }

@@ -17,6 +17,7 @@ use crate::AppState;
 const AUDIT_LIST: &str = include_str!("sql/audit_list.sql");
 const WORKFLOW_CHILDREN: &str = include_str!("sql/workflow_children.sql");
 const WORKFLOW_QUEUES: &str = include_str!("sql/workflow_queues.sql");
+const QUEUE_ACTIVITY: &str = include_str!("sql/queue_activity.sql");
 
 /// [`Backend`] over the server's state.
 pub struct DashboardBackend {
@@ -67,6 +68,21 @@ impl DashboardBackend {
             return Err(BackendError::forbidden(
                 "this API key lacks the `admin` scope",
             ));
+        }
+        Ok(Principal {
+            tenant_id: who.tenant_id,
+            tenant: who.tenant.clone(),
+            key_id: who.key_id,
+            scopes: Scopes::from_names(who.scopes.iter().map(String::as_str)).unwrap_or_default(),
+        })
+    }
+
+    /// The caller as a principal, if its key has `scope`.
+    fn principal_with(&self, who: &Identity, scope: &str) -> Result<Principal, BackendError> {
+        if !who.allows(scope) {
+            return Err(BackendError::forbidden(format!(
+                "this API key lacks the `{scope}` scope"
+            )));
         }
         Ok(Principal {
             tenant_id: who.tenant_id,
@@ -273,9 +289,15 @@ impl Backend for DashboardBackend {
         body: Value,
     ) -> BoxFut<'a, Result<Value, BackendError>> {
         Box::pin(async move {
-            let p = self.admin_principal(who).await?;
             let (action, filter) =
                 bulk::check(&body).map_err(|(f, m)| BackendError::bad_request(f, m))?;
+            // A selection is the checked jobs' own actions, run as one operation: the scope
+            // of one job's retry or cancel. Everything matching a filter takes `admin`.
+            let p = if bulk::is_selection(&filter) {
+                self.principal_with(who, "produce")?
+            } else {
+                self.admin_principal(who).await?
+            };
             // The queue name is checked as the API would (the runner maps it again).
             if let Some(q) = filter["queue"].as_str() {
                 crate::auth::engine_queue(p.tenant_id, q)
@@ -355,6 +377,39 @@ impl Backend for DashboardBackend {
                 .map_err(unavailable)?
                 .ok_or_else(|| BackendError::not_found("bulk operation"))?;
             Ok(json!({ "stopped": stopped, "op": bulk::op_json(&row) }))
+        })
+    }
+
+    fn queue_activity<'a>(
+        &'a self,
+        who: &'a Identity,
+        queue: &'a str,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            if !who.allows("read") {
+                return Err(BackendError::forbidden(
+                    "this API key lacks the `read` scope",
+                ));
+            }
+            // The tenant's own namespace: another tenant's queue cannot be named.
+            let engine_queue = crate::auth::engine_queue(who.tenant_id, queue)
+                .map_err(|e| BackendError::bad_request("queue", e.to_string()))?;
+            let client = self.state.engine.pool().get().await.map_err(unavailable)?;
+            let row = client
+                .query_one(QUEUE_ACTIVITY, &[&engine_queue])
+                .await
+                .map_err(unavailable)?;
+            if !row.get::<_, bool>("exists") {
+                return Err(BackendError::not_found("queue"));
+            }
+            let ms = |s: Option<f64>| s.map(|s| (s.max(0.0) * 1000.0).round() as u64);
+            Ok(json!({
+                "queue": queue,
+                "oldest_pending_ms": ms(row.get("oldest_pending_s")),
+                "start_wait_p50_ms": ms(row.get("start_wait_p50_s")),
+                "start_wait_sample": row.get::<_, i64>("start_wait_sample"),
+                "workers": row.get::<_, Value>("workers"),
+            }))
         })
     }
 

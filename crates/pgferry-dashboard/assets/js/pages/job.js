@@ -46,7 +46,8 @@ export async function render(root, { arg }) {
           h("dt", {}, "Attempts"), h("dd", {}, `${j.attempts.length} of at most ${j.max_attempts}`),
           h("dt", {}, "Enqueued"), h("dd", {}, time(j.enqueued_at_unix_ms)),
           h("dt", {}, "Run at"), h("dd", {}, time(j.run_at_unix_ms)),
-          h("dt", {}, "Cancel requested"), h("dd", {}, j.cancel_requested ? "yes" : "no"))),
+          h("dt", {}, "Cancel requested"), h("dd", {}, j.cancel_requested ? "yes" : "no"),
+          h("dt", {}, "Trace id"), h("dd", { id: "job-trace", class: "mono" }, traceId(j.meta) || "—"))),
         h("section", { class: "card" }, h("h2", {}, "Args"), pretty(j.args), h("h2", {}, "Meta"), pretty(j.meta),
           j.state === "completed" ? [h("h2", {}, "Result"), h("div", { id: "job-result" }, pretty(result))] : null)),
       h("section", { class: "card" }, h("h2", {}, "Attempts"),
@@ -64,6 +65,15 @@ export async function render(root, { arg }) {
   };
   await load();
   return { onLive() { load().catch(() => {}); } };
+}
+
+// The trace id of the W3C trace context the job was enqueued under: the server copies the
+// request's `traceparent` into the job's meta (docs/http-api.md), version-traceid-
+// parentid-flags; only a well-formed one is shown.
+export function traceId(meta) {
+  const tp = meta && typeof meta.traceparent === "string" ? meta.traceparent.trim() : "";
+  const m = /^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$/.exec(tp);
+  return m ? m[1] : null;
 }
 
 // An HTTP job's deliveries: each attempt's response (status, time, body), then the final

@@ -78,13 +78,18 @@ export async function render(root, { params }) {
     draw();
   };
 
+  // The checked jobs as ONE durable bulk operation (one request; the server runs it in
+  // batches, acting only on those still dead or still waiting/running, and another server
+  // takes it over if this one dies): progress shows below the buttons.
   const act = async (verb) => {
     const ids = [...selected];
-    let ok = 0; const errors = [];
-    for (const id of ids) {
-      try { await post(`v1/jobs/${id}/${verb}`); ok++; selected.delete(id); } catch (e) { errors.push(`${id}: ${e instanceof ApiError ? e.message : e}`); }
-    }
-    toast(`${verb === "retry" ? "Retried" : "Cancelled"} ${ok} of ${ids.length}${errors.length ? ` — ${errors[0]}` : ""}`, errors.length > 0);
+    const body = { action: verb === "retry" ? "dead.retry" : "jobs.cancel", queue: f.queue, ids };
+    try {
+      const { op_id } = await post("bulk", body);
+      selected.clear();
+      draw();
+      await follow(op_id, progress, load);
+    } catch (e) { toast(e instanceof ApiError ? e.describe() : String(e), true); }
     await load();
   };
 

@@ -1,6 +1,6 @@
 // Queues: depth by state, rates, settings; pause/resume and settings (admin).
 
-import { h, clear, num, rate, toast, field, select, stateBadge } from "../dom.js";
+import { h, clear, num, rate, time, toast, field, select, stateBadge } from "../dom.js";
 import { get, post, patch, can, ApiError } from "../api.js";
 import * as live from "../live.js";
 
@@ -17,7 +17,11 @@ const SETTINGS = [
 export async function render(root) {
   const body = h("div", { class: "scroll" });
   const editor = h("div");
-  root.append(h("h1", {}, "Queues"), h("section", { class: "card" }, body), editor);
+  const activity = h("div", { class: "scroll", id: "queue-activity" });
+  root.append(h("h1", {}, "Queues"), h("section", { class: "card" }, body), editor,
+    h("section", { class: "card", "aria-labelledby": "activity-h" }, h("h2", { id: "activity-h" }, "Latency and workers"),
+      h("p", { class: "muted" }, "Oldest waiting: how long the next job to be claimed has waited. Start wait: median time from enqueue to claim over the latest claims (up to 500). Workers: names that claimed from the queue recently (receipts not yet behind the rescuer's mark), with the jobs they were handed and their latest lease end."),
+      activity));
   let queues = [];
   let printed = "";
   let drawn = "";
@@ -48,9 +52,30 @@ export async function render(root) {
       if (again) again.focus();
     }
   };
+  // Latency and workers per queue: one request each (at most the first 20 queues), at most
+  // every 5 s while the page is open.
+  let activityAt = 0;
+  const loadActivity = async () => {
+    if (Date.now() - activityAt < 5000) return;
+    activityAt = Date.now();
+    const rows = await Promise.all(queues.slice(0, 20).map((q) =>
+      get(`queues/${encodeURIComponent(q.name)}/activity`).catch(() => null)));
+    const ms = (v) => (v === null || v === undefined ? "—" : v < 1000 ? `${v} ms` : `${(v / 1000).toFixed(1)} s`);
+    clear(activity).append(h("table", { id: "activity-table" },
+      h("thead", {}, h("tr", {}, ...["Queue", "Oldest waiting", "Start wait p50", "Workers"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, ...rows.filter(Boolean).map((a) => h("tr", { "data-queue": a.queue },
+        h("td", {}, a.queue),
+        h("td", { class: "num", "data-col": "oldest" }, ms(a.oldest_pending_ms)),
+        h("td", { class: "num", "data-col": "wait" }, `${ms(a.start_wait_p50_ms)}${a.start_wait_sample ? ` (${a.start_wait_sample})` : ""}`),
+        h("td", { "data-col": "workers" }, a.workers.length
+          ? h("ul", { class: "plain" }, ...a.workers.map((w) => h("li", { "data-worker": w.worker || "" },
+            `${w.worker || "(unnamed)"}: ${num(w.jobs)} jobs, last claim ${time(w.last_claim_unix_ms)}, lease until ${time(w.lease_until_unix_ms)}`)))
+          : "none recently"))))));
+  };
   const load = async () => {
     queues = (await get("v1/queues")).queues;
     draw();
+    loadActivity().catch(() => {});
   };
   const toggle = async (q) => {
     try {
@@ -104,7 +129,7 @@ export async function render(root) {
   return {
     onLive(snap) {
       const fp = live.fingerprint(snap);
-      if (fp !== printed) { printed = fp; load().catch(() => {}); } else draw();
+      if (fp !== printed) { printed = fp; load().catch(() => {}); } else { draw(); loadActivity().catch(() => {}); }
     },
   };
 }
