@@ -3,39 +3,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
-use common::{dev, http, pgferry, run, DataDir, Proc};
-use serde_json::Value;
-
-struct Env {
-    url: String,
-    key: String,
-}
-
-impl Env {
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = pgferry();
-        c.arg("schedule")
-            .args(args)
-            .env("PGFERRY_HTTP_URL", &self.url)
-            .env("PGFERRY_API_KEY", &self.key);
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> (i32, String, String) {
-        let mut p = run(self.cmd(args));
-        let code = p.wait(common::COMMAND_TIMEOUT).code().unwrap_or(-1);
-        (code, p.stdout(), p.stderr())
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let (code, out, err) = self.run(args);
-        assert_eq!(code, 0, "{args:?}: {err}");
-        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
-    }
-}
+use common::{dev, http, DataDir, Proc};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_served_leader_fires_what_the_cli_schedules() {
@@ -43,7 +13,8 @@ async fn the_served_leader_fires_what_the_cli_schedules() {
     let mut server = Proc::spawn(dev(&dir));
     let key = server.wait_for_line("pgferry: dev api key=", common::START_TIMEOUT);
     let url = server.wait_listening();
-    let env = Env {
+    let env = common::CliApi {
+        group: "schedule",
         url: url.clone(),
         key,
     };

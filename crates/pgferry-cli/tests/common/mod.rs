@@ -452,3 +452,36 @@ pub async fn assert_healthy_and_ready(client: &reqwest::Client, base: &str) {
     let (status, body) = get_json(client, base, "/readyz").await;
     assert_eq!(status, 200, "/readyz: {body}");
 }
+
+/// One admin command group of the CLI (`pgferry schedule …`, `pgferry monitor …`) run
+/// against a server's HTTP API with an API key.
+pub struct CliApi {
+    pub group: &'static str,
+    pub url: String,
+    pub key: String,
+}
+
+impl CliApi {
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = pgferry();
+        c.arg(self.group)
+            .args(args)
+            .env("PGFERRY_HTTP_URL", &self.url)
+            .env("PGFERRY_API_KEY", &self.key);
+        c
+    }
+
+    /// Exit code, stdout, stderr.
+    pub fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let mut p = run(self.cmd(args));
+        let code = p.wait(COMMAND_TIMEOUT).code().unwrap_or(-1);
+        (code, p.stdout(), p.stderr())
+    }
+
+    /// The JSON a successful command printed.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let (code, out, err) = self.run(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+    }
+}

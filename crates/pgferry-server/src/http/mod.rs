@@ -13,6 +13,7 @@ pub mod http_jobs;
 mod jobs;
 mod monitors;
 pub mod openapi;
+mod paging;
 mod queues;
 pub(crate) mod results;
 mod schedules;

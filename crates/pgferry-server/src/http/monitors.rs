@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{no_nul, Authed, JsonBody, Objects};
+use super::paging::{name_page, page, pairs};
 use crate::auth::{admin, Principal, Scope};
 use crate::AppState;
 
@@ -34,9 +35,6 @@ where
 {
     T::deserialize(d).map(Some)
 }
-
-/// Largest page.
-pub(crate) const MAX_PAGE: i64 = 1000;
 
 /// A monitors error in the API's shape.
 pub(crate) fn api(e: MonitorError) -> ApiError {
@@ -73,30 +71,6 @@ pub(crate) async fn audit(
     admin::audit_api(&**client, p, action, name, json!({"via": "http"}))
         .await
         .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))
-}
-
-/// The query's pairs; a malformed query is a 400.
-pub(crate) fn pairs(
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> ApiResult<Vec<(String, String)>> {
-    let Query(pairs) = query.map_err(|e| ApiError::bad_request("query", e.body_text()))?;
-    Ok(pairs)
-}
-
-pub(crate) fn page(field: &str, v: &str) -> ApiResult<i64> {
-    v.parse::<i64>()
-        .ok()
-        .filter(|n| (1..=MAX_PAGE).contains(n))
-        .ok_or_else(|| ApiError::bad_request(field, format!("must be 1 to {MAX_PAGE}")))
-}
-
-/// `after` of a name-ordered page.
-pub(crate) fn after_name(v: String) -> ApiResult<String> {
-    no_nul("after", &v)?;
-    if v.len() > 128 {
-        return Err(ApiError::bad_request("after", "at most 128 characters"));
-    }
-    Ok(v)
 }
 
 pub(crate) fn name_ok(field: &'static str, name: &str) -> ApiResult<()> {
@@ -190,14 +164,7 @@ pub async fn list(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult<Json<Value>> {
     p.require(Scope::Read)?;
-    let (mut after, mut limit) = (String::new(), 100i64);
-    for (k, v) in pairs(query)? {
-        match k.as_str() {
-            "after" => after = after_name(v)?,
-            "limit" => limit = page("limit", &v)?,
-            other => return Err(ApiError::bad_request(other, "unknown parameter")),
-        }
-    }
+    let (after, limit) = name_page(query)?;
     let rows = monitors(&state)
         .list(p.tenant_id, &after, limit)
         .await
@@ -474,14 +441,7 @@ pub async fn list_targets(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult<Json<Value>> {
     p.require(Scope::Read)?;
-    let (mut after, mut limit) = (String::new(), 100i64);
-    for (k, v) in pairs(query)? {
-        match k.as_str() {
-            "after" => after = after_name(v)?,
-            "limit" => limit = page("limit", &v)?,
-            other => return Err(ApiError::bad_request(other, "unknown parameter")),
-        }
-    }
+    let (after, limit) = name_page(query)?;
     let rows = targets(&state)
         .list(p.tenant_id, &after, limit)
         .await

@@ -17,12 +17,10 @@ use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{no_nul, no_nul_json, Authed, JsonBody, Objects};
+use super::paging::{name_page, page};
 use crate::auth::namespace::user_queue;
 use crate::auth::{admin, Principal, Scope};
 use crate::AppState;
-
-/// Largest preview and fires page.
-const MAX_PAGE: i64 = 1000;
 
 fn api(e: ScheduleError) -> ApiError {
     match e {
@@ -285,22 +283,7 @@ pub async fn list(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult<Json<Value>> {
     p.require(Scope::Read)?;
-    let Query(pairs) = query.map_err(|e| ApiError::bad_request("query", e.body_text()))?;
-    let mut after = String::new();
-    let mut limit = 100i64;
-    for (k, v) in pairs {
-        match k.as_str() {
-            "after" => {
-                no_nul("after", &v)?;
-                if v.len() > 128 {
-                    return Err(ApiError::bad_request("after", "at most 128 characters"));
-                }
-                after = v;
-            }
-            "limit" => limit = page("limit", &v)?,
-            other => return Err(ApiError::bad_request(other, "unknown parameter")),
-        }
-    }
+    let (after, limit) = name_page(query)?;
     let rows = store(&state)
         .list(p.tenant_id, &after, limit)
         .await
@@ -310,13 +293,6 @@ pub async fn list(
         .flatten();
     let items: Vec<Value> = rows.iter().map(|s| schedule_json(&p, s)).collect();
     Ok(Json(json!({ "schedules": items, "next": next })))
-}
-
-fn page(field: &str, v: &str) -> ApiResult<i64> {
-    v.parse::<i64>()
-        .ok()
-        .filter(|n| (1..=MAX_PAGE).contains(n))
-        .ok_or_else(|| ApiError::bad_request(field, format!("must be 1 to {MAX_PAGE}")))
 }
 
 pub async fn get(

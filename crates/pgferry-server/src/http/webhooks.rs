@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{no_nul, Authed, JsonBody, Objects};
-use super::monitors::{after_name, api, audit, name_ok, page, pairs, present, url_allowed};
+use super::monitors::{api, audit, name_ok, present, url_allowed};
+use super::paging::{name_page, page, pairs};
 use crate::auth::Scope;
 use crate::AppState;
 
@@ -106,14 +107,7 @@ pub async fn list(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult<Json<Value>> {
     p.require(Scope::Read)?;
-    let (mut after, mut limit) = (String::new(), 100i64);
-    for (k, v) in pairs(query)? {
-        match k.as_str() {
-            "after" => after = after_name(v)?,
-            "limit" => limit = page("limit", &v)?,
-            other => return Err(ApiError::bad_request(other, "unknown parameter")),
-        }
-    }
+    let (after, limit) = name_page(query)?;
     let rows = store(&state)
         .list(p.tenant_id, &after, limit)
         .await
