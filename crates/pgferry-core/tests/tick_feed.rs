@@ -164,22 +164,7 @@ async fn a_waiting_claimer_and_an_enqueue_end_the_tickers_pause() {
         .await
         .unwrap()[0];
     let mut seen = 0;
-    let mut claimed = Vec::new();
-    for _ in 0..5 {
-        seen = s
-            .engine
-            .signals()
-            .wait_for_tick(seen, Duration::from_secs(60))
-            .await;
-        claimed = s.engine.claim("q", 10, "w").await.unwrap();
-        if !claimed.is_empty() {
-            break;
-        }
-    }
-    assert_eq!(
-        claimed.iter().map(|j| j.job_id).collect::<Vec<_>>(),
-        vec![first]
-    );
+    assert_eq!(claim_waiting(&s.engine, &mut seen).await, vec![first]);
     // Now the ticker pauses for an hour. A job arrives; claimers that wait for ticks get it
     // only if their waiting ends the pause (a tick seen earlier ends a wait at once, so the
     // loop claims until the job shows up).
@@ -188,22 +173,24 @@ async fn a_waiting_claimer_and_an_enqueue_end_the_tickers_pause() {
         .enqueue(&[NewJob::new("q", "k", json!({ "n": 2 }))])
         .await
         .unwrap()[0];
-    let mut claimed = Vec::new();
-    for _ in 0..5 {
-        seen = s
-            .engine
-            .signals()
-            .wait_for_tick(seen, Duration::from_secs(60))
-            .await;
-        claimed = s.engine.claim("q", 10, "w").await.unwrap();
-        if !claimed.is_empty() {
-            break;
-        }
-    }
-    assert_eq!(
-        claimed.iter().map(|j| j.job_id).collect::<Vec<_>>(),
-        vec![second]
-    );
+    assert_eq!(claim_waiting(&s.engine, &mut seen).await, vec![second]);
     stop_tx.send(true).unwrap();
     leader.await.unwrap();
+}
+
+/// Claims as a runtime claimer does: wait for a tick newer than `seen` (holding the waiting
+/// mark), claim, and again while the claim comes back empty (at most five rounds). Returns
+/// the claimed job ids.
+async fn claim_waiting(engine: &Engine, seen: &mut i64) -> Vec<i64> {
+    for _ in 0..5 {
+        *seen = engine
+            .signals()
+            .wait_for_tick(*seen, Duration::from_secs(60))
+            .await;
+        let claimed = engine.claim("q", 10, "w").await.unwrap();
+        if !claimed.is_empty() {
+            return claimed.into_iter().map(|j| j.job_id).collect();
+        }
+    }
+    Vec::new()
 }
