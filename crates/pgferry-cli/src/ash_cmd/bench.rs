@@ -30,6 +30,20 @@ pub struct AshBenchArgs {
     #[arg(long, default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(100..=60_000))]
     pub ash_interval_ms: u64,
+    /// What runs in the "on" runs: both (what a server runs), only the sampler or only the
+    /// publisher (to tell which part a cost comes from), or nothing: an A/A control whose
+    /// "cost" is the harness's own bias and noise.
+    #[arg(long, value_enum, default_value_t = AshParts::Both)]
+    pub ash_parts: AshParts,
+}
+
+/// The parts of ASH an "on" run of `bench ash --overhead` runs.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AshParts {
+    Both,
+    Sampler,
+    Publisher,
+    None,
 }
 
 pub async fn bench(args: AshBenchArgs) -> anyhow::Result<()> {
@@ -151,14 +165,22 @@ async fn overhead(
                 publish_grace: (every / 4).min(pgferry_ash::SamplerConfig::default().publish_grace),
                 ..Default::default()
             };
+            let parts = args.ash_parts;
             let sampler = tokio::spawn(async move {
-                pgferry_ash::bench::sample_until(&db, config, stopped).await
+                if matches!(parts, AshParts::Publisher | AshParts::None) {
+                    return Ok(None);
+                }
+                pgferry_ash::bench::sample_until(&db, config, stopped)
+                    .await
+                    .map(Some)
             });
-            let publisher = tokio::spawn(pgferry_ash::publish::run(
-                sampler_db.clone(),
-                every,
-                stop.subscribe(),
-            ));
+            let publisher = matches!(parts, AshParts::Both | AshParts::Publisher).then(|| {
+                tokio::spawn(pgferry_ash::publish::run(
+                    sampler_db.clone(),
+                    every,
+                    stop.subscribe(),
+                ))
+            });
             let r = pgferry_bench::run(
                 pgferry_bench::Variant::Cycle,
                 base,
@@ -167,13 +189,16 @@ async fn overhead(
             )
             .await;
             let _ = stop.send(true);
-            duty.push(sampler.await??);
-            publisher.await?;
+            duty.extend(sampler.await??);
+            if let Some(p) = publisher {
+                p.await?;
+            }
             runs.push((pair, true, r?.jobs_per_s));
         }
     }
     let mut report = overhead_report(&runs, &duty)?;
     report["ash_interval_ms"] = args.ash_interval_ms.into();
+    report["ash_parts"] = format!("{:?}", args.ash_parts).to_lowercase().into();
     Ok(report)
 }
 
