@@ -1,7 +1,7 @@
 //! The engine: enqueue, claim and complete on the append-only log.
 //!
 //! Every public operation is one statement per batch (statement-count tests pin this):
-//! enqueue = one COPY (enqueue.rs), claim = one call of `pgferry.claim_lanes`, complete = one
+//! enqueue = one INSERT or COPY (enqueue/log_write.rs), claim = one call of `pgferry.claim_lanes`, complete = one
 //! CTE covering success, retries, delayed retries, dead-letters and results.
 //!
 //! `Engine` is the handle; its work lives with the concern, one file each: enqueue
@@ -46,7 +46,7 @@ pub struct EngineConfig {
     pub counter_flush: Duration,
     /// Batches of jobs due now with at most this many jobs (and no idempotency key) are
     /// written by one INSERT, acknowledged in one round trip; larger ones by a COPY, two
-    /// round trips but cheaper per row (enqueue.rs). 0: always COPY.
+    /// round trips but cheaper per row (enqueue/log_write.rs). 0: always COPY.
     pub insert_max_rows: usize,
 }
 

@@ -13,7 +13,7 @@
 //! process that only enqueues re-reads it after [`SEGMENT_TTL`]. A row written to a segment sealed
 //! meanwhile is still counted and claimed normally; the rotator frees a segment only after
 //! re-checking it once it is detached, and a COPY into a detached segment fails and is
-//! retried with a fresh segment (`enqueue.rs`).
+//! retried with a fresh segment (`enqueue/log_write.rs`).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
