@@ -68,9 +68,15 @@ pub(crate) async fn audit(
         .get()
         .await
         .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))?;
-    admin::audit_api(&**client, p, action, name, json!({"via": "http"}))
-        .await
-        .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))
+    admin::audit_api(
+        &**client,
+        p,
+        action,
+        name,
+        json!({"via": crate::service::transport::current_name()}),
+    )
+    .await
+    .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))
 }
 
 pub(crate) fn name_ok(field: &'static str, name: &str) -> ApiResult<()> {
@@ -342,6 +348,8 @@ async fn ping_as(
     kind: PingKind,
     body: &Bytes,
 ) -> ApiResult<Json<Value>> {
+    // Before the lookup: a looping caller costs no query (known or unknown token alike).
+    state.http.public_limiter.check("monitor token", token)?;
     let text = (!body.is_empty()).then(|| String::from_utf8_lossy(body).replace('\0', ""));
     let m = monitors(state)
         .ping(token, kind, text.as_deref())

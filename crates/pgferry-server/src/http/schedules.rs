@@ -250,9 +250,15 @@ async fn audit(state: &AppState, p: &Principal, action: &str, name: &str) -> Api
         .get()
         .await
         .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))?;
-    admin::audit_api(&**client, p, action, name, json!({"via": "http"}))
-        .await
-        .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))
+    admin::audit_api(
+        &**client,
+        p,
+        action,
+        name,
+        json!({"via": crate::service::transport::current_name()}),
+    )
+    .await
+    .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))
 }
 
 fn name_ok(name: &str) -> ApiResult<()> {
