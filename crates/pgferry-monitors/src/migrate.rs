@@ -23,6 +23,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0002_endpoint_address.sql",
         sql: include_str!("../migrations/0002_endpoint_address.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_monitor_alerts.sql",
+        sql: include_str!("../migrations/0003_monitor_alerts.sql"),
+    },
 ];
 
 /// Applies the monitors component alone (after the engine's and the schedules'). Returns

@@ -111,6 +111,10 @@ pub struct CreateMonitor {
     grace_ms: Option<i64>,
     #[serde(default, deserialize_with = "present")]
     failure_threshold: Option<i32>,
+    #[serde(default, deserialize_with = "present")]
+    targets: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "present")]
+    realert_ms: Option<i64>,
 }
 
 impl Objects for CreateMonitor {}
@@ -124,6 +128,8 @@ fn monitor_json(m: &Monitor) -> Value {
         "timezone": m.spec.timezone,
         "grace_ms": m.spec.grace_ms,
         "failure_threshold": m.spec.failure_threshold,
+        "targets": m.spec.targets,
+        "realert_ms": m.spec.realert_ms,
         "state": m.state,
         "ping_path": format!("/ping/{}", m.token),
         "due_at": t(m.due_at),
@@ -154,7 +160,22 @@ pub async fn create(
         timezone: b.timezone.unwrap_or_else(|| "UTC".into()),
         grace_ms: b.grace_ms.unwrap_or(60_000),
         failure_threshold: b.failure_threshold.unwrap_or(1),
+        targets: b.targets,
+        realert_ms: b.realert_ms,
     };
+    spec.validate().map_err(api)?;
+    // Named targets must exist now (deleting one later drops it from the routing).
+    for name in spec.targets.iter().flatten() {
+        if let Err(e) = targets(&state).get(p.tenant_id, name).await {
+            return Err(match e {
+                MonitorError::NotFound { .. } => ApiError::bad_request(
+                    "targets",
+                    format!("no notification target named {name:?}"),
+                ),
+                e => api(e),
+            });
+        }
+    }
     let m = monitors(&state)
         .create(p.tenant_id, &spec)
         .await
