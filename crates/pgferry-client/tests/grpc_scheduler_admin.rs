@@ -563,18 +563,22 @@ async fn webhook_endpoints_and_http_job_settings_over_grpc() {
     );
 
     // HTTP-job settings: signing secrets, allow list, destination rates, transitions.
-    let s1 = doc(c.create_signing_secret(authed(&a, pb::Empty {})).await);
+    let s1 = doc(c
+        .create_signing_secret(authed(&a, pb::NoArguments {}))
+        .await);
     assert!(s1["secret"].as_str().is_some_and(|s| !s.is_empty()));
-    let s2 = doc(c.rotate_signing_secret(authed(&a, pb::Empty {})).await);
+    let s2 = doc(c
+        .rotate_signing_secret(authed(&a, pb::NoArguments {}))
+        .await);
     assert_ne!(s1["id"], s2["id"]);
-    let mine = doc(c.list_signing_secrets(authed(&a, pb::Empty {})).await);
+    let mine = doc(c.list_signing_secrets(authed(&a, pb::NoArguments {})).await);
     assert_eq!(mine["secrets"].as_array().unwrap().len(), 2);
     assert!(
         mine["secrets"][0].get("secret").is_none(),
         "a listing never shows a secret"
     );
     assert_eq!(
-        doc(c.list_signing_secrets(authed(&b, pb::Empty {})).await)["secrets"],
+        doc(c.list_signing_secrets(authed(&b, pb::NoArguments {})).await)["secrets"],
         json!([])
     );
     let id = s1["id"].as_i64().unwrap();
@@ -606,12 +610,14 @@ async fn webhook_endpoints_and_http_job_settings_over_grpc() {
         "ranges",
     );
     assert_eq!(
-        doc(c.get_http_allow_list(authed(&b, pb::Empty {})).await)["ranges"],
+        doc(c.get_http_allow_list(authed(&b, pb::NoArguments {})).await)["ranges"],
         json!([])
     );
-    doc(c.delete_http_allow_list(authed(&a, pb::Empty {})).await);
+    doc(c
+        .delete_http_allow_list(authed(&a, pb::NoArguments {}))
+        .await);
     assert_eq!(
-        doc(c.get_http_allow_list(authed(&a, pb::Empty {})).await)["ranges"],
+        doc(c.get_http_allow_list(authed(&a, pb::NoArguments {})).await)["ranges"],
         json!([])
     );
 
@@ -631,14 +637,14 @@ async fn webhook_endpoints_and_http_job_settings_over_grpc() {
         "per_sec",
     );
     assert_eq!(
-        doc(c.list_http_rates(authed(&a, pb::Empty {})).await)["rates"]
+        doc(c.list_http_rates(authed(&a, pb::NoArguments {})).await)["rates"]
             .as_array()
             .unwrap()
             .len(),
         1
     );
     assert_eq!(
-        doc(c.list_http_rates(authed(&b, pb::Empty {})).await)["rates"],
+        doc(c.list_http_rates(authed(&b, pb::NoArguments {})).await)["rates"],
         json!([])
     );
     doc(c
@@ -650,7 +656,7 @@ async fn webhook_endpoints_and_http_job_settings_over_grpc() {
         ))
         .await);
     assert_eq!(
-        doc(c.list_http_rates(authed(&a, pb::Empty {})).await)["rates"],
+        doc(c.list_http_rates(authed(&a, pb::NoArguments {})).await)["rates"],
         json!([])
     );
     let t = doc(c

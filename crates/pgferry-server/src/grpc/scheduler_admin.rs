@@ -220,15 +220,15 @@ impl pb::scheduler_admin_server::SchedulerAdmin for SchedulerAdminService {
         .await
     }
 
-    async fn create_signing_secret(&self, req: Request<pb::Empty>) -> Reply {
+    async fn create_signing_secret(&self, req: Request<pb::NoArguments>) -> Reply {
         self.call(req, Scope::Admin, |_| post("/v1/http-jobs/secrets".into()))
             .await
     }
-    async fn list_signing_secrets(&self, req: Request<pb::Empty>) -> Reply {
+    async fn list_signing_secrets(&self, req: Request<pb::NoArguments>) -> Reply {
         self.call(req, Scope::Read, |_| get("/v1/http-jobs/secrets".into()))
             .await
     }
-    async fn rotate_signing_secret(&self, req: Request<pb::Empty>) -> Reply {
+    async fn rotate_signing_secret(&self, req: Request<pb::NoArguments>) -> Reply {
         self.call(req, Scope::Admin, |_| {
             post("/v1/http-jobs/secrets/rotate".into())
         })
@@ -240,7 +240,7 @@ impl pb::scheduler_admin_server::SchedulerAdmin for SchedulerAdminService {
         })
         .await
     }
-    async fn get_http_allow_list(&self, req: Request<pb::Empty>) -> Reply {
+    async fn get_http_allow_list(&self, req: Request<pb::NoArguments>) -> Reply {
         self.call(req, Scope::Read, |_| get("/v1/http-jobs/allow".into()))
             .await
     }
@@ -250,11 +250,11 @@ impl pb::scheduler_admin_server::SchedulerAdmin for SchedulerAdminService {
         })
         .await
     }
-    async fn delete_http_allow_list(&self, req: Request<pb::Empty>) -> Reply {
+    async fn delete_http_allow_list(&self, req: Request<pb::NoArguments>) -> Reply {
         self.call(req, Scope::Admin, |_| delete("/v1/http-jobs/allow".into()))
             .await
     }
-    async fn list_http_rates(&self, req: Request<pb::Empty>) -> Reply {
+    async fn list_http_rates(&self, req: Request<pb::NoArguments>) -> Reply {
         self.call(req, Scope::Read, |_| get("/v1/http-jobs/rates".into()))
             .await
     }
