@@ -9,7 +9,8 @@
 # One schemathesis worker: with several threads CPython 3.11 intermittently fails inside
 # hypothesis (ast.parse "recursion depth mismatch"), which is not a finding about pgferry.
 #
-# Tunables: FUZZ_EXAMPLES (per operation, default 50), FUZZ_SEED, FUZZ_CHECKS, PGFERRY_BIN.
+# Tunables: FUZZ_EXAMPLES (per operation, default 50), FUZZ_SEED, FUZZ_CHECKS, PGFERRY_BIN,
+# FUZZ_TAGS (comma-separated OpenAPI tags: only their operations, e.g. schedules,monitors).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -80,6 +81,7 @@ EOF
 
 seed_args=()
 [ -n "${FUZZ_SEED:-}" ] && seed_args=(--seed "$FUZZ_SEED")
+for tag in ${FUZZ_TAGS//,/ }; do seed_args+=(--include-tag "$tag"); done
 status=0
 # schemathesis keeps state in the working directory: keep it out of the repository.
 cd "$work"

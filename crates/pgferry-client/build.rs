@@ -3,10 +3,18 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let files: Vec<_> = ["common", "producer", "worker", "admin", "workflow", "ash"]
-        .iter()
-        .map(|f| root.join(format!("pgferry/v1/{f}.proto")))
-        .collect();
+    let files: Vec<_> = [
+        "common",
+        "producer",
+        "worker",
+        "admin",
+        "workflow",
+        "ash",
+        "scheduler",
+    ]
+    .iter()
+    .map(|f| root.join(format!("pgferry/v1/{f}.proto")))
+    .collect();
     tonic_build::configure()
         .build_client(true)
         .build_server(false)

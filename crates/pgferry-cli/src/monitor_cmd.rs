@@ -59,6 +59,13 @@ pub struct CreateArgs {
     /// Consecutive failed runs before it is down.
     #[arg(long)]
     failure_threshold: Option<i64>,
+    /// Send its alerts only to these notification targets (repeat or comma-separate;
+    /// default: every target of the tenant).
+    #[arg(long = "target", value_delimiter = ',')]
+    targets: Vec<String>,
+    /// While late or down, repeat the alert this often (at least 60000; default: once).
+    #[arg(long)]
+    realert_ms: Option<i64>,
 }
 
 pub async fn run(t: &Target, cmd: MonitorCmd) -> anyhow::Result<()> {
@@ -106,6 +113,8 @@ pub async fn run(t: &Target, cmd: MonitorCmd) -> anyhow::Result<()> {
                 ("timezone", a.timezone.map(Value::from)),
                 ("grace_ms", a.grace_ms.map(Value::from)),
                 ("failure_threshold", a.failure_threshold.map(Value::from)),
+                ("targets", (!a.targets.is_empty()).then(|| json!(a.targets))),
+                ("realert_ms", a.realert_ms.map(Value::from)),
             ];
             for (k, v) in optional {
                 if let Some(v) = v {

@@ -33,6 +33,15 @@ pub struct ServerArgs {
     /// HTTP requests per API key allowed in a burst above the sustained rate.
     #[arg(long, default_value_t = 2000.0)]
     pub rate_burst: f64,
+    /// Sustained requests per second allowed per monitor ping token and per inbound webhook
+    /// address (`/ping/...`, `/in/...`: no API key there; 429 above).
+    #[arg(long, env = "PGFERRY_PUBLIC_RATE_LIMIT", default_value_t = 10.0,
+          value_parser = positive_rate)]
+    pub public_rate_limit: f64,
+    /// Requests per ping token or webhook address allowed in a burst above the sustained rate.
+    #[arg(long, env = "PGFERRY_PUBLIC_RATE_BURST", default_value_t = 60.0,
+          value_parser = positive_rate)]
+    pub public_rate_burst: f64,
     /// Largest args + meta of one job over HTTP, in bytes (413 above).
     #[arg(long, default_value_t = 1 << 20)]
     pub max_job_bytes: usize,
@@ -86,6 +95,30 @@ pub struct ServerArgs {
     /// given; docs/http-jobs.md).
     #[arg(long, env = "PGFERRY_HTTP_JOBS_ALLOW", value_delimiter = ',')]
     pub http_jobs_allow: Vec<String>,
+    /// A PEM file of CA certificates HTTPS destinations of HTTP jobs may present besides the
+    /// public web roots (a private CA); read and checked at startup (docs/http-jobs.md).
+    #[arg(long, env = "PGFERRY_HTTP_JOBS_CA_BUNDLE")]
+    pub http_jobs_ca_bundle: Option<std::path::PathBuf>,
+    /// Requests per second to a destination key whose tenant set no rate for it
+    /// (0 < rate <= 100000; default: unlimited). See docs/http-jobs.md.
+    #[arg(long, env = "PGFERRY_HTTP_JOBS_DEFAULT_RATE")]
+    pub http_jobs_default_rate: Option<f64>,
+    /// Burst of --http-jobs-default-rate (1 to 100000).
+    #[arg(
+        long,
+        env = "PGFERRY_HTTP_JOBS_DEFAULT_BURST",
+        default_value_t = 1,
+        requires = "http_jobs_default_rate"
+    )]
+    pub http_jobs_default_burst: u32,
+}
+
+/// A rate or burst flag: a finite number above 0.
+fn positive_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number above 0")),
+    }
 }
 
 impl ServerArgs {
@@ -101,10 +134,40 @@ impl ServerArgs {
         Ok(pgferry_http_jobs::Allow::of(&ranges))
     }
 
+    /// The extra roots of --http-jobs-ca-bundle (none without it).
+    fn http_jobs_roots(&self) -> anyhow::Result<Vec<Vec<u8>>> {
+        match &self.http_jobs_ca_bundle {
+            Some(path) => pgferry_http_jobs::ca_bundle::load(path)
+                .map_err(|e| anyhow::anyhow!("--http-jobs-ca-bundle: {e}")),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// --http-jobs-default-rate and --http-jobs-default-burst, validated.
+    fn http_jobs_default_rate(&self) -> anyhow::Result<Option<pgferry_http_jobs::Rate>> {
+        let Some(per_sec) = self.http_jobs_default_rate else {
+            return Ok(None);
+        };
+        let rate = pgferry_http_jobs::Rate {
+            per_sec,
+            burst: self.http_jobs_default_burst,
+        };
+        rate.validate().map_err(|(field, reason)| {
+            let flag = match field {
+                "burst" => "--http-jobs-default-burst",
+                _ => "--http-jobs-default-rate",
+            };
+            anyhow::anyhow!("{flag}: {reason}")
+        })?;
+        Ok(Some(rate))
+    }
+
     fn server_config(&self) -> pgferry_server::ServerConfig {
         let mut c = pgferry_server::ServerConfig::default();
         c.http.rate_per_sec = self.rate_limit;
         c.http.rate_burst = self.rate_burst;
+        c.http.public_rate_per_sec = self.public_rate_limit;
+        c.http.public_rate_burst = self.public_rate_burst;
         c.http.max_job_bytes = self.max_job_bytes;
         // Parsed again (with its error) by `serve`.
         c.http.http_jobs_allow = self.http_jobs_allow().unwrap_or_default();
@@ -162,6 +225,10 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let ash = args.ash_config()?;
     let ash_publish = args.ash_publish()?;
+    // Checked before anything connects: a bad flag stops the server with its error.
+    args.http_jobs_allow()?;
+    let http_jobs_roots = args.http_jobs_roots()?;
+    let http_jobs_default_rate = args.http_jobs_default_rate()?;
     if !args.no_migrate {
         let mut client = db::connect(&config, "migrate")
             .await
@@ -196,9 +263,13 @@ pub async fn serve(
         engine.clone(),
         pgferry_http_jobs::ExecutorConfig {
             allow: args.http_jobs_allow()?,
+            root_certs_pem: http_jobs_roots,
             ..Default::default()
         },
-        pgferry_http_jobs::worker::WorkerConfig::default(),
+        pgferry_http_jobs::worker::WorkerConfig {
+            default_rate: http_jobs_default_rate,
+            ..Default::default()
+        },
         pgferry_monitors::http_transitions::NotifyTransitions::new(engine.clone()),
         stop_rx.clone(),
     ));
@@ -347,5 +418,74 @@ mod tests {
         ] {
             assert!(parse(&bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn public_rate_flags_reach_the_http_config_and_must_be_positive() {
+        let d = parse(&[]).unwrap().server_config().http;
+        assert_eq!((d.public_rate_per_sec, d.public_rate_burst), (10.0, 60.0));
+        let c = parse(&["--public-rate-limit", "0.5", "--public-rate-burst", "3"])
+            .unwrap()
+            .server_config()
+            .http;
+        assert_eq!((c.public_rate_per_sec, c.public_rate_burst), (0.5, 3.0));
+        for bad in [
+            "--public-rate-limit=0",
+            "--public-rate-limit=-1",
+            "--public-rate-burst=NaN",
+        ] {
+            let e = parse(&[bad]).err().expect("refused").to_string();
+            let flag = bad.split('=').next().unwrap();
+            assert!(e.contains(flag) && e.contains("above 0"), "{e}");
+        }
+    }
+
+    #[test]
+    fn http_jobs_default_rate_is_validated_with_its_flag_named() {
+        assert_eq!(parse(&[]).unwrap().http_jobs_default_rate().unwrap(), None);
+        let r = parse(&[
+            "--http-jobs-default-rate",
+            "50",
+            "--http-jobs-default-burst",
+            "5",
+        ])
+        .unwrap()
+        .http_jobs_default_rate()
+        .unwrap()
+        .unwrap();
+        assert_eq!((r.per_sec, r.burst), (50.0, 5));
+        let e = parse(&["--http-jobs-default-rate", "0"])
+            .unwrap()
+            .http_jobs_default_rate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--http-jobs-default-rate: "), "{e}");
+        let e = parse(&[
+            "--http-jobs-default-rate",
+            "5",
+            "--http-jobs-default-burst",
+            "0",
+        ])
+        .unwrap()
+        .http_jobs_default_rate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("--http-jobs-default-burst: "), "{e}");
+        // A burst without a rate is refused by the parser.
+        assert!(parse(&["--http-jobs-default-burst", "5"]).is_err());
+    }
+
+    #[test]
+    fn a_missing_ca_bundle_names_the_flag_and_the_file() {
+        assert!(parse(&[]).unwrap().http_jobs_roots().unwrap().is_empty());
+        let e = parse(&["--http-jobs-ca-bundle", "/nonexistent/roots.pem"])
+            .unwrap()
+            .http_jobs_roots()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--http-jobs-ca-bundle: ") && e.contains("/nonexistent/roots.pem"),
+            "{e}"
+        );
     }
 }

@@ -4,6 +4,7 @@
 //! secrets, allow lists, rates; schema in [`migrate`]), per-destination rates ([`rate`])
 //! and destination failure/recovery transitions ([`transitions`]).
 
+pub mod ca_bundle;
 pub mod executor;
 pub mod migrate;
 pub mod rate;

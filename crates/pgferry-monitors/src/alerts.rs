@@ -25,6 +25,9 @@ pub struct Event {
     pub reason: String,
     pub time: SystemTime,
     pub details: Value,
+    /// The notification targets (by name) it goes to; None: all of the tenant's whose
+    /// filter matches (a monitor that names its targets sets it).
+    pub routes: Option<Vec<String>>,
 }
 
 impl Event {
@@ -68,21 +71,22 @@ impl Alert {
     }
 }
 
-/// Records an alert and notifies the tenant's targets, on `client` (the caller's
-/// transaction). Returns the alert's id.
+/// Records an alert and notifies the tenant's targets (only `routes`, when given), on
+/// `client` (the caller's transaction). `about`: (subject type, subject, routes). Returns
+/// the alert's id.
 #[allow(clippy::too_many_arguments)]
 pub async fn raise<C: GenericClient>(
     engine: &Engine,
     client: &C,
     tenant_id: i64,
-    subject_type: &str,
-    subject: &str,
+    about: (&str, &str, Option<&[String]>),
     kind: &str,
     reason: &str,
     at: SystemTime,
     details: Value,
 ) -> Result<i64> {
-    let (id, event) = record(
+    let (subject_type, subject, routes) = about;
+    let (id, mut event) = record(
         client,
         tenant_id,
         subject_type,
@@ -93,6 +97,7 @@ pub async fn raise<C: GenericClient>(
         details,
     )
     .await?;
+    event.routes = routes.map(<[String]>::to_vec);
     crate::targets::notify(engine, client, tenant_id, &event).await?;
     Ok(id)
 }
@@ -130,6 +135,7 @@ pub async fn record<C: GenericClient>(
         reason: reason.to_string(),
         time: at,
         details,
+        routes: None,
     };
     crate::metrics::alert(subject_type, kind);
     Ok((row.try_get("id")?, event))

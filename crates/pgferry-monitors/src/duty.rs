@@ -46,6 +46,8 @@ pub struct DutyReport {
     pub late: usize,
     /// Alerts raised for schedules.
     pub schedule_alerts: usize,
+    /// Alerts repeated for monitors still late or down (`realert_ms`).
+    pub repeats: usize,
 }
 
 /// The leader duty (see `Leader::with_duty`).
@@ -67,7 +69,9 @@ pub async fn run(engine: Arc<Engine>, pg: tokio_postgres::Config, config: DutyCo
         };
         loop {
             match run_once(&engine, &mut client, SystemTime::now(), &config).await {
-                Ok(r) if r.due as i64 >= config.batch => continue,
+                Ok(r) if r.due as i64 >= config.batch || r.repeats as i64 >= config.batch => {
+                    continue
+                }
                 Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "monitor duty pass failed");
@@ -104,6 +108,9 @@ pub async fn run_once(
         }
     }
     report.late = events.len();
+    let repeats = crate::realert::repeat_due(&tx, now, config.batch).await?;
+    report.repeats = repeats.len();
+    events.extend(repeats);
     // The pass's notifications in one enqueue (a COPY), not one per alert.
     crate::targets::notify_all(engine, &tx, &events).await?;
     report.schedule_alerts =

@@ -55,6 +55,7 @@ pub fn event_of(t: &Transition) -> Event {
             "status": t.status,
             "error": t.error,
         }),
+        routes: None,
     }
 }
 

@@ -15,6 +15,7 @@ pub mod http_transitions;
 pub mod metrics;
 pub mod migrate;
 pub mod monitors;
+mod realert;
 pub mod schedule_watch;
 pub mod signature;
 pub mod targets;

@@ -15,14 +15,15 @@ static ALERTS: [[AtomicU64; 3]; 2] = [const { [const { AtomicU64::new(0) }; 3] }
 static PINGS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
 static NOTIFIED: AtomicU64 = AtomicU64::new(0);
 /// Inbound webhook requests by outcome.
-pub const INBOUND: [&str; 5] = [
+pub const INBOUND: [&str; 6] = [
     "accepted",
     "duplicate",
     "bad_signature",
     "too_large",
     "unknown_endpoint",
+    "rate_limited",
 ];
-static INBOUND_COUNTS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+static INBOUND_COUNTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
 static FANOUT: AtomicU64 = AtomicU64::new(0);
 type States = Vec<(String, i64)>;
 static STATES: Mutex<(States, States)> = Mutex::new((Vec::new(), Vec::new()));

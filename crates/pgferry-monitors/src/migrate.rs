@@ -12,11 +12,23 @@ pub const COMPONENT: Component<'static> = Component {
     functions: &[],
 };
 
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_monitors.sql",
-    sql: include_str!("../migrations/0001_monitors.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_monitors.sql",
+        sql: include_str!("../migrations/0001_monitors.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_endpoint_address.sql",
+        sql: include_str!("../migrations/0002_endpoint_address.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "0003_monitor_alerts.sql",
+        sql: include_str!("../migrations/0003_monitor_alerts.sql"),
+    },
+];
 
 /// Applies the monitors component alone (after the engine's and the schedules'). Returns
 /// the versions applied by this call.

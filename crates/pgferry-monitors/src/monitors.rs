@@ -25,6 +25,7 @@ const BY_TOKEN: &str = include_str!("../sql/monitor_by_token.sql");
 const LIST: &str = include_str!("../sql/monitor_list.sql");
 const DELETE: &str = include_str!("../sql/monitor_delete.sql");
 pub(crate) const SET: &str = include_str!("../sql/monitor_set.sql");
+pub(crate) const REALERT_SET: &str = include_str!("../sql/monitor_realert_set.sql");
 const PING_INSERT: &str = include_str!("../sql/ping_insert.sql");
 const PING_TRIM: &str = include_str!("../sql/ping_trim.sql");
 const PING_LIST: &str = include_str!("../sql/ping_list.sql");
@@ -36,6 +37,10 @@ pub const MAX_PING_BODY: usize = 1000;
 /// Longest period and grace: 366 days.
 pub const MAX_MS: i64 = 366 * 86_400_000;
 pub const MAX_THRESHOLD: i32 = 100;
+/// Most notification targets one monitor names.
+pub const MAX_ROUTES: usize = 10;
+/// Shortest interval of repeated alerts: one minute.
+pub const MIN_REALERT_MS: i64 = 60_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PingKind {
@@ -66,6 +71,11 @@ pub struct NewMonitor {
     pub grace_ms: i64,
     /// Consecutive failed pings before the monitor is down (flap suppression).
     pub failure_threshold: i32,
+    /// The notification targets (by name) its alerts go to; None: every target of the
+    /// tenant whose event filter matches.
+    pub targets: Option<Vec<String>>,
+    /// While late or down, the alert is repeated this often (None: once per outage).
+    pub realert_ms: Option<i64>,
 }
 
 impl NewMonitor {
@@ -77,6 +87,8 @@ impl NewMonitor {
             timezone: "UTC".into(),
             grace_ms,
             failure_threshold: 1,
+            targets: None,
+            realert_ms: None,
         }
     }
 
@@ -122,6 +134,29 @@ impl NewMonitor {
                 format!("must be 1 to {MAX_THRESHOLD}"),
             ));
         }
+        if let Some(t) = &self.targets {
+            if t.is_empty() || t.len() > MAX_ROUTES {
+                return Err(MonitorError::invalid(
+                    "targets",
+                    format!("1 to {MAX_ROUTES} notification target names (omit for all)"),
+                ));
+            }
+            for name in t {
+                validate_name("targets", name)?;
+            }
+            if (1..t.len()).any(|i| t[..i].contains(&t[i])) {
+                return Err(MonitorError::invalid("targets", "a name is given twice"));
+            }
+        }
+        if self
+            .realert_ms
+            .is_some_and(|r| !(MIN_REALERT_MS..=MAX_MS).contains(&r))
+        {
+            return Err(MonitorError::invalid(
+                "realert_ms",
+                format!("must be {MIN_REALERT_MS} (one minute) to {MAX_MS}"),
+            ));
+        }
         Ok(())
     }
 }
@@ -152,6 +187,8 @@ impl Monitor {
                 timezone: r.try_get("timezone")?,
                 grace_ms: r.try_get("grace_ms")?,
                 failure_threshold: r.try_get("failure_threshold")?,
+                targets: r.try_get("targets")?,
+                realert_ms: r.try_get("realert_ms")?,
             },
             token: r.try_get("token")?,
             state: r.try_get("state")?,
@@ -207,6 +244,20 @@ impl Monitor {
             .await?;
         Monitor::from_row(&r)
     }
+
+    /// After an alert of an outage at `now`: the first repeat is due `realert_ms` later
+    /// (nothing when repeats are off).
+    pub(crate) async fn schedule_repeat<C: GenericClient>(
+        &self,
+        c: &C,
+        now: SystemTime,
+    ) -> Result<()> {
+        if let Some(every) = self.spec.realert_ms {
+            let at = now + Duration::from_millis(every.max(0) as u64);
+            c.execute(REALERT_SET, &[&self.id, &at]).await?;
+        }
+        Ok(())
+    }
 }
 
 /// One recorded ping.
@@ -249,6 +300,8 @@ impl Monitors {
                     &m.grace_ms,
                     &m.failure_threshold,
                     &"new",
+                    &m.targets,
+                    &m.realert_ms,
                 ],
             )
             .await?;
@@ -381,8 +434,7 @@ async fn apply_ping(
                     engine,
                     tx,
                     m.tenant_id,
-                    "monitor",
-                    &name,
+                    ("monitor", &name, m.spec.targets.as_deref()),
                     "recovered",
                     &reason,
                     now,
@@ -423,14 +475,14 @@ async fn apply_ping(
                     engine,
                     tx,
                     m.tenant_id,
-                    "monitor",
-                    &name,
+                    ("monitor", &name, m.spec.targets.as_deref()),
                     "failed",
                     &reason,
                     now,
                     details,
                 )
                 .await?;
+                out.schedule_repeat(tx, now).await?;
             }
             Ok(out)
         }
@@ -479,7 +531,7 @@ pub(crate) async fn mark_late(
         "started_at": m.started_at.map(format_time),
         "last_ping_at": m.last_ping_at.map(format_time),
     });
-    let (_, event) = alerts::record(
+    let (_, mut event) = alerts::record(
         tx,
         m.tenant_id,
         "monitor",
@@ -490,6 +542,8 @@ pub(crate) async fn mark_late(
         details,
     )
     .await?;
+    event.routes = m.spec.targets.clone();
+    m.schedule_repeat(tx, now).await?;
     Ok(Some((m.tenant_id, event)))
 }
 

@@ -221,7 +221,12 @@ pub async fn notify_all<C: GenericClient>(
             targets.insert(*tenant_id, list);
         }
         let body = event.to_json().to_string();
-        for t in targets[tenant_id].iter().filter(|t| t.wants(&event.kind)) {
+        let routed = |t: &&Target| event.routes.as_ref().is_none_or(|r| r.contains(&t.name));
+        for t in targets[tenant_id]
+            .iter()
+            .filter(|t| t.wants(&event.kind))
+            .filter(routed)
+        {
             let args = json!({
                 "method": "POST",
                 "url": t.url,

@@ -145,6 +145,8 @@ async fn cron_monitors_expect_the_next_cron_time_in_their_zone() {
         timezone: "Europe/Berlin".into(),
         grace_ms: 600_000,
         failure_threshold: 1,
+        targets: None,
+        realert_ms: None,
     };
     let m = monitors.create(TENANT, &spec).await.unwrap();
     // Pinged 2026-01-10 03:00:05 Berlin (02:00:05 UTC): next due 2026-01-11 02:00 UTC + 10 min.

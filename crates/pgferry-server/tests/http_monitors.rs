@@ -287,8 +287,15 @@ async fn inbound_webhooks_verify_dedup_fan_out_and_replay() {
         .await;
     assert_eq!(s, 201, "{ep}");
     assert!(ep["signature"].get("secret").is_none(), "{ep}");
-    // The slug is global: another tenant cannot take it.
-    let (s, _, _) = srv
+    let a_path = ep["path"].as_str().unwrap().to_string();
+    // Slugs are per tenant and the public address is the server's: tenant B's create of
+    // A's slug is answered as a create of an unused slug is (no 409, nothing of A's), and
+    // gets its own address.
+    let fresh = json!({"slug": "never-used", "targets": [format!("{hook}/x")]});
+    let (s_fresh, fresh, _) = srv
+        .call("POST", "/v1/webhook-endpoints", Some(&b), Some(fresh))
+        .await;
+    let (s, theirs, _) = srv
         .call(
             "POST",
             "/v1/webhook-endpoints",
@@ -296,12 +303,36 @@ async fn inbound_webhooks_verify_dedup_fan_out_and_replay() {
             Some(json!({"slug": "stripe-prod", "targets": [format!("{hook}/x")]})),
         )
         .await;
-    assert_eq!(s, 409);
+    assert_eq!((s, s_fresh), (201, 201), "{theirs}");
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&theirs), keys(&fresh));
+    assert_eq!(theirs["targets"], json!([format!("{hook}/x")]));
+    assert!(theirs["signature"].is_null() && theirs["event_id_header"].is_null());
+    let b_path = theirs["path"].as_str().unwrap();
+    assert_ne!(b_path, a_path);
+    assert!(
+        a_path.starts_with("/in/stripe-prod-") && a_path.len() == "/in/stripe-prod-".len() + 32
+    );
+    // The slug alone is not an address.
+    let (s, _, _) = srv
+        .send(srv.raw("POST", "/in/stripe-prod").body("{}"))
+        .await;
+    assert_eq!(s, 404);
+    // B's endpoint is B's: deleting it leaves A's.
+    let (s, _, _) = srv
+        .call(
+            "DELETE",
+            "/v1/webhook-endpoints/stripe-prod",
+            Some(&b),
+            None,
+        )
+        .await;
+    assert_eq!(s, 204);
 
     let body = r#"{"type":"invoice.paid","id":"evt_1"}"#;
     let post = |sig: Option<String>, id: &str, body: &'static str| {
         let mut req = srv
-            .raw("POST", "/in/stripe-prod")
+            .raw("POST", &a_path)
             .header("content-type", "application/json")
             .header("x-event-id", id)
             .body(body);
@@ -423,7 +454,7 @@ async fn inbound_webhooks_verify_dedup_fan_out_and_replay() {
     assert_eq!(s, 404);
     // Too large: 413.
     let big = "x".repeat(pgferry_monitors::webhooks::MAX_EVENT_BYTES + 1);
-    let (s, _, _) = srv.send(srv.raw("POST", "/in/stripe-prod").body(big)).await;
+    let (s, _, _) = srv.send(srv.raw("POST", &a_path).body(big)).await;
     assert_eq!(s, 413);
     let metrics = srv
         .http

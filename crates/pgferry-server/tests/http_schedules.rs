@@ -205,6 +205,21 @@ async fn bad_schedules_are_400s_naming_the_field() {
             "target.max_attempts",
         ),
         (with(&["unknown"], json!(1)), "unknown"),
+        // Optional fields are not nullable in the document: an explicit null is a 400
+        // naming the field, as absent would not be.
+        (with(&["cron"], Value::Null), "cron"),
+        (with(&["timezone"], Value::Null), "timezone"),
+        (with(&["paused"], Value::Null), "paused"),
+        (with(&["grace_ms"], Value::Null), "grace_ms"),
+        (with(&["overlap"], Value::Null), "overlap"),
+        (
+            with(&["target", "priority"], Value::Null),
+            "target.priority",
+        ),
+        (
+            with(&["target", "max_attempts"], Value::Null),
+            "target.max_attempts",
+        ),
         (
             with(
                 &["target"],

@@ -14,6 +14,8 @@ pub mod codec;
 mod convert;
 pub mod dispatch;
 mod producer;
+mod scheduler_admin;
+mod scheduler_bridge;
 mod worker;
 mod workflow_admin;
 mod workflow_pb;
@@ -101,6 +103,10 @@ pub struct GrpcState {
     pub dispatchers: dispatch::Registry,
     /// The HTTP API's per-key rate limits: Admin calls and stream opens take a token.
     pub limiter: Arc<RateLimiter>,
+    /// The HTTP API's `/v1` router over the same state: SchedulerAdmin runs its operations
+    /// through it in process (set by [`GrpcState::from_app`]; unset, those RPCs are
+    /// UNIMPLEMENTED).
+    pub(crate) api: std::sync::OnceLock<axum::Router>,
     /// Becomes true when the server stops: streams end with UNAVAILABLE, dispatchers hand
     /// back what they hold.
     stopping: watch::Receiver<bool>,
@@ -138,6 +144,7 @@ impl GrpcState {
             tokens,
             config,
             limiter,
+            api: std::sync::OnceLock::new(),
             stopping,
             stop,
         })
@@ -152,7 +159,7 @@ impl GrpcState {
         let client = app.engine.pool().get().await?;
         let tokens = TokenKey::load_or_create(&client).await?;
         drop(client);
-        Ok(GrpcState::new(
+        let state = GrpcState::new(
             app.engine.clone(),
             app.auth.clone(),
             app.coalescers.clone(),
@@ -161,7 +168,10 @@ impl GrpcState {
             Arc::new(tokens),
             config,
             app.http.limiter.clone(),
-        ))
+        );
+        let api = crate::http::router(&app.http.config).with_state(app.clone());
+        let _ = state.api.set(api);
+        Ok(state)
     }
 
     /// Authenticates a hello: the key must exist, be live and hold `scope`.
@@ -346,6 +356,12 @@ pub async fn serve_grpc(
         state: state.clone(),
     })
     .max_decoding_message_size(max);
+    let scheduler_admin = pb::scheduler_admin_server::SchedulerAdminServer::new(
+        scheduler_admin::SchedulerAdminService {
+            state: state.clone(),
+        },
+    )
+    .max_decoding_message_size(max);
     let stop = state.stop.clone();
     let signal = async move {
         shutdown.await;
@@ -375,6 +391,7 @@ pub async fn serve_grpc(
         .add_service(workflow_worker)
         .add_service(workflow_admin)
         .add_service(ash)
+        .add_service(scheduler_admin)
         .serve_with_incoming_shutdown(incoming(listener), signal)
         .await;
     let _ = state.stop.send(true);

@@ -127,7 +127,7 @@ async fn add_secret(
         &p,
         action,
         &info.id.to_string(),
-        json!({"via": "http", "prefix": info.prefix}),
+        json!({"via": crate::service::transport::current_name(), "prefix": info.prefix}),
     )
     .await?;
     let mut body = secret_json(&info);
@@ -178,7 +178,7 @@ pub async fn delete_secret(
         &p,
         "http_jobs.secret.delete",
         &id.to_string(),
-        json!({"via": "http"}),
+        json!({"via": crate::service::transport::current_name()}),
     )
     .await?;
     Ok(StatusCode::NO_CONTENT)
@@ -219,7 +219,7 @@ pub async fn put_allow(
     state.http.http_jobs.forget(p.tenant_id);
     let body = allow_json(&allow);
     let mut detail = body.clone();
-    detail["via"] = "http".into();
+    detail["via"] = crate::service::transport::current_name().into();
     audit(&state, &p, "http_jobs.allow.set", &p.tenant, detail).await?;
     Ok(Json(body))
 }
@@ -238,7 +238,7 @@ pub async fn delete_allow(
         &p,
         "http_jobs.allow.delete",
         &p.tenant,
-        json!({"via": "http"}),
+        json!({"via": crate::service::transport::current_name()}),
     )
     .await?;
     Ok(StatusCode::NO_CONTENT)
@@ -310,7 +310,7 @@ pub async fn put_rate(
     s.put_rate(p.tenant_id, &b.destination, rate).await?;
     let body = rate_json(&b.destination, &rate);
     let mut detail = body.clone();
-    detail["via"] = "http".into();
+    detail["via"] = crate::service::transport::current_name().into();
     audit(&state, &p, "http_jobs.rate.set", &b.destination, detail).await?;
     Ok(Json(body))
 }
@@ -343,7 +343,7 @@ pub async fn delete_rate(
         &p,
         "http_jobs.rate.delete",
         d,
-        json!({"via": "http"}),
+        json!({"via": crate::service::transport::current_name()}),
     )
     .await?;
     Ok(StatusCode::NO_CONTENT)

@@ -14,6 +14,7 @@ mod jobs;
 mod monitors;
 pub mod openapi;
 mod paging;
+pub mod public_limit;
 mod queues;
 pub(crate) mod results;
 mod schedules;
@@ -53,6 +54,11 @@ pub struct HttpConfig {
     pub rate_burst: f64,
     /// Ranges HTTP jobs may reach besides the public internet (checked at creation).
     pub http_jobs_allow: pgferry_http_jobs::Allow,
+    /// Sustained requests per second per unauthenticated address (a monitor's ping token,
+    /// a webhook endpoint's address); see `public_limit`.
+    pub public_rate_per_sec: f64,
+    /// Requests per unauthenticated address allowed at once above the sustained rate.
+    pub public_rate_burst: f64,
 }
 
 impl Default for HttpConfig {
@@ -66,6 +72,9 @@ impl Default for HttpConfig {
             rate_per_sec: 1000.0,
             rate_burst: 2000.0,
             http_jobs_allow: pgferry_http_jobs::Allow::none(),
+            // A heartbeat pings a few times a run; a provider's redelivery storm bursts.
+            public_rate_per_sec: 10.0,
+            public_rate_burst: 60.0,
         }
     }
 }
@@ -78,6 +87,8 @@ pub struct HttpState {
     tokens: tokio::sync::OnceCell<crate::auth::token::TokenKey>,
     /// Per-key token buckets, shared with the gRPC front (one budget per key).
     pub limiter: std::sync::Arc<RateLimiter>,
+    /// Per-address token buckets of `/ping/...` and `/in/...` (no API key there).
+    pub public_limiter: public_limit::PublicLimiter,
     /// The OpenAPI document with this server's limits.
     pub openapi: serde_json::Value,
     /// Tenants' HTTP job allow lists as creation checks last read them.
@@ -88,6 +99,10 @@ impl HttpState {
     pub fn new(config: HttpConfig) -> HttpState {
         HttpState {
             limiter: std::sync::Arc::new(RateLimiter::new(config.rate_per_sec, config.rate_burst)),
+            public_limiter: public_limit::PublicLimiter::new(
+                config.public_rate_per_sec,
+                config.public_rate_burst,
+            ),
             openapi: openapi::document(&config),
             config,
             tokens: tokio::sync::OnceCell::new(),
@@ -337,7 +352,7 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             "/ping/{token}/fail",
             post(monitors::ping_fail),
         ),
-        (Method::POST, "/in/{slug}", post(webhooks::receive)),
+        (Method::POST, "/in/{address}", post(webhooks::receive)),
         (
             Method::POST,
             "/v1/http-jobs/secrets",

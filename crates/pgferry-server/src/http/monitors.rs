@@ -68,9 +68,15 @@ pub(crate) async fn audit(
         .get()
         .await
         .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))?;
-    admin::audit_api(&**client, p, action, name, json!({"via": "http"}))
-        .await
-        .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))
+    admin::audit_api(
+        &**client,
+        p,
+        action,
+        name,
+        json!({"via": crate::service::transport::current_name()}),
+    )
+    .await
+    .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))
 }
 
 pub(crate) fn name_ok(field: &'static str, name: &str) -> ApiResult<()> {
@@ -105,6 +111,10 @@ pub struct CreateMonitor {
     grace_ms: Option<i64>,
     #[serde(default, deserialize_with = "present")]
     failure_threshold: Option<i32>,
+    #[serde(default, deserialize_with = "present")]
+    targets: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "present")]
+    realert_ms: Option<i64>,
 }
 
 impl Objects for CreateMonitor {}
@@ -118,6 +128,8 @@ fn monitor_json(m: &Monitor) -> Value {
         "timezone": m.spec.timezone,
         "grace_ms": m.spec.grace_ms,
         "failure_threshold": m.spec.failure_threshold,
+        "targets": m.spec.targets,
+        "realert_ms": m.spec.realert_ms,
         "state": m.state,
         "ping_path": format!("/ping/{}", m.token),
         "due_at": t(m.due_at),
@@ -148,7 +160,22 @@ pub async fn create(
         timezone: b.timezone.unwrap_or_else(|| "UTC".into()),
         grace_ms: b.grace_ms.unwrap_or(60_000),
         failure_threshold: b.failure_threshold.unwrap_or(1),
+        targets: b.targets,
+        realert_ms: b.realert_ms,
     };
+    spec.validate().map_err(api)?;
+    // Named targets must exist now (deleting one later drops it from the routing).
+    for name in spec.targets.iter().flatten() {
+        if let Err(e) = targets(&state).get(p.tenant_id, name).await {
+            return Err(match e {
+                MonitorError::NotFound { .. } => ApiError::bad_request(
+                    "targets",
+                    format!("no notification target named {name:?}"),
+                ),
+                e => api(e),
+            });
+        }
+    }
     let m = monitors(&state)
         .create(p.tenant_id, &spec)
         .await
@@ -342,6 +369,8 @@ async fn ping_as(
     kind: PingKind,
     body: &Bytes,
 ) -> ApiResult<Json<Value>> {
+    // Before the lookup: a looping caller costs no query (known or unknown token alike).
+    state.http.public_limiter.check("monitor token", token)?;
     let text = (!body.is_empty()).then(|| String::from_utf8_lossy(body).replace('\0', ""));
     let m = monitors(state)
         .ping(token, kind, text.as_deref())

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{no_nul, no_nul_json, Authed, JsonBody, Objects};
+use super::monitors::present;
 use super::paging::{name_page, page};
 use crate::auth::namespace::user_queue;
 use crate::auth::{admin, Principal, Scope};
@@ -61,9 +62,9 @@ pub struct TargetBody {
     args: Option<Value>,
     #[serde(default)]
     input: Option<Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     priority: Option<u8>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     max_attempts: Option<i32>,
 }
 
@@ -71,30 +72,30 @@ pub struct TargetBody {
 #[serde(deny_unknown_fields)]
 pub struct CreateBody {
     name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     cron: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     interval_ms: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     timezone: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     jitter_ms: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     start_at: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     end_at: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     paused: Option<bool>,
     target: TargetBody,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     missed: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     catchup_window_ms: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     catchup_max: Option<i32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     overlap: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     grace_ms: Option<i64>,
 }
 
@@ -250,9 +251,15 @@ async fn audit(state: &AppState, p: &Principal, action: &str, name: &str) -> Api
         .get()
         .await
         .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))?;
-    admin::audit_api(&**client, p, action, name, json!({"via": "http"}))
-        .await
-        .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))
+    admin::audit_api(
+        &**client,
+        p,
+        action,
+        name,
+        json!({"via": crate::service::transport::current_name()}),
+    )
+    .await
+    .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))
 }
 
 fn name_ok(name: &str) -> ApiResult<()> {

@@ -13,6 +13,7 @@
 pub mod admin;
 pub mod enqueue;
 pub mod outcome;
+pub mod transport;
 
 pub use enqueue::enqueue;
 pub use outcome::{count_recorded, outcome, record};
