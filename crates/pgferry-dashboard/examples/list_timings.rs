@@ -143,22 +143,43 @@ async fn main() {
     let samples = arg("--samples", 50) as usize;
     let seeders = arg("--seeders", 4) as usize;
     let workflows = arg("--workflows", 0) as i64;
+    // `--hold 1`: after the timings, keep the database (and this process) until SIGINT, so
+    // plans can be read with psql on the same data (prints the connection string).
+    let hold = arg("--hold", 0) == 1;
 
-    let db = pgferry_testkit::test_db().await;
-    let mut client = db.connect().await;
+    // `--reuse <connection string>`: time a database another run seeded and held (the same
+    // data for two builds: before/after); nothing is seeded.
+    let args: Vec<String> = std::env::args().collect();
+    let reuse = args
+        .iter()
+        .position(|a| a == "--reuse")
+        .and_then(|i| args.get(i + 1).cloned());
+    let (conn_string, _db) = match &reuse {
+        Some(c) => (c.clone(), None),
+        None => {
+            let db = pgferry_testkit::test_db().await;
+            (db.conn_string.clone(), Some(db))
+        }
+    };
+    let config: tokio_postgres::Config = conn_string.parse().expect("connection string");
+    let (mut client, conn) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
     // The server's migrations: the engine's plus auth, schedules and ASH.
     pgferry_server::migrate::up(&mut client)
         .await
         .expect("migrate");
-    let engine = Engine::new(db::pool(&db.config, "api", 16), EngineConfig::default());
+    let engine = Engine::new(db::pool(&config, "api", 16), EngineConfig::default());
     let (_stop, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(
-        Leader::new(engine.clone(), db.config.clone(), LeaderConfig::default()).run(stop_rx),
-    );
+    tokio::spawn(Leader::new(engine.clone(), config.clone(), LeaderConfig::default()).run(stop_rx));
     let state = AppState::new(Arc::clone(&engine), ServerConfig::default())
         .await
         .expect("state");
-    admin::create_tenant(&mut client, "perf").await.unwrap();
+    if reuse.is_none() {
+        admin::create_tenant(&mut client, "perf").await.unwrap();
+    }
     let (_, key) = admin::create_key(&mut client, "perf", Scopes::all(), None)
         .await
         .unwrap();
@@ -207,7 +228,9 @@ async fn main() {
     let queue = "t1.history";
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for w in 0..seeders {
+    // With --reuse, --jobs and --workflows describe the database; nothing is added.
+    let seeding = reuse.is_none();
+    for w in (0..seeders).filter(|_| seeding) {
         let engine = engine.clone();
         let share = jobs / seeders as u64 + u64::from((w as u64) < jobs % seeders as u64);
         tasks.push(tokio::spawn(async move {
@@ -218,7 +241,7 @@ async fn main() {
         t.await.unwrap();
     }
     let seed_secs = started.elapsed().as_secs_f64();
-    let waiting: Vec<NewJob> = (0..pending)
+    let waiting: Vec<NewJob> = (0..if seeding { pending } else { 0 })
         .map(|i| NewJob::new(queue, "waiting", json!({ "n": i })))
         .collect();
     for chunk in waiting.chunks(1000) {
@@ -226,7 +249,7 @@ async fn main() {
     }
     let wf_started = Instant::now();
     let mut from = 1i64;
-    while from <= workflows {
+    while seeding && from <= workflows {
         let n = 10_000.min(workflows - from + 1);
         let row = client
             .query_one(SEED_WORKFLOWS, &[&"t1.flows", &from, &n])
@@ -239,7 +262,12 @@ async fn main() {
         }
     }
     let wf_secs = wf_started.elapsed().as_secs_f64();
-    client.batch_execute("VACUUM ANALYZE").await.unwrap();
+    if reuse.is_none() {
+        client.batch_execute("VACUUM ANALYZE").await.unwrap();
+    }
+    if hold {
+        eprintln!("database: {conn_string}");
+    }
     eprintln!("seeded {jobs} finished jobs in {seed_secs:.0} s (+{pending} pending), {workflows} workflow instances in {wf_secs:.0} s");
 
     let since = SystemTime::now()
@@ -493,5 +521,9 @@ async fn main() {
                 "max_ms": (pct(&ms, 1.0) * 100.0).round() / 100.0,
             })
         );
+    }
+    if hold {
+        eprintln!("holding the database until SIGINT: {conn_string}");
+        tokio::signal::ctrl_c().await.expect("ctrl_c");
     }
 }

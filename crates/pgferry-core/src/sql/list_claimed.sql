@@ -17,7 +17,8 @@
 -- Bounded: at most n = max($8, $4 / lanes) attempts per lane; the mark works as in list_pending.sql.
 -- $1 queue, $2 cursor receipt id (NULL: from the newest), $3 cursor position in it,
 -- $4 attempts to read, $5 kind (NULL: any), $6 enqueued since (NULL: any), $7 state
--- wanted (NULL: any), $8 answers wanted, $9 running only
+-- wanted (NULL: any), $8 answers wanted, $9 running only, $10 text in args or meta (lower
+-- case; NULL: any)
 WITH lanes AS MATERIALIZED (
     SELECT l.lane,
            CASE WHEN $9::bool
@@ -110,12 +111,15 @@ st AS (
    FROM st s
   WHERE s.state IS NOT NULL
     AND ($7::text IS NULL OR s.state = $7)
-    AND ($5::text IS NULL
+    AND (($5::text IS NULL AND $10::text IS NULL)
          OR EXISTS (SELECT 1 FROM pgferry.ready_rows(s.job_id) r
-                     WHERE r.segment = s.segment AND r.attempt = s.attempt AND r.kind = $5)
+                     WHERE r.segment = s.segment AND r.attempt = s.attempt
+                       AND ($5::text IS NULL OR r.kind = $5)
+                       AND ($10::text IS NULL OR (strpos(lower(r.args::text), $10) > 0 OR strpos(lower(coalesce(r.meta::text, '')), $10) > 0)))
          OR EXISTS (SELECT 1 FROM pgferry.long_leases ll
                      WHERE ll.job_id = s.job_id AND ll.attempt = s.attempt AND ll.handed_over
-                       AND ll.kind = $5))
+                       AND ($5::text IS NULL OR ll.kind = $5)
+                       AND ($10::text IS NULL OR (strpos(lower(ll.args::text), $10) > 0 OR strpos(lower(coalesce(ll.meta::text, '')), $10) > 0))))
     AND ($6::timestamptz IS NULL
          OR coalesce((SELECT r0.enqueued_at FROM pgferry.ready_rows(s.job_id) r0
                        ORDER BY r0.attempt LIMIT 1),
