@@ -616,3 +616,111 @@ async fn listing_statements_use_the_logs_indexes() {
         "{claimed}"
     );
 }
+
+/// Text filters (args/meta, dead errors) are tested on the rows a call reads: with a small
+/// budget, a match deep in the history comes after short pages with `has_more`, found once
+/// by paging on ("search older"); case does not matter; error text needs the dead state.
+#[tokio::test]
+async fn text_search_is_bounded_and_pages_on() {
+    let s = common::setup().await;
+    let small = Engine::new(
+        s.db.pool(4),
+        EngineConfig {
+            list_round_rows: 100,
+            ..EngineConfig::default()
+        },
+    );
+    let mut first = vec![NewJob::new(
+        "txt",
+        "k",
+        json!({ "customer": "Needle-Corp" }),
+    )];
+    first[0].meta = Some(json!({ "region": "north" }));
+    let needle = s.engine.enqueue(&first).await.unwrap()[0];
+    let hay: Vec<_> = (0..2000)
+        .map(|i| NewJob::new("txt", "k", json!({ "customer": format!("c{i}") })))
+        .collect();
+    s.engine.enqueue(&hay).await.unwrap();
+    s.tick().await;
+    let text = pgferry_core::TextFilter {
+        contains: Some("needle-corp".into()),
+        ..Default::default()
+    };
+    let all = JobFilter::default();
+    let mut cursor: Option<String> = None;
+    let (mut found, mut calls, mut short) = (Vec::new(), 0, 0);
+    loop {
+        let page = small
+            .list_jobs_matching("txt", &all, &text, cursor.as_deref(), 10)
+            .await
+            .unwrap();
+        calls += 1;
+        if page.jobs.is_empty() && page.has_more {
+            short += 1;
+        }
+        found.extend(page.jobs.iter().map(|j| j.id));
+        if !page.has_more {
+            break;
+        }
+        cursor = page.next;
+    }
+    assert_eq!(found, vec![needle]);
+    assert!(short >= 1, "the needle is below the first call's window");
+    assert!(calls < 50, "{calls} calls");
+    // Meta text too, through the default engine in one page.
+    let meta = pgferry_core::TextFilter {
+        contains: Some("NORTH".into()),
+        ..Default::default()
+    };
+    let page = s
+        .engine
+        .list_jobs_matching("txt", &all, &meta, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![needle]
+    );
+    // Error text: only with state dead, and then over the dead jobs' last errors.
+    let err = pgferry_core::TextFilter {
+        error_contains: Some("boom".into()),
+        ..Default::default()
+    };
+    let e = s
+        .engine
+        .list_jobs_matching("txt", &all, &err, None, 10)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("error_contains"), "{e}");
+    let mut j = NewJob::new("dq", "k", json!({}));
+    j.max_attempts = Some(1);
+    let mut k = NewJob::new("dq", "k", json!({}));
+    k.max_attempts = Some(1);
+    let ids = s.engine.enqueue(&[j, k]).await.unwrap();
+    s.tick().await;
+    let claimed = s.engine.claim("dq", 2, "w").await.unwrap();
+    let outcomes: Vec<_> = claimed
+        .iter()
+        .map(|c| {
+            c.fail(if c.job_id == ids[0] {
+                "Kaboom at step 3"
+            } else {
+                "timeout"
+            })
+        })
+        .collect();
+    s.engine.complete(&outcomes).await.unwrap();
+    let dead = JobFilter {
+        state: Some(JobState::Dead),
+        ..Default::default()
+    };
+    let page = s
+        .engine
+        .list_jobs_matching("dq", &dead, &err, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![ids[0]]
+    );
+}
