@@ -11,6 +11,10 @@
 //! engine's `pgferry.wf_start`, 10,000 per statement) and times the workflow pages' reads.
 //!
 //!     cargo run --release -p pgferry-dashboard --example list_timings -- --jobs 1000000
+//!
+//! `--hold 1` keeps the seeded database after the timings (until SIGINT) and prints its
+//! connection string; `--reuse <connection string>` times such a database without seeding
+//! (two builds, one dataset); `--round-rows N` sets the listing's per-statement budget.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -171,7 +175,18 @@ async fn main() {
     pgferry_server::migrate::up(&mut client)
         .await
         .expect("migrate");
-    let engine = Engine::new(db::pool(&config, "api", 16), EngineConfig::default());
+    // `--round-rows N`: the listing's per-statement budget (EngineConfig::list_round_rows).
+    let round_rows = arg(
+        "--round-rows",
+        EngineConfig::default().list_round_rows as u64,
+    ) as i64;
+    let engine = Engine::new(
+        db::pool(&config, "api", 16),
+        EngineConfig {
+            list_round_rows: round_rows,
+            ..EngineConfig::default()
+        },
+    );
     let (_stop, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(Leader::new(engine.clone(), config.clone(), LeaderConfig::default()).run(stop_rx));
     let state = AppState::new(Arc::clone(&engine), ServerConfig::default())
@@ -330,6 +345,24 @@ async fn main() {
         (
             "dead error_contains matching nothing (scans every dead job)".into(),
             "/ui/api/v1/dead?queue=history&error_contains=no%20such%20text&limit=50".into(),
+        ),
+        (
+            "search args text, 1 job in 4 (jobs: text search)".into(),
+            "/ui/api/jobs/search?queue=history&contains=%22w%22%3A%203&limit=50".into(),
+        ),
+        (
+            "search args text matching nothing (one bounded window)".into(),
+            "/ui/api/jobs/search?queue=history&contains=no%20such%20text&limit=50".into(),
+        ),
+        (
+            "search dead error text (jobs: error search)".into(),
+            "/ui/api/jobs/search?queue=history&state=dead&error_contains=upstream%20error%207:&limit=50"
+                .into(),
+        ),
+        (
+            "search dead error text matching nothing (one bounded window)".into(),
+            "/ui/api/jobs/search?queue=history&state=dead&error_contains=no%20such%20text&limit=50"
+                .into(),
         ),
         ("keys".into(), "/ui/api/keys".into()),
         ("audit".into(), "/ui/api/audit?limit=50".into()),
