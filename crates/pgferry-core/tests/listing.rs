@@ -617,6 +617,28 @@ async fn listing_statements_use_the_logs_indexes() {
     );
 }
 
+async fn walk_matching(
+    engine: &Engine,
+    queue: &str,
+    f: &JobFilter,
+    text: &pgferry_core::TextFilter,
+) -> Vec<i64> {
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..1000 {
+        let page = engine
+            .list_jobs_matching(queue, f, text, cursor.as_deref(), 10)
+            .await
+            .unwrap();
+        seen.extend(page.jobs.iter().map(|j| j.id));
+        if !page.has_more {
+            return seen;
+        }
+        cursor = page.next;
+    }
+    panic!("search never ended");
+}
+
 /// Text filters (args/meta, dead errors) are tested on the rows a call reads: with a small
 /// budget, a match deep in the history comes after short pages with `has_more`, found once
 /// by paging on ("search older"); case does not matter; error text needs the dead state.
@@ -667,6 +689,28 @@ async fn text_search_is_bounded_and_pages_on() {
     assert_eq!(found, vec![needle]);
     assert!(short >= 1, "the needle is below the first call's window");
     assert!(calls < 50, "{calls} calls");
+    // The same once every job ran: the claimed phase finds the rows by block.
+    let claimed = s.engine.claim("txt", 3000, "w").await.unwrap();
+    assert_eq!(claimed.len(), 2001);
+    s.complete_all(&claimed).await;
+    for engine in [&s.engine, &small] {
+        let got = walk_matching(engine, "txt", &all, &text).await;
+        assert_eq!(got, vec![needle]);
+        let since = JobFilter {
+            since: Some(std::time::SystemTime::now() - Duration::from_secs(600)),
+            kind: Some("k".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            walk_matching(engine, "txt", &since, &text).await,
+            vec![needle]
+        );
+        let later = JobFilter {
+            since: Some(std::time::SystemTime::now() + Duration::from_secs(600)),
+            ..Default::default()
+        };
+        assert!(walk_matching(engine, "txt", &later, &text).await.is_empty());
+    }
     // Meta text too, through the default engine in one page.
     let meta = pgferry_core::TextFilter {
         contains: Some("NORTH".into()),
