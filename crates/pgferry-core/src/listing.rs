@@ -237,6 +237,13 @@ pub(crate) struct Ids {
     pub next: Option<Cursor>,
 }
 
+/// What one phase statement may do: answers wanted, rows it may read.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    want: i64,
+    rows: i64,
+}
+
 /// One phase statement's answer.
 struct Round {
     jobs: Vec<(i64, JobState, Cursor)>,
@@ -361,7 +368,7 @@ impl Engine {
             let want = (limit + 1 - jobs.len()) as i64;
             let rows = round_rows(self.config().list_round_rows, limit as i64 + 1, r);
             let round = self
-                .list_round(client, queue, f, text, &cur, want, rows)
+                .list_round(client, queue, f, text, &cur, Budget { want, rows })
                 .await?;
             jobs.extend(round.jobs);
             if jobs.len() > limit {
@@ -407,9 +414,12 @@ impl Engine {
         f: &JobFilter,
         text: &TextFilter,
         cur: &Cursor,
-        want: i64,
-        rows_to_read: i64,
+        budget: Budget,
     ) -> Result<Round> {
+        let Budget {
+            want,
+            rows: rows_to_read,
+        } = budget;
         let state = f.state.map(|s| s.as_str());
         let id_pos = |p: &Pos| match p {
             Pos::Id(id) => Some(*id),
