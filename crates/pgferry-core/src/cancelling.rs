@@ -9,7 +9,7 @@ use crate::counters::Delta;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::job::{validate_kind, validate_queue_name};
-use crate::listing::{Cursor, JobFilter};
+use crate::listing::{Cursor, JobFilter, TextFilter};
 use crate::lookup::JobState;
 
 const CANCEL_MANY: &str = include_str!("sql/cancel_many.sql");
@@ -95,7 +95,9 @@ impl Engine {
                     return Ok(out);
                 }
                 let want = CANCEL_BATCH.min(limit as usize - done);
-                let page = self.list_ids(queue, &filter, cursor, want).await?;
+                let page = self
+                    .list_ids(queue, &filter, &TextFilter::default(), cursor, want)
+                    .await?;
                 pages += 1;
                 if !page.jobs.is_empty() {
                     let ids: Vec<i64> = page.jobs.iter().map(|(id, _)| *id).collect();

@@ -40,7 +40,8 @@ pub struct EngineConfig {
     pub max_payload_bytes: usize,
     /// Largest enqueue or complete batch.
     pub max_batch: usize,
-    /// Rows one statement of `list_jobs` reads at most (spread over the queue's lanes).
+    /// Rows one statement of `list_jobs` reads at most (spread over the queue's lanes);
+    /// a call's first statements read fewer (`listing::round_rows`).
     pub list_round_rows: i64,
     /// How often this process writes its counter deltas (see counters.rs).
     pub counter_flush: Duration,

@@ -38,7 +38,7 @@ pub use error::{Error, Result};
 pub use idempotency::{Acked, EnqueueRequest, IdempotencyKey};
 pub use job::{Backoff, ClaimedJob, Completed, NewJob, Outcome, OutcomeKind, Report};
 pub use leader::{Leader, LeaderConfig};
-pub use listing::{JobFilter, JobPage};
+pub use listing::{JobFilter, JobPage, TextFilter};
 pub use lookup::{AttemptInfo, CancelResult, JobInfo, JobState};
 pub use queues::{Durability, QueueInfo, QueueSettings};
 pub use unique::Enqueued;

@@ -10,7 +10,9 @@
 //!      outcomes (completions_receipt): running, completed, dead, cancelled;
 //!   4. cancelled before their first run (`cancels`, index cancels_unscheduled).
 //!
-//! A state filter visits only the phases that can hold that state. Each phase statement
+//! A state filter visits only the phases that can hold that state; `dead` has a phase of
+//! its own, the dead-letter table (index dead_lane), since a job is dead exactly when it
+//! has a row there: a few dead jobs among millions of claimed attempts are read directly. Each phase statement
 //! derives states set-based, filters and pages in the database, and reads a bounded number
 //! of rows (see list_pending.sql for the "mark" that keeps that exact); then two statements
 //! fetch the page's jobs (`jobs_detail.sql` and `jobs_extras.sql`, as `get_job`). A page
@@ -31,12 +33,36 @@ const LIST_SCHEDULED: &str = include_str!("sql/list_scheduled.sql");
 const LIST_PENDING: &str = include_str!("sql/list_pending.sql");
 const LIST_CLAIMED: &str = include_str!("sql/list_claimed.sql");
 const LIST_UNLOGGED_CANCELS: &str = include_str!("sql/list_unlogged_cancels.sql");
+const LIST_DEAD: &str = include_str!("sql/list_dead.sql");
+const SET_GENERIC: &str = include_str!("sql/list_generic_plans.sql");
 
 /// Largest page of `list_jobs`.
 pub const MAX_LIST_PAGE: u32 = 100;
 /// Phase statements one call may run: with the page's two detail statements
 /// (jobs_detail.sql, jobs_extras.sql), the most statements a page costs.
 pub const MAX_ROUNDS: usize = 5;
+/// Growth of a call's scan from one round to the next (see [`round_rows`]).
+const ROUND_GROWTH: i64 = 64;
+
+/// Rows the phase statement of round `round` (0-based) of one call may read, given the
+/// engine's cap `max_rows` and the answers wanted (`want`, the page and one more).
+///
+/// The first round reads only `want` rows per lane (the statements take the larger of
+/// their answers wanted and this budget spread over the lanes): an unfiltered page, or a
+/// filter most rows match, is answered from the first rows of each lane. Each later round
+/// reads ROUND_GROWTH times more, up to `max_rows`, so a rare match is still searched
+/// through the full budget. Reading the full budget in every round made every page pay for
+/// the rarest filter's scan (4,000 attempts and their outcomes, for 50 rows shown).
+pub fn round_rows(max_rows: i64, want: i64, round: usize) -> i64 {
+    let mut rows = want;
+    for _ in 0..round {
+        rows = rows.saturating_mul(ROUND_GROWTH);
+        if rows >= max_rows {
+            break;
+        }
+    }
+    rows.min(max_rows)
+}
 
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
@@ -45,6 +71,46 @@ pub struct JobFilter {
     /// Jobs that entered the log at or after this instant. Jobs never in the log (waiting
     /// for their first run, or cancelled there) have no enqueue time and are not filtered.
     pub since: Option<SystemTime>,
+}
+
+/// Substring filters of [`Engine::list_jobs_matching`], matched case-insensitively, which
+/// no index answers: they are tested on the rows a listing reads anyway, so a search costs
+/// what the same listing without it costs per statement, and a rare match comes back in
+/// short pages with `has_more` (search older) rather than as a scan of the whole history.
+#[derive(Debug, Clone, Default)]
+pub struct TextFilter {
+    /// In the job's args or meta, as JSON text (jsonb's form: `{"key": "value"}`).
+    pub contains: Option<String>,
+    /// In a dead job's last error; only with the `dead` state filter.
+    pub error_contains: Option<String>,
+}
+
+/// Longest substring a [`TextFilter`] takes.
+pub const MAX_SEARCH_CHARS: usize = 200;
+
+impl TextFilter {
+    fn check(&self, state: Option<JobState>) -> Result<()> {
+        for (field, v) in [
+            ("contains", &self.contains),
+            ("error_contains", &self.error_contains),
+        ] {
+            if let Some(v) = v {
+                if v.is_empty() || v.chars().count() > MAX_SEARCH_CHARS {
+                    return Err(Error::InvalidArgument {
+                        field,
+                        reason: format!("must be 1 to {MAX_SEARCH_CHARS} characters"),
+                    });
+                }
+            }
+        }
+        if self.error_contains.is_some() && state != Some(JobState::Dead) {
+            return Err(Error::InvalidArgument {
+                field: "error_contains",
+                reason: "searches dead jobs' last errors: only with state dead".into(),
+            });
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -61,6 +127,7 @@ pub(crate) enum Phase {
     Pending,
     Claimed,
     Unlogged,
+    Dead,
 }
 
 impl Phase {
@@ -70,6 +137,7 @@ impl Phase {
             Phase::Pending => "p",
             Phase::Claimed => "r",
             Phase::Unlogged => "c",
+            Phase::Dead => "d",
         }
     }
 }
@@ -115,13 +183,14 @@ impl Cursor {
             Some("p") => Phase::Pending,
             Some("r") => Phase::Claimed,
             Some("c") => Phase::Unlogged,
+            Some("d") => Phase::Dead,
             _ => return Err(bad()),
         };
         let nums: Vec<&str> = parts.collect();
         let int = |v: &str| v.parse::<i64>().map_err(|_| bad());
         let pos = match (phase, nums.as_slice()) {
             (_, []) => Pos::Start,
-            (Phase::Scheduled | Phase::Unlogged, [id]) => Pos::Id(int(id)?),
+            (Phase::Scheduled | Phase::Unlogged | Phase::Dead, [id]) => Pos::Id(int(id)?),
             (Phase::Pending, [xid, seq]) => {
                 // xid8 is an unsigned 64-bit number; parsed here so the database never sees
                 // anything else.
@@ -142,7 +211,8 @@ pub(crate) fn phases(state: Option<JobState>) -> &'static [Phase] {
         None => &[Scheduled, Pending, Claimed, Unlogged],
         Some(JobState::Scheduled) => &[Scheduled],
         Some(JobState::Pending) => &[Pending],
-        Some(JobState::Running | JobState::Completed | JobState::Dead) => &[Claimed],
+        Some(JobState::Running | JobState::Completed) => &[Claimed],
+        Some(JobState::Dead) => &[Dead],
         Some(JobState::Cancelled) => &[Pending, Claimed, Unlogged],
     }
 }
@@ -167,6 +237,13 @@ pub(crate) struct Ids {
     pub next: Option<Cursor>,
 }
 
+/// What one phase statement may do: answers wanted, rows it may read.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    want: i64,
+    rows: i64,
+}
+
 /// One phase statement's answer.
 struct Round {
     jobs: Vec<(i64, JobState, Cursor)>,
@@ -181,7 +258,27 @@ impl Engine {
         cursor: Option<&str>,
         limit: u32,
     ) -> Result<JobPage> {
+        self.list_jobs_matching(queue, f, &TextFilter::default(), cursor, limit)
+            .await
+    }
+
+    /// [`Engine::list_jobs`] with substring filters, tested on the rows each phase reads:
+    /// bounded per call like any filter (see [`TextFilter`]).
+    pub async fn list_jobs_matching(
+        &self,
+        queue: &str,
+        f: &JobFilter,
+        text: &TextFilter,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<JobPage> {
         validate_queue_name(queue)?;
+        text.check(f.state)?;
+        let lower = |s: &Option<String>| s.as_deref().map(str::to_lowercase);
+        let text = TextFilter {
+            contains: lower(&text.contains),
+            error_contains: lower(&text.error_contains),
+        };
         if limit == 0 || limit > MAX_LIST_PAGE {
             return Err(Error::InvalidArgument {
                 field: "limit",
@@ -192,7 +289,9 @@ impl Engine {
             .filter(|c| !c.is_empty())
             .map(Cursor::decode)
             .transpose()?;
-        let ids = self.list_ids(queue, f, cursor, limit as usize).await?;
+        let ids = self
+            .list_ids(queue, f, &text, cursor, limit as usize)
+            .await?;
         let wanted: Vec<i64> = ids.jobs.iter().map(|(id, _)| *id).collect();
         let mut found: HashMap<i64, JobInfo> = if wanted.is_empty() {
             HashMap::new()
@@ -222,11 +321,12 @@ impl Engine {
         &self,
         queue: &str,
         f: &JobFilter,
+        text: &TextFilter,
         cursor: Option<Cursor>,
         limit: usize,
     ) -> Result<Ids> {
         let phases = phases(f.state);
-        let mut cur = match cursor {
+        let cur = match cursor {
             Some(c) if phases.contains(&c.phase) => c,
             Some(_) => {
                 return Err(Error::InvalidArgument {
@@ -239,11 +339,37 @@ impl Engine {
                 pos: Pos::Start,
             },
         };
+        let mut client = self.pool().get().await?;
+        // Generic plans for the phase statements. Left to itself the plan cache keeps
+        // planning list_claimed.sql per call (its generic plan's estimate is above the custom
+        // ones'), and planning these CTEs over every partition took 10–50 ms, more than
+        // executing them (2–40 ms); their generic plans run as fast (measured on 1M jobs,
+        // docs/performance.md). A transaction scopes the setting (SET LOCAL) to this call;
+        // each statement still reads its own snapshot (READ COMMITTED), as before.
+        let tx = client.transaction().await?;
+        tx.batch_execute(SET_GENERIC).await?;
+        let ids = self.list_rounds(&tx, queue, f, text, cur, limit).await?;
+        tx.commit().await?;
+        Ok(ids)
+    }
+
+    async fn list_rounds(
+        &self,
+        client: &deadpool_postgres::Transaction<'_>,
+        queue: &str,
+        f: &JobFilter,
+        text: &TextFilter,
+        mut cur: Cursor,
+        limit: usize,
+    ) -> Result<Ids> {
+        let phases = phases(f.state);
         let mut jobs: Vec<(i64, JobState, Cursor)> = Vec::new();
-        let client = self.pool().get().await?;
-        for _ in 0..MAX_ROUNDS {
+        for r in 0..MAX_ROUNDS {
             let want = (limit + 1 - jobs.len()) as i64;
-            let round = self.list_round(&client, queue, f, &cur, want).await?;
+            let rows = round_rows(self.config().list_round_rows, limit as i64 + 1, r);
+            let round = self
+                .list_round(client, queue, f, text, &cur, Budget { want, rows })
+                .await?;
             jobs.extend(round.jobs);
             if jobs.len() > limit {
                 // One match past the page: there is more, below the page's last job.
@@ -283,12 +409,17 @@ impl Engine {
 
     async fn list_round(
         &self,
-        client: &deadpool_postgres::Client,
+        client: &deadpool_postgres::Transaction<'_>,
         queue: &str,
         f: &JobFilter,
+        text: &TextFilter,
         cur: &Cursor,
-        want: i64,
+        budget: Budget,
     ) -> Result<Round> {
+        let Budget {
+            want,
+            rows: rows_to_read,
+        } = budget;
         let state = f.state.map(|s| s.as_str());
         let id_pos = |p: &Pos| match p {
             Pos::Id(id) => Some(*id),
@@ -303,6 +434,34 @@ impl Engine {
             pos,
         };
         match cur.phase {
+            Phase::Dead => {
+                let stmt = client.prepare_cached(LIST_DEAD).await?;
+                let rows = client
+                    .query(
+                        &stmt,
+                        &[
+                            &queue,
+                            &id_pos(&cur.pos),
+                            &rows_to_read,
+                            &f.kind,
+                            &want,
+                            &f.since,
+                            &text.contains,
+                            &text.error_contains,
+                        ],
+                    )
+                    .await?;
+                for r in &rows {
+                    let id: i64 = r.get("job_id");
+                    if r.get::<_, bool>("is_mark") {
+                        round.mark = Some(Pos::Id(id));
+                    } else {
+                        round
+                            .jobs
+                            .push((id, state_of(r.get("state"))?, at(Pos::Id(id))));
+                    }
+                }
+            }
             Phase::Scheduled | Phase::Unlogged => {
                 let sql = if cur.phase == Phase::Scheduled {
                     LIST_SCHEDULED
@@ -316,9 +475,10 @@ impl Engine {
                         &[
                             &queue,
                             &id_pos(&cur.pos),
-                            &self.config().list_round_rows,
+                            &rows_to_read,
                             &f.kind,
                             &want,
+                            &text.contains,
                         ],
                     )
                     .await?;
@@ -346,11 +506,12 @@ impl Engine {
                             &queue,
                             &xid,
                             &seq,
-                            &self.config().list_round_rows,
+                            &rows_to_read,
                             &f.kind,
                             &f.since,
                             &state,
                             &want,
+                            &text.contains,
                         ],
                     )
                     .await?;
@@ -379,12 +540,13 @@ impl Engine {
                             &queue,
                             &rid,
                             &i,
-                            &self.config().list_round_rows,
+                            &rows_to_read,
                             &f.kind,
                             &f.since,
                             &state,
                             &want,
                             &running_only,
+                            &text.contains,
                         ],
                     )
                     .await?;
@@ -411,4 +573,29 @@ fn state_of(s: Option<String>) -> Result<JobState> {
              JobState disagree)"
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_start_at_the_page_and_grow_to_the_cap() {
+        let rows: Vec<i64> = (0..MAX_ROUNDS).map(|r| round_rows(4000, 51, r)).collect();
+        assert_eq!(rows, vec![51, 3264, 4000, 4000, 4000]);
+        // A cap below the page: the cap (the statements still read the page per lane).
+        assert_eq!(round_rows(10, 51, 0), 10);
+        assert_eq!(round_rows(i64::MAX, i64::MAX / 2, 3), i64::MAX);
+    }
+
+    #[test]
+    fn dead_cursors_round_trip_and_belong_to_the_dead_filter() {
+        let c = Cursor {
+            phase: Phase::Dead,
+            pos: Pos::Id(42),
+        };
+        assert_eq!(Cursor::decode(&c.encode()).unwrap(), c);
+        assert_eq!(phases(Some(JobState::Dead)), &[Phase::Dead]);
+        assert!(!phases(None).contains(&Phase::Dead));
+    }
 }

@@ -46,6 +46,26 @@ async fn walk(engine: &Engine, queue: &str, f: &JobFilter, limit: u32) -> Vec<i6
     panic!("listing never ended");
 }
 
+/// Statements of the counted calls that read data: a listing call's transaction control
+/// (START TRANSACTION, its SET LOCAL of generic plans, COMMIT: three round trips that read
+/// nothing) is left out, and checked to be no more than that.
+async fn reads(admin: &tokio_postgres::Client) -> i64 {
+    let all = common::statements(admin).await;
+    let control = |q: &str| {
+        q == "START TRANSACTION" || q == "COMMIT" || q.contains("SET LOCAL plan_cache_mode")
+    };
+    for (q, calls) in &all {
+        assert!(
+            !control(q) || *calls <= 1,
+            "{q} ran {calls} times in one listing call"
+        );
+    }
+    all.iter()
+        .filter(|(q, _)| !control(q))
+        .map(|(_, c)| c)
+        .sum()
+}
+
 #[tokio::test]
 async fn every_state_pages_like_get_job_says() {
     let s = common::setup().await;
@@ -250,15 +270,31 @@ async fn statements_per_page_are_bounded() {
         assert_eq!(page.jobs.len(), 5);
         assert!(!page.has_more);
         assert_eq!(
-            common::total_calls(&admin).await,
+            reads(&admin).await,
             2,
             "pending: one phase statement and the details (nothing claimed: no extras): {:?}",
             common::statements(&admin).await
         );
 
-        // Nothing is dead: the claimed phase is walked in bounded steps.
+        // Nothing is dead: one statement on the dead-letter table answers it.
         let f = JobFilter {
             state: Some(JobState::Dead),
+            ..Default::default()
+        };
+        common::reset_statements(&admin).await;
+        let page = engine.list_jobs("big", &f, None, 100).await.unwrap();
+        assert!(page.jobs.is_empty() && !page.has_more);
+        assert_eq!(
+            reads(&admin).await,
+            1,
+            "dead: the dead-letter phase alone: {:?}",
+            common::statements(&admin).await
+        );
+
+        // No completed job has this kind: the claimed phase is walked in bounded steps.
+        let f = JobFilter {
+            state: Some(JobState::Completed),
+            kind: Some("nothing".into()),
             ..Default::default()
         };
         let mut cursor: Option<String> = None;
@@ -270,7 +306,7 @@ async fn statements_per_page_are_bounded() {
                 .await
                 .unwrap();
             calls += 1;
-            let used = common::total_calls(&admin).await;
+            let used = reads(&admin).await;
             assert!(page.jobs.is_empty());
             assert!(
                 used <= bound,
@@ -282,9 +318,16 @@ async fn statements_per_page_are_bounded() {
             }
             cursor = page.next;
         }
-        let per_call = engine.config().list_round_rows as usize * pgferry_core::listing::MAX_ROUNDS;
+        // A call reads its rounds' budgets (growing from the page's size); of what the two
+        // lanes return, the mark keeps what lies above the higher lane's lowest row, about
+        // half when the lanes are claimed alternately.
+        let per_call: usize = (0..pgferry_core::listing::MAX_ROUNDS)
+            .map(|r| {
+                pgferry_core::listing::round_rows(engine.config().list_round_rows, 101, r) as usize
+            })
+            .sum();
         assert!(
-            calls <= claimed.len() / per_call + 2,
+            calls <= claimed.len() / (per_call / 2) + 2,
             "{calls} calls for {} claimed attempts",
             claimed.len()
         );
@@ -343,6 +386,26 @@ async fn late_commit_is_listed_pending_then_running() {
     assert_eq!(got, vec![late.min(early), late.max(early)]);
 }
 
+/// No Seq Scan in `plan` reads rows of the log (ready, receipts); some index is used.
+fn assert_log_read_by_index(name: &str, p: &str) {
+    let lines: Vec<&str> = p.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let on_log = ["ready_", "receipts_"]
+            .iter()
+            .any(|t| line.contains(&format!(" on {t}")));
+        if !line.contains("Seq Scan") || !on_log {
+            continue;
+        }
+        let read = (!line.contains("actual rows=0 ") && !line.contains("never executed"))
+            || lines[i + 1..]
+                .iter()
+                .take_while(|l| !l.contains("->"))
+                .any(|l| l.contains("Rows Removed by Filter"));
+        assert!(!read, "{name}: a Seq Scan reads the log:\n{p}");
+    }
+    assert!(p.contains("Index"), "{name}:\n{p}");
+}
+
 /// The listing statements read the log through its indexes on a realistic log (many jobs,
 /// other queues, receipts of other lanes): no Seq Scan reads rows of ready or receipts.
 #[tokio::test]
@@ -376,6 +439,10 @@ async fn listing_statements_use_the_logs_indexes() {
              SELECT 0, -g, 1000 + g % 50, pg_current_snapshot(), pg_current_snapshot(), 0, '0',
                     0, true, '{}', '{}', '{}', now()
                FROM generate_series(1, 5000) g;
+             -- Other queues' dead letters: state=dead must not read them.
+             INSERT INTO pgferry.dead (job_id, lane, attempt, max_attempts, kind, args, error)
+             SELECT -g, 1000 + g % 50, 1, 1, 'k', '{}', 'boom'
+               FROM generate_series(1, 5000) g;
              ANALYZE",
         )
         .await
@@ -403,6 +470,7 @@ async fn listing_statements_use_the_logs_indexes() {
                     &none_t,
                     &Some("pending"),
                     &101i64,
+                    &none_s,
                 ],
             )
             .await
@@ -422,6 +490,7 @@ async fn listing_statements_use_the_logs_indexes() {
                     &Some("completed"),
                     &101i64,
                     &false,
+                    &none_s,
                 ],
             )
             .await
@@ -479,27 +548,223 @@ async fn listing_statements_use_the_logs_indexes() {
         ("detail", &detail),
         ("extras", &extras),
     ] {
-        let lines: Vec<&str> = p.lines().collect();
-        for (i, line) in lines.iter().enumerate() {
-            let on_log = ["ready_", "receipts_"]
-                .iter()
-                .any(|t| line.contains(&format!(" on {t}")));
-            if !line.contains("Seq Scan") || !on_log {
-                continue;
-            }
-            let read = (!line.contains("actual rows=0 ") && !line.contains("never executed"))
-                || lines[i + 1..]
-                    .iter()
-                    .take_while(|l| !l.contains("->"))
-                    .any(|l| l.contains("Rows Removed by Filter"));
-            assert!(!read, "{name}: a Seq Scan reads the log:\n{p}");
-        }
-        assert!(p.contains("Index"), "{name}:\n{p}");
+        assert_log_read_by_index(name, p);
     }
+    // list_jobs runs the phase statements with generic plans (listing.rs): the same holds
+    // for those, with every filter given (kind, since, text) and without.
+    admin
+        .batch_execute("SET plan_cache_mode = force_generic_plan")
+        .await
+        .unwrap();
+    let kind = Some("k".to_string());
+    let text = Some("\"i\": 1".to_string());
+    let since = Some(std::time::SystemTime::now() - std::time::Duration::from_secs(3600));
+    for (k, t, s) in [(&none_s, &none_s, &none_t), (&kind, &text, &since)] {
+        let pending = plan(
+            admin
+                .query(
+                    &explain(include_str!("../src/sql/list_pending.sql")),
+                    &[&"q", &none_s, &none_i, &4000i64, k, s, &none_s, &101i64, t],
+                )
+                .await
+                .unwrap(),
+        );
+        // A generic plan shows the parameters, not their values.
+        assert!(pending.contains("$1"), "not a generic plan:\n{pending}");
+        assert_log_read_by_index("pending (generic)", &pending);
+        let claimed = plan(
+            admin
+                .query(
+                    &explain(include_str!("../src/sql/list_claimed.sql")),
+                    &[
+                        &"q", &none_i, &none_i, &4000i64, k, s, &none_s, &101i64, &false, t,
+                    ],
+                )
+                .await
+                .unwrap(),
+        );
+        assert!(claimed.contains("$1"), "not a generic plan:\n{claimed}");
+        assert_log_read_by_index("claimed (generic)", &claimed);
+        assert!(
+            common::rows_read(&claimed, "receipts") <= 4000 / 50 + 16,
+            "{claimed}"
+        );
+    }
+    admin.batch_execute("RESET plan_cache_mode").await.unwrap();
+    // state=dead reads the dead-letter table by (lane, job id), newest first: only the
+    // queue's own rows, never the other queues' 5,000.
+    let dead = plan(
+        admin
+            .query(
+                &explain(include_str!("../src/sql/list_dead.sql")),
+                &[
+                    &"q", &none_i, &4000i64, &none_s, &101i64, &none_t, &none_s, &none_s,
+                ],
+            )
+            .await
+            .unwrap(),
+    );
+    assert!(
+        dead.contains("Index Scan Backward using dead_lane"),
+        "{dead}"
+    );
+    assert!(!dead.contains("Seq Scan on dead"), "{dead}");
     // The claimed phase reads receipts in index order and stops at its budget.
     assert!(claimed.contains("Index Scan using receipts_"), "{claimed}");
     assert!(
         common::rows_read(&claimed, "receipts") <= 4000 / 50 + 16,
         "{claimed}"
+    );
+}
+
+async fn walk_matching(
+    engine: &Engine,
+    queue: &str,
+    f: &JobFilter,
+    text: &pgferry_core::TextFilter,
+) -> Vec<i64> {
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..1000 {
+        let page = engine
+            .list_jobs_matching(queue, f, text, cursor.as_deref(), 10)
+            .await
+            .unwrap();
+        seen.extend(page.jobs.iter().map(|j| j.id));
+        if !page.has_more {
+            return seen;
+        }
+        cursor = page.next;
+    }
+    panic!("search never ended");
+}
+
+/// Text filters (args/meta, dead errors) are tested on the rows a call reads: with a small
+/// budget, a match deep in the history comes after short pages with `has_more`, found once
+/// by paging on ("search older"); case does not matter; error text needs the dead state.
+#[tokio::test]
+async fn text_search_is_bounded_and_pages_on() {
+    let s = common::setup().await;
+    let small = Engine::new(
+        s.db.pool(4),
+        EngineConfig {
+            list_round_rows: 100,
+            ..EngineConfig::default()
+        },
+    );
+    let mut first = vec![NewJob::new(
+        "txt",
+        "k",
+        json!({ "customer": "Needle-Corp" }),
+    )];
+    first[0].meta = Some(json!({ "region": "north" }));
+    let needle = s.engine.enqueue(&first).await.unwrap()[0];
+    let hay: Vec<_> = (0..2000)
+        .map(|i| NewJob::new("txt", "k", json!({ "customer": format!("c{i}") })))
+        .collect();
+    s.engine.enqueue(&hay).await.unwrap();
+    s.tick().await;
+    let text = pgferry_core::TextFilter {
+        contains: Some("needle-corp".into()),
+        ..Default::default()
+    };
+    let all = JobFilter::default();
+    let mut cursor: Option<String> = None;
+    let (mut found, mut calls, mut short) = (Vec::new(), 0, 0);
+    loop {
+        let page = small
+            .list_jobs_matching("txt", &all, &text, cursor.as_deref(), 10)
+            .await
+            .unwrap();
+        calls += 1;
+        if page.jobs.is_empty() && page.has_more {
+            short += 1;
+        }
+        found.extend(page.jobs.iter().map(|j| j.id));
+        if !page.has_more {
+            break;
+        }
+        cursor = page.next;
+    }
+    assert_eq!(found, vec![needle]);
+    assert!(short >= 1, "the needle is below the first call's window");
+    assert!(calls < 50, "{calls} calls");
+    // The same once every job ran: the claimed phase finds the rows by block.
+    let claimed = s.engine.claim("txt", 3000, "w").await.unwrap();
+    assert_eq!(claimed.len(), 2001);
+    s.complete_all(&claimed).await;
+    for engine in [&s.engine, &small] {
+        let got = walk_matching(engine, "txt", &all, &text).await;
+        assert_eq!(got, vec![needle]);
+        let since = JobFilter {
+            since: Some(std::time::SystemTime::now() - Duration::from_secs(600)),
+            kind: Some("k".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            walk_matching(engine, "txt", &since, &text).await,
+            vec![needle]
+        );
+        let later = JobFilter {
+            since: Some(std::time::SystemTime::now() + Duration::from_secs(600)),
+            ..Default::default()
+        };
+        assert!(walk_matching(engine, "txt", &later, &text).await.is_empty());
+    }
+    // Meta text too, through the default engine in one page.
+    let meta = pgferry_core::TextFilter {
+        contains: Some("NORTH".into()),
+        ..Default::default()
+    };
+    let page = s
+        .engine
+        .list_jobs_matching("txt", &all, &meta, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![needle]
+    );
+    // Error text: only with state dead, and then over the dead jobs' last errors.
+    let err = pgferry_core::TextFilter {
+        error_contains: Some("boom".into()),
+        ..Default::default()
+    };
+    let e = s
+        .engine
+        .list_jobs_matching("txt", &all, &err, None, 10)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("error_contains"), "{e}");
+    let mut j = NewJob::new("dq", "k", json!({}));
+    j.max_attempts = Some(1);
+    let mut k = NewJob::new("dq", "k", json!({}));
+    k.max_attempts = Some(1);
+    let ids = s.engine.enqueue(&[j, k]).await.unwrap();
+    s.tick().await;
+    let claimed = s.engine.claim("dq", 2, "w").await.unwrap();
+    let outcomes: Vec<_> = claimed
+        .iter()
+        .map(|c| {
+            c.fail(if c.job_id == ids[0] {
+                "Kaboom at step 3"
+            } else {
+                "timeout"
+            })
+        })
+        .collect();
+    s.engine.complete(&outcomes).await.unwrap();
+    let dead = JobFilter {
+        state: Some(JobState::Dead),
+        ..Default::default()
+    };
+    let page = s
+        .engine
+        .list_jobs_matching("dq", &dead, &err, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![ids[0]]
     );
 }

@@ -11,6 +11,10 @@
 //! engine's `pgferry.wf_start`, 10,000 per statement) and times the workflow pages' reads.
 //!
 //!     cargo run --release -p pgferry-dashboard --example list_timings -- --jobs 1000000
+//!
+//! `--hold 1` keeps the seeded database after the timings (until SIGINT) and prints its
+//! connection string; `--reuse <connection string>` times such a database without seeding
+//! (two builds, one dataset); `--round-rows N` sets the listing's per-statement budget.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -143,22 +147,54 @@ async fn main() {
     let samples = arg("--samples", 50) as usize;
     let seeders = arg("--seeders", 4) as usize;
     let workflows = arg("--workflows", 0) as i64;
+    // `--hold 1`: after the timings, keep the database (and this process) until SIGINT, so
+    // plans can be read with psql on the same data (prints the connection string).
+    let hold = arg("--hold", 0) == 1;
 
-    let db = pgferry_testkit::test_db().await;
-    let mut client = db.connect().await;
+    // `--reuse <connection string>`: time a database another run seeded and held (the same
+    // data for two builds: before/after); nothing is seeded.
+    let args: Vec<String> = std::env::args().collect();
+    let reuse = args
+        .iter()
+        .position(|a| a == "--reuse")
+        .and_then(|i| args.get(i + 1).cloned());
+    let (conn_string, _db) = match &reuse {
+        Some(c) => (c.clone(), None),
+        None => {
+            let db = pgferry_testkit::test_db().await;
+            (db.conn_string.clone(), Some(db))
+        }
+    };
+    let config: tokio_postgres::Config = conn_string.parse().expect("connection string");
+    let (mut client, conn) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
     // The server's migrations: the engine's plus auth, schedules and ASH.
     pgferry_server::migrate::up(&mut client)
         .await
         .expect("migrate");
-    let engine = Engine::new(db::pool(&db.config, "api", 16), EngineConfig::default());
-    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(
-        Leader::new(engine.clone(), db.config.clone(), LeaderConfig::default()).run(stop_rx),
+    // `--round-rows N`: the listing's per-statement budget (EngineConfig::list_round_rows).
+    let round_rows = arg(
+        "--round-rows",
+        EngineConfig::default().list_round_rows as u64,
+    ) as i64;
+    let engine = Engine::new(
+        db::pool(&config, "api", 16),
+        EngineConfig {
+            list_round_rows: round_rows,
+            ..EngineConfig::default()
+        },
     );
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(Leader::new(engine.clone(), config.clone(), LeaderConfig::default()).run(stop_rx));
     let state = AppState::new(Arc::clone(&engine), ServerConfig::default())
         .await
         .expect("state");
-    admin::create_tenant(&mut client, "perf").await.unwrap();
+    if reuse.is_none() {
+        admin::create_tenant(&mut client, "perf").await.unwrap();
+    }
     let (_, key) = admin::create_key(&mut client, "perf", Scopes::all(), None)
         .await
         .unwrap();
@@ -207,7 +243,9 @@ async fn main() {
     let queue = "t1.history";
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for w in 0..seeders {
+    // With --reuse, --jobs and --workflows describe the database; nothing is added.
+    let seeding = reuse.is_none();
+    for w in (0..seeders).filter(|_| seeding) {
         let engine = engine.clone();
         let share = jobs / seeders as u64 + u64::from((w as u64) < jobs % seeders as u64);
         tasks.push(tokio::spawn(async move {
@@ -218,7 +256,7 @@ async fn main() {
         t.await.unwrap();
     }
     let seed_secs = started.elapsed().as_secs_f64();
-    let waiting: Vec<NewJob> = (0..pending)
+    let waiting: Vec<NewJob> = (0..if seeding { pending } else { 0 })
         .map(|i| NewJob::new(queue, "waiting", json!({ "n": i })))
         .collect();
     for chunk in waiting.chunks(1000) {
@@ -226,7 +264,7 @@ async fn main() {
     }
     let wf_started = Instant::now();
     let mut from = 1i64;
-    while from <= workflows {
+    while seeding && from <= workflows {
         let n = 10_000.min(workflows - from + 1);
         let row = client
             .query_one(SEED_WORKFLOWS, &[&"t1.flows", &from, &n])
@@ -239,7 +277,12 @@ async fn main() {
         }
     }
     let wf_secs = wf_started.elapsed().as_secs_f64();
-    client.batch_execute("VACUUM ANALYZE").await.unwrap();
+    if reuse.is_none() {
+        client.batch_execute("VACUUM ANALYZE").await.unwrap();
+    }
+    if hold {
+        eprintln!("database: {conn_string}");
+    }
     eprintln!("seeded {jobs} finished jobs in {seed_secs:.0} s (+{pending} pending), {workflows} workflow instances in {wf_secs:.0} s");
 
     let since = SystemTime::now()
@@ -302,6 +345,24 @@ async fn main() {
         (
             "dead error_contains matching nothing (scans every dead job)".into(),
             "/ui/api/v1/dead?queue=history&error_contains=no%20such%20text&limit=50".into(),
+        ),
+        (
+            "search args text, 1 job in 4 (jobs: text search)".into(),
+            "/ui/api/jobs/search?queue=history&contains=%22w%22%3A%203&limit=50".into(),
+        ),
+        (
+            "search args text matching nothing (one bounded window)".into(),
+            "/ui/api/jobs/search?queue=history&contains=no%20such%20text&limit=50".into(),
+        ),
+        (
+            "search dead error text (jobs: error search)".into(),
+            "/ui/api/jobs/search?queue=history&state=dead&error_contains=upstream%20error%207:&limit=50"
+                .into(),
+        ),
+        (
+            "search dead error text matching nothing (one bounded window)".into(),
+            "/ui/api/jobs/search?queue=history&state=dead&error_contains=no%20such%20text&limit=50"
+                .into(),
         ),
         ("keys".into(), "/ui/api/keys".into()),
         ("audit".into(), "/ui/api/audit?limit=50".into()),
@@ -493,5 +554,9 @@ async fn main() {
                 "max_ms": (pct(&ms, 1.0) * 100.0).round() / 100.0,
             })
         );
+    }
+    if hold {
+        eprintln!("holding the database until SIGINT: {conn_string}");
+        tokio::signal::ctrl_c().await.expect("ctrl_c");
     }
 }

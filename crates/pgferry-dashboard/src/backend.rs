@@ -93,6 +93,30 @@ impl IntoResponse for BackendError {
     }
 }
 
+/// A job search of the jobs page: the `/v1/jobs` filters plus substrings of args/meta and
+/// of a dead job's last error, which the API does not take (`GET /ui/api/jobs/search`).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSearch {
+    pub queue: String,
+    #[serde(default)]
+    pub state: Option<String>,
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub since_unix_ms: Option<u64>,
+    /// Substring of the job's args or meta (JSON text), any case.
+    #[serde(default)]
+    pub contains: Option<String>,
+    /// Substring of a dead job's last error, any case (state dead).
+    #[serde(default)]
+    pub error_contains: Option<String>,
+    #[serde(default)]
+    pub cursor: Option<String>,
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
 /// The server side of the dashboard. Every method gets the caller's [`Identity`] as the
 /// server resolved it for this request, and must refuse what its scopes do not allow and
 /// never touch another tenant.
@@ -192,6 +216,19 @@ pub trait Backend: Send + Sync + 'static {
     ) -> BoxFut<'a, Result<Value, BackendError>> {
         let _ = (who, queue);
         Box::pin(async { Err(BackendError::unavailable("queue activity is not served")) })
+    }
+
+    /// The caller's tenant's jobs matching `q` (read), in the `/v1/jobs` answer's shape
+    /// (`{"jobs", "has_more", "next_cursor"?}`). Substring filters are tested on the rows
+    /// the engine's listing reads anyway, so a page is as bounded as any listing's and may
+    /// come back short (even empty) with `has_more`: the page offers "search older".
+    fn search_jobs<'a>(
+        &'a self,
+        who: &'a Identity,
+        q: JobSearch,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        let _ = (who, q);
+        Box::pin(async { Err(BackendError::unavailable("job search is not served")) })
     }
 
     /// The caller's tenant's queues that hold workflow instances (read): `{"queues": [...]}`.

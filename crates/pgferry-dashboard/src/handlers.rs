@@ -183,6 +183,25 @@ pub async fn queue_activity(
     answer(d.backend.queue_activity(&signed.identity, &queue).await)
 }
 
+/// The jobs page's search (read): `/v1/jobs` filters plus args/meta and error substrings.
+pub async fn jobs_search(
+    State(d): State<Shared>,
+    signed: SignedIn,
+    q: Result<Query<crate::JobSearch>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = q else {
+        return BackendError::bad_request(
+            "query",
+            "queue is required; since_unix_ms and limit are integers; no other parameters",
+        )
+        .into_response();
+    };
+    if !signed.identity.allows("read") {
+        return BackendError::forbidden("this API key lacks the `read` scope").into_response();
+    }
+    answer(d.backend.search_jobs(&signed.identity, q).await)
+}
+
 pub async fn workflow_queues(State(d): State<Shared>, signed: SignedIn) -> Response {
     answer(d.backend.workflow_queues(&signed.identity).await)
 }

@@ -27,7 +27,7 @@ use std::time::Duration;
 use axum::routing::{any, get, post};
 use axum::Router;
 
-pub use backend::{Backend, BackendError, BoxFut, Identity};
+pub use backend::{Backend, BackendError, BoxFut, Identity, JobSearch};
 
 /// Settings of the dashboard.
 #[derive(Debug, Clone)]
@@ -99,6 +99,7 @@ where
         .route("/api/bulk/{id}", get(handlers::bulk_get))
         .route("/api/bulk/{id}/cancel", post(handlers::bulk_cancel))
         .route("/api/workflow-queues", get(handlers::workflow_queues))
+        .route("/api/jobs/search", get(handlers::jobs_search))
         .route("/api/queues/{name}/activity", get(handlers::queue_activity))
         .route(
             "/api/workflows/{id}/children",

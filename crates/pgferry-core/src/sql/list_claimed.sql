@@ -17,7 +17,8 @@
 -- Bounded: at most n = max($8, $4 / lanes) attempts per lane; the mark works as in list_pending.sql.
 -- $1 queue, $2 cursor receipt id (NULL: from the newest), $3 cursor position in it,
 -- $4 attempts to read, $5 kind (NULL: any), $6 enqueued since (NULL: any), $7 state
--- wanted (NULL: any), $8 answers wanted, $9 running only
+-- wanted (NULL: any), $8 answers wanted, $9 running only, $10 text in args or meta (lower
+-- case; NULL: any)
 WITH lanes AS MATERIALIZED (
     SELECT l.lane,
            CASE WHEN $9::bool
@@ -60,6 +61,24 @@ cand AS MATERIALIZED (
           ) y
           ORDER BY y.receipt_id DESC, y.i DESC
           LIMIT (SELECT lim.n FROM lim)) x
+),
+-- The candidates' own log rows, by block, when a filter needs them (kind, since, text): a
+-- fresh job's row shares its segment, lane and transaction with its block's anchor and has
+-- seq = job_id (ADR 0006, as ready_rows() finds one job), so one anchor probe (ready_by_id)
+-- and one range of ready_claim (lane, xid, seq) read a whole block: a few probes per 256
+-- candidates instead of two or three per candidate. Rows written any other way (by_id:
+-- anchors, retries, promotions) are not here and are probed one by one below.
+blk AS MATERIALIZED (
+    SELECT r.job_id, r.attempt, r.segment, r.kind, r.args, r.meta, r.enqueued_at
+      FROM (SELECT DISTINCT c.segment, c.job_id & ~255::bigint AS anchor
+              FROM cand c
+             WHERE $5::text IS NOT NULL OR $6::timestamptz IS NOT NULL
+                OR $10::text IS NOT NULL) b
+      JOIN pgferry.ready a ON a.by_id AND a.job_id = b.anchor AND a.segment = b.segment
+      JOIN pgferry.ready r
+        ON r.segment = a.segment AND r.lane = a.lane AND r.xid = a.xid
+       AND r.seq > b.anchor AND r.seq <= b.anchor + 255
+       AND NOT r.by_id AND r.job_id = r.seq
 ),
 mark AS (
     SELECT m.receipt_id, m.i
@@ -110,14 +129,35 @@ st AS (
    FROM st s
   WHERE s.state IS NOT NULL
     AND ($7::text IS NULL OR s.state = $7)
-    AND ($5::text IS NULL
-         OR EXISTS (SELECT 1 FROM pgferry.ready_rows(s.job_id) r
-                     WHERE r.segment = s.segment AND r.attempt = s.attempt AND r.kind = $5)
-         OR EXISTS (SELECT 1 FROM pgferry.long_leases ll
+    AND (($5::text IS NULL AND $10::text IS NULL)
+         -- Uncorrelated IN over blk: hashed subplans, one hash probe per candidate (a
+         -- join to blk was planned as a nested loop over it per candidate).
+         OR (s.job_id, s.attempt, s.segment) IN (
+                SELECT b.job_id, b.attempt, b.segment FROM blk b
+                 WHERE ($5::text IS NULL OR b.kind = $5)
+                   AND ($10::text IS NULL
+                        OR strpos(lower(b.args::text), $10) > 0
+                        OR strpos(lower(coalesce(b.meta::text, '')), $10) > 0))
+         OR (s.job_id, s.attempt, s.segment) NOT IN (
+                SELECT b.job_id, b.attempt, b.segment FROM blk b)
+            AND EXISTS (SELECT 1 FROM pgferry.ready_rows(s.job_id) r
+                     WHERE r.segment = s.segment AND r.attempt = s.attempt
+                       AND ($5::text IS NULL OR r.kind = $5)
+                       AND ($10::text IS NULL OR (strpos(lower(r.args::text), $10) > 0 OR strpos(lower(coalesce(r.meta::text, '')), $10) > 0)))
+         OR (s.job_id, s.attempt, s.segment) NOT IN (
+                SELECT b.job_id, b.attempt, b.segment FROM blk b)
+            AND EXISTS (SELECT 1 FROM pgferry.long_leases ll
                      WHERE ll.job_id = s.job_id AND ll.attempt = s.attempt AND ll.handed_over
-                       AND ll.kind = $5))
+                       AND ($5::text IS NULL OR ll.kind = $5)
+                       AND ($10::text IS NULL OR (strpos(lower(ll.args::text), $10) > 0 OR strpos(lower(coalesce(ll.meta::text, '')), $10) > 0))))
     AND ($6::timestamptz IS NULL
-         OR coalesce((SELECT r0.enqueued_at FROM pgferry.ready_rows(s.job_id) r0
+         -- A first attempt's row found by block carries the job's enqueue time.
+         OR (s.job_id, s.attempt, s.segment) IN (
+                SELECT b.job_id, b.attempt, b.segment FROM blk b
+                 WHERE b.attempt = 1 AND b.enqueued_at >= $6)
+         OR (s.job_id, s.attempt, s.segment) NOT IN (
+                SELECT b.job_id, b.attempt, b.segment FROM blk b WHERE b.attempt = 1)
+            AND coalesce((SELECT r0.enqueued_at FROM pgferry.ready_rows(s.job_id) r0
                        ORDER BY r0.attempt LIMIT 1),
                      (SELECT l0.enqueued_at FROM pgferry.long_leases l0
                        WHERE l0.job_id = s.job_id AND l0.handed_over

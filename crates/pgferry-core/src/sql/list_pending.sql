@@ -16,7 +16,7 @@
 -- carries the mark.
 -- $1 queue, $2 cursor xid (text; NULL: from the newest), $3 cursor seq, $4 rows to read,
 -- $5 kind (NULL: any), $6 enqueued since (NULL: any), $7 state wanted ('pending',
--- 'cancelled'; NULL: both), $8 answers wanted
+-- 'cancelled'; NULL: both), $8 answers wanted, $9 text in args or meta (lower case; NULL: any)
 WITH lanes AS MATERIALIZED (
     SELECT l.lane, rc.lo_snap, rc.hi_snap, rc.last_xid, rc.last_seq, rc.exhausted,
            coalesce(pg_snapshot_xmax(rc.lo_snap), '1'::xid8) AS lo_xmax,
@@ -40,7 +40,8 @@ cand AS MATERIALIZED (
     SELECT c.lane, 1 AS part, r.*
       FROM lanes c
       CROSS JOIN LATERAL (
-          SELECT r.job_id, r.attempt, r.xid, r.seq, r.kind, r.enqueued_at
+          SELECT r.job_id, r.attempt, r.xid, r.seq, r.kind, r.enqueued_at,
+                 ($9::text IS NULL OR (strpos(lower(r.args::text), $9) > 0 OR strpos(lower(coalesce(r.meta::text, '')), $9) > 0)) AS text_ok
             FROM pgferry.ready r
            WHERE r.lane = c.lane
              AND r.xid >= c.lo_xmax
@@ -52,7 +53,8 @@ cand AS MATERIALIZED (
     SELECT c.lane, 2 AS part, r.*
       FROM lanes c
       CROSS JOIN LATERAL (
-          SELECT r.job_id, r.attempt, r.xid, r.seq, r.kind, r.enqueued_at
+          SELECT r.job_id, r.attempt, r.xid, r.seq, r.kind, r.enqueued_at,
+                 ($9::text IS NULL OR (strpos(lower(r.args::text), $9) > 0 OR strpos(lower(coalesce(r.meta::text, '')), $9) > 0)) AS text_ok
             FROM (SELECT pg_snapshot_xip(c.lo_snap)
                   UNION SELECT pg_snapshot_xip(c.hi_snap)) AS x(xid)
             JOIN pgferry.ready r ON r.lane = c.lane AND r.xid = x.xid
@@ -83,6 +85,7 @@ st AS (
                         false)
        AND NOT EXISTS (SELECT 1 FROM mark m WHERE (c.xid, c.seq) < (m.xid, m.seq))
        AND ($5::text IS NULL OR c.kind = $5)
+       AND c.text_ok
        AND ($6::timestamptz IS NULL
             OR CASE WHEN c.attempt = 1 THEN c.enqueued_at
                     ELSE (SELECT r0.enqueued_at FROM pgferry.ready_rows(c.job_id) r0

@@ -2,7 +2,7 @@
 -- retries, snoozes), newest job first. Index scheduled_lane (lane, job_id) backwards per
 -- lane, at most n = max($5, $3 / lanes) rows per lane; the mark works as in list_pending.sql.
 -- $1 queue, $2 cursor job id (NULL: from the newest), $3 rows to read, $4 kind (NULL: any),
--- $5 answers wanted
+-- $5 answers wanted, $6 text in args or meta (lower case; NULL: any)
 WITH lanes AS MATERIALIZED (
     SELECT l.lane
       FROM pgferry.queues q JOIN pgferry.lanes l ON l.queue_id = q.queue_id
@@ -15,7 +15,8 @@ cand AS MATERIALIZED (
     SELECT l.lane, s.*
       FROM lanes l
       CROSS JOIN LATERAL (
-          SELECT s.job_id, s.kind
+          SELECT s.job_id, s.kind,
+                 ($6::text IS NULL OR (strpos(lower(s.args::text), $6) > 0 OR strpos(lower(coalesce(s.meta::text, '')), $6) > 0)) AS text_ok
             FROM pgferry.scheduled s
            WHERE s.lane = l.lane AND ($2::bigint IS NULL OR s.job_id < $2)
            ORDER BY s.job_id DESC
@@ -34,6 +35,7 @@ mark AS (
    FROM cand c
   WHERE NOT EXISTS (SELECT 1 FROM mark m WHERE c.job_id < m.job_id)
     AND ($4::text IS NULL OR c.kind = $4)
+    AND c.text_ok
   ORDER BY c.job_id DESC
   LIMIT $5)
 UNION ALL

@@ -4,7 +4,7 @@
 -- per lane; the mark works as in list_pending.sql. (A later attempt cancelled in `scheduled` is
 -- answered by the claimed phase, at its earlier attempt.)
 -- $1 queue, $2 cursor job id (NULL: from the newest), $3 rows to read, $4 kind (NULL: any),
--- $5 answers wanted
+-- $5 answers wanted, $6 text in args or meta (lower case; NULL: any)
 WITH lanes AS MATERIALIZED (
     SELECT l.lane
       FROM pgferry.queues q JOIN pgferry.lanes l ON l.queue_id = q.queue_id
@@ -17,7 +17,9 @@ cand AS MATERIALIZED (
     SELECT l.lane, x.*
       FROM lanes l
       CROSS JOIN LATERAL (
-          SELECT x.job_id, x.kind, x.attempt
+          SELECT x.job_id, x.kind,
+                 ($6::text IS NULL OR (strpos(lower(x.args::text), $6) > 0 OR strpos(lower(coalesce(x.meta::text, '')), $6) > 0)) AS text_ok,
+                 x.attempt
             FROM pgferry.cancels x
            WHERE x.lane = l.lane AND ($2::bigint IS NULL OR x.job_id < $2)
            ORDER BY x.job_id DESC
@@ -37,6 +39,7 @@ mark AS (
   WHERE NOT EXISTS (SELECT 1 FROM mark m WHERE c.job_id < m.job_id)
     AND c.attempt = 1
     AND ($4::text IS NULL OR c.kind = $4)
+    AND c.text_ok
   ORDER BY c.job_id DESC
   LIMIT $5)
 UNION ALL

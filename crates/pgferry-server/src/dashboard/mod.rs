@@ -3,12 +3,13 @@
 //! else the dashboard shows comes from the `/v1` router itself.
 
 pub mod bulk;
+mod search;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
-use pgferry_dashboard::{Backend, BackendError, BoxFut, Identity};
+use pgferry_dashboard::{Backend, BackendError, BoxFut, Identity, JobSearch};
 use serde_json::{json, Value};
 
 use crate::auth::{admin, user_queue, AuthError, Principal, Scopes};
@@ -410,6 +411,17 @@ impl Backend for DashboardBackend {
                 "start_wait_sample": row.get::<_, i64>("start_wait_sample"),
                 "workers": row.get::<_, Value>("workers"),
             }))
+        })
+    }
+
+    fn search_jobs<'a>(
+        &'a self,
+        who: &'a Identity,
+        q: JobSearch,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            let p = self.principal_with(who, "read")?;
+            search::search_jobs(&self.state, &p, q).await
         })
     }
 

@@ -311,7 +311,7 @@ fn job_error(e: pgferry_core::Error) -> ApiError {
     }
 }
 
-pub(super) fn job_json(p: &Principal, j: &JobInfo) -> Value {
+pub(crate) fn job_json(p: &Principal, j: &JobInfo) -> Value {
     let attempts: Vec<Value> = j
         .attempts
         .iter()

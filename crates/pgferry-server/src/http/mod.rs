@@ -10,7 +10,7 @@ mod dead;
 pub mod error;
 pub mod extract;
 pub mod http_jobs;
-mod jobs;
+pub(crate) mod jobs;
 mod monitors;
 pub mod openapi;
 mod paging;

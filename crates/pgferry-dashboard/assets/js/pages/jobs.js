@@ -1,6 +1,8 @@
-// Jobs: filter by queue, state, kind, enqueue time and error text; keyset pages (a cursor
-// per page, never an offset); retry or cancel a selection. Error-text search runs over
-// dead-lettered jobs' last errors (the DLQ listing); the other filters use the job listing.
+// Jobs: filter by queue, state, kind, enqueue time, args/meta text and error text; keyset
+// pages (a cursor per page, never an offset); retry or cancel a selection. Without text the
+// page reads /v1/jobs; with args/meta or error text it reads the dashboard's own search
+// (/ui/api/jobs/search), which tests the text on the rows one listing call reads anyway:
+// a bounded window per request, so a page may be short or empty with "Search older".
 
 import { h, clear, time, toast, field, select, stateBadge } from "../dom.js";
 import { get, post, qs, can, ApiError } from "../api.js";
@@ -17,6 +19,7 @@ export async function render(root, { params }) {
     kind: params.kind || "",
     since: params.since || "",
     error: params.error || "",
+    text: params.text || "",
   };
   const inputs = {
     queue: select(queues, f.queue),
@@ -24,12 +27,14 @@ export async function render(root, { params }) {
     kind: h("input", { type: "text", value: f.kind, placeholder: "any", size: 14 }),
     since: h("input", { type: "datetime-local", value: f.since }),
     error: h("input", { type: "search", value: f.error, placeholder: "substring", size: 22 }),
+    text: h("input", { type: "search", value: f.text, placeholder: "substring", size: 22 }),
   };
   const form = h("form", { class: "filters card", role: "search", "aria-label": "Filter jobs" },
     field("f-queue", "Queue", inputs.queue),
     field("f-state", "State", inputs.state),
     field("f-kind", "Kind", inputs.kind),
     field("f-since", "Enqueued since (UTC)", inputs.since),
+    field("f-text", "Args or meta contain", inputs.text),
     field("f-error", "Error contains", inputs.error),
     h("div", {}, h("button", { type: "submit" }, "Apply")));
   form.addEventListener("submit", (ev) => {
@@ -50,21 +55,21 @@ export async function render(root, { params }) {
   const cursors = [null]; // cursor of each page seen; last = current page
   let jobs = [], next = null, shown = "";
   const selected = new Set();
-  const byError = Boolean(f.error);
-  note.textContent = byError
-    ? "Error text is searched in dead-lettered jobs' last errors, newest first."
+  const byText = Boolean(f.error || f.text);
+  note.textContent = byText
+    ? (f.error ? "Error text is searched in dead-lettered jobs' last errors, newest first. " : "") +
+      "Text is matched (any case) on the jobs one request examines, newest first: up to a few thousand per request, never the whole history. A page may come back short or empty; \u201cSearch older\u201d goes on below it."
     : "Newest first. Pages are keyset pages: a live view, so jobs moving between states may appear on two pages.";
 
   const load = async () => {
     const cursor = cursors[cursors.length - 1];
     let page;
     try {
-      if (byError) {
-        page = await get(`v1/dead${qs({ queue: f.queue, kind: f.kind, error_contains: f.error, cursor, limit: 50 })}`);
-      } else {
-        const since = f.since ? Date.parse(`${f.since}Z`) : null;
-        page = await get(`v1/jobs${qs({ queue: f.queue, state: f.state, kind: f.kind, since_unix_ms: since, cursor, limit: 50 })}`);
-      }
+      const since = f.since ? Date.parse(`${f.since}Z`) : null;
+      const filter = { queue: f.queue, state: f.state, kind: f.kind, since_unix_ms: since, cursor, limit: 50 };
+      page = byText
+        ? await get(`jobs/search${qs({ ...filter, contains: f.text, error_contains: f.error })}`)
+        : await get(`v1/jobs${qs(filter)}`);
       status.textContent = "";
     } catch (e) {
       status.textContent = e instanceof ApiError ? e.describe() : String(e);
@@ -148,11 +153,15 @@ export async function render(root, { params }) {
           h("td", { class: "errtext" }, last && last.error ? last.error : ""));
       })),
     ));
-    if (!jobs.length) table.append(h("p", { class: "muted" }, "No jobs match."));
+    if (!jobs.length) {
+      table.append(h("p", { class: "muted", id: "no-match" }, next
+        ? "No match among the jobs examined so far: search older to go on."
+        : "No jobs match."));
+    }
     clear(pager).append(
       h("button", { type: "button", class: "ghost", disabled: cursors.length === 1, onclick: () => { cursors.pop(); load(); } }, "Newer"),
       h("span", { class: "muted" }, `Page ${cursors.length}`),
-      h("button", { type: "button", class: "ghost", disabled: !next, onclick: () => { cursors.push(next); load(); } }, "Older"));
+      h("button", { type: "button", class: "ghost", id: "older", disabled: !next, onclick: () => { cursors.push(next); load(); } }, byText ? "Search older" : "Older"));
   };
 
   await load();
