@@ -176,29 +176,57 @@ pub struct LaneCache {
 
 impl LaneCache {
     /// The lanes of `queue` for enqueueing at `priority` (created if missing).
+    ///
+    /// `in_txn`: `client` is inside a transaction that may still roll back (a caller's
+    /// `enqueue_tx`). Nothing read or created through it is cached then: other connections
+    /// must not learn of a queue or lanes that may never commit (they would write jobs to
+    /// lanes that do not exist, which no claimer visits). Their own `ON CONFLICT DO NOTHING`
+    /// waits for the creating transaction instead. `Engine::enqueue_tx` first reads a queue
+    /// it has not cached as committed, on a pooled connection, so this is the fallback.
     pub async fn for_enqueue<C: GenericClient>(
         &self,
         client: &C,
         queue: &str,
         priority: u8,
+        in_txn: bool,
     ) -> Result<(Arc<QueueLanes>, i32)> {
-        let mut q = self.get(client, queue, false).await?;
+        let cache = !in_txn;
+        let mut q = self.get(client, queue, false, cache).await?;
         if q.loaded.elapsed() >= REFRESH {
             // Settings an enqueue applies (max_attempts, durability) follow changes made by
             // other processes within a second, as claims do.
-            q = self.get(client, queue, true).await?;
+            q = self.get(client, queue, true, cache).await?;
         }
         if let Some(lane) = q.lane_for(priority) {
             return Ok((q, lane));
         }
-        client
-            .execute(LANES_ENSURE, &[&queue, &i16::from(priority)])
-            .await?;
-        let q = self.get(client, queue, true).await?;
-        let lane = q
-            .lane_for(priority)
-            .expect("lanes of the priority were just created");
-        Ok((q, lane))
+        // Twice: the first may find the queue itself gone (its creator rolled back after
+        // this process had seen it); `get` then creates it again, and its lanes follow.
+        for _ in 0..2 {
+            client
+                .execute(LANES_ENSURE, &[&queue, &i16::from(priority)])
+                .await?;
+            let q = self.get(client, queue, true, cache).await?;
+            if let Some(lane) = q.lane_for(priority) {
+                return Ok((q, lane));
+            }
+        }
+        Err(crate::error::Error::NotFound {
+            what: "queue lanes",
+            id: format!("{queue} priority {priority}"),
+        })
+    }
+
+    /// The lanes of `queue` at `priority` if cached and fresh: no statement.
+    pub fn cached_for_enqueue(&self, queue: &str, priority: u8) -> Option<(Arc<QueueLanes>, i32)> {
+        let q = self
+            .queues
+            .read()
+            .expect("lane cache poisoned")
+            .get(queue)
+            .cloned()?;
+        let lane = q.lane_for(priority)?;
+        (q.loaded.elapsed() < REFRESH).then_some((q, lane))
     }
 
     /// The lanes of `queue` for claiming, refreshed every second.
@@ -207,18 +235,23 @@ impl LaneCache {
         client: &C,
         queue: &str,
     ) -> Result<Arc<QueueLanes>> {
-        let q = self.get(client, queue, false).await?;
+        let q = self.get(client, queue, false, true).await?;
         if q.loaded.elapsed() < REFRESH {
             return Ok(q);
         }
-        self.get(client, queue, true).await
+        self.get(client, queue, true, true).await
     }
 
+    /// The queue's lanes and settings, from the cache unless `reload`; the queue is created
+    /// when this process has not seen it, or when it is gone (a queue whose creating
+    /// transaction rolled back after this process had seen it). Stored in the cache when
+    /// `cache`.
     async fn get<C: GenericClient>(
         &self,
         client: &C,
         queue: &str,
         reload: bool,
+        cache: bool,
     ) -> Result<Arc<QueueLanes>> {
         let cached = self
             .queues
@@ -232,13 +265,52 @@ impl LaneCache {
         if cached.is_none() {
             client.execute(QUEUE_ENSURE, &[&queue]).await?;
         }
+        let mut rows = client.query(LANES_SELECT, &[&queue]).await?;
+        if rows.is_empty() && cached.is_some() {
+            client.execute(QUEUE_ENSURE, &[&queue]).await?;
+            rows = client.query(LANES_SELECT, &[&queue]).await?;
+        }
+        self.build(queue, &rows, cached, cache)
+    }
+
+    /// The lanes of `queue` at `priority` as committed, read on `client` (not in a caller's
+    /// transaction) and cached; `None` when the queue or the priority's lanes are not
+    /// committed yet. Never creates, so never waits on another transaction's insert.
+    pub async fn committed_for_enqueue<C: GenericClient>(
+        &self,
+        client: &C,
+        queue: &str,
+        priority: u8,
+    ) -> Result<Option<(Arc<QueueLanes>, i32)>> {
         let rows = client.query(LANES_SELECT, &[&queue]).await?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let cached = self
+            .queues
+            .read()
+            .expect("lane cache poisoned")
+            .get(queue)
+            .cloned();
+        let q = self.build(queue, &rows, cached, true)?;
+        Ok(q.lane_for(priority).map(|lane| (q, lane)))
+    }
+
+    /// A queue's lanes and settings from its LANES_SELECT rows, keeping what the cached
+    /// entry learned (dry lanes, visits, heads); stored in the cache when `cache`.
+    fn build(
+        &self,
+        queue: &str,
+        rows: &[tokio_postgres::Row],
+        cached: Option<Arc<QueueLanes>>,
+        cache: bool,
+    ) -> Result<Arc<QueueLanes>> {
         let mut by_priority: [Vec<i32>; 4] = Default::default();
         let first = rows.first().ok_or_else(|| crate::error::Error::NotFound {
             what: "queue",
             id: queue.to_string(),
         })?;
-        for row in &rows {
+        for row in rows {
             if let Some(lane) = row.get::<_, Option<i32>>("lane") {
                 let priority: i16 = row.get("priority");
                 by_priority[priority as usize].push(lane);
@@ -286,6 +358,9 @@ impl LaneCache {
             visited: Mutex::new(visited),
             heads: Mutex::new(heads),
         });
+        if !cache {
+            return Ok(lanes);
+        }
         self.mark_async(&lanes, async_commit);
         self.queues
             .write()

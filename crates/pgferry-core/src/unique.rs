@@ -41,7 +41,7 @@ impl Engine {
             let batch_jobs: Vec<NewJob> = pending.iter().map(|&i| jobs[i].clone()).collect();
             let client = self.pool().get().await?;
             let refs: Vec<&NewJob> = batch_jobs.iter().collect();
-            let batch = self.enqueue_batch(&**client, &refs).await?;
+            let batch = self.enqueue_batch(&**client, &refs, false).await?;
             let client = self
                 .writer(client, self.lanes_commit_async(batch.lanes.iter().copied()))
                 .await?;

@@ -149,3 +149,46 @@ async fn open_transaction_does_not_make_claims_rescan() {
     in_progress.rollback().await.unwrap();
     open.rollback().await.unwrap();
 }
+
+/// A transaction that creates a queue by enqueueing into it first, then rolls back, must not
+/// leave this process believing in the queue: before the fix the lane cache kept the rolled
+/// back queue's lanes, later enqueues wrote jobs into lanes that did not exist, and another
+/// process's claims never found them (acknowledged, never run); this process's own reload
+/// a second later failed with "queue not found".
+#[tokio::test]
+async fn a_queue_created_by_a_rolled_back_transaction_is_not_cached() {
+    let s = common::setup().await;
+    let mut conn = s.db.connect().await;
+    let fresh = |tag: &str| vec![NewJob::new("fresh", "k", json!({ "tag": tag }))];
+
+    let tx = conn.transaction().await.unwrap();
+    s.engine
+        .enqueue_tx(&tx, &fresh("rolled-back"))
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+
+    // A second transaction that commits, and a plain enqueue: both must be claimable.
+    let tx = conn.transaction().await.unwrap();
+    let in_tx = s.engine.enqueue_tx(&tx, &fresh("committed")).await.unwrap();
+    tx.commit().await.unwrap();
+    let plain = s.engine.enqueue(&fresh("plain")).await.unwrap();
+
+    // Another process (its own engine and lane cache) claims them.
+    let other = pgferry_core::Engine::new(s.db.pool(4), pgferry_core::EngineConfig::default());
+    let mut claimed = HashSet::new();
+    for _ in 0..50 {
+        s.tick().await;
+        for j in other.claim("fresh", 10, "w").await.unwrap() {
+            claimed.insert(j.job_id);
+        }
+        if claimed.len() >= 2 {
+            break;
+        }
+    }
+    let expected: HashSet<i64> = in_tx.into_iter().chain(plain).collect();
+    assert_eq!(
+        claimed, expected,
+        "the committed jobs of the queue are claimed"
+    );
+}

@@ -229,7 +229,7 @@ impl Engine {
         keys: &[KeyOf<'_>],
     ) -> Result<Vec<Vec<i64>>> {
         let client = self.pool().get().await?;
-        let batch = self.enqueue_batch(&**client, jobs).await?;
+        let batch = self.enqueue_batch(&**client, jobs, false).await?;
         let client = self
             .writer(client, self.lanes_commit_async(batch.lanes.iter().copied()))
             .await?;
@@ -314,7 +314,7 @@ impl Engine {
             });
         }
         let jobs: Vec<&NewJob> = jobs.iter().collect();
-        let batch = self.enqueue_batch(client, &jobs).await?;
+        let batch = self.enqueue_batch(client, &jobs, true).await?;
         if batch.any_future {
             let typed: Vec<(&(dyn ToSql + Sync), Type)> = batch
                 .params_scheduled()
@@ -346,11 +346,49 @@ impl Engine {
         Ok(rows.ids)
     }
 
+    /// The lanes of `queue` at `priority` for an enqueue inside a caller's transaction.
+    /// Cached: no statement. Otherwise read as committed on a pooled connection of the
+    /// engine's own (cached when found). Only a queue or priority that is not committed yet
+    /// is created, inside the caller's transaction and without caching: cached, it would
+    /// outlive that transaction's rollback (LaneCache::for_enqueue). Creating on the
+    /// engine's own connection instead could wait forever on the caller's own uncommitted
+    /// insert of the same queue; no pooled connection free right now (the caller may hold
+    /// the last one) also falls back to the caller's transaction.
+    async fn lanes_in_txn<C: GenericClient>(
+        &self,
+        client: &C,
+        queue: &str,
+        priority: u8,
+    ) -> Result<(Arc<QueueLanes>, i32)> {
+        if let Some(hit) = self.lanes.cached_for_enqueue(queue, priority) {
+            return Ok(hit);
+        }
+        let now = deadpool_postgres::Timeouts {
+            wait: Some(std::time::Duration::ZERO),
+            ..deadpool_postgres::Timeouts::new()
+        };
+        if let Ok(own) = self.pool().timeout_get(&now).await {
+            if let Some(hit) = self
+                .lanes
+                .committed_for_enqueue(&**own, queue, priority)
+                .await?
+            {
+                return Ok(hit);
+            }
+        }
+        self.lanes.for_enqueue(client, queue, priority, true).await
+    }
+
     /// Validates a batch and resolves lanes; builds the column arrays of the statement.
+    ///
+    /// `in_txn`: `client` is a caller's transaction (`enqueue_tx`), which may roll back what
+    /// it writes; queues and lanes not cached yet are then resolved as [`Self::lanes_in_txn`]
+    /// says.
     pub(crate) async fn enqueue_batch<'a, C: GenericClient>(
         &self,
         client: &C,
         jobs: &[&'a NewJob],
+        in_txn: bool,
     ) -> Result<EnqueueBatch<'a>> {
         let limit = self.config().max_batch;
         if jobs.len() > limit {
@@ -384,10 +422,13 @@ impl Engine {
                     (q.clone(), lane)
                 }
                 _ => {
-                    let (q, lane) = self
-                        .lanes
-                        .for_enqueue(client, &job.queue, job.priority)
-                        .await?;
+                    let (q, lane) = if in_txn {
+                        self.lanes_in_txn(client, &job.queue, job.priority).await?
+                    } else {
+                        self.lanes
+                            .for_enqueue(client, &job.queue, job.priority, false)
+                            .await?
+                    };
                     last = Some((&job.queue, job.priority, q.clone()));
                     (q, lane)
                 }
