@@ -355,9 +355,7 @@ async fn signal_round_trip(
 }
 
 /// When the claim of each resumed `pong` step began (its `now()`, in ms since the epoch).
-async fn claim_starts(
-    admin: &Client,
-) -> anyhow::Result<std::collections::HashMap<i64, f64>> {
+async fn claim_starts(admin: &Client) -> anyhow::Result<std::collections::HashMap<i64, f64>> {
     let rows = admin
         .query(
             "SELECT s.instance_id, (extract(epoch FROM s.started_at) * 1000)::float8 AS began

@@ -228,17 +228,46 @@ async fn concurrency_strategies_are_chosen_over_http() {
     assert_eq!(s, 201, "{first}");
     assert_eq!(status(&first["id"]).await, "runnable");
 
-    let (s, newest) = call(&srv, "POST", "/v1/workflows", &a, Some(start(Some("cancel_newest")))).await;
+    let (s, newest) = call(
+        &srv,
+        "POST",
+        "/v1/workflows",
+        &a,
+        Some(start(Some("cancel_newest"))),
+    )
+    .await;
     assert_eq!(s, 201, "{newest}");
     assert_eq!(status(&newest["id"]).await, "cancelled");
-    assert_eq!(status(&first["id"]).await, "runnable", "the running one goes on");
+    assert_eq!(
+        status(&first["id"]).await,
+        "runnable",
+        "the running one goes on"
+    );
 
-    let (s, taker) = call(&srv, "POST", "/v1/workflows", &a, Some(start(Some("cancel_in_progress")))).await;
+    let (s, taker) = call(
+        &srv,
+        "POST",
+        "/v1/workflows",
+        &a,
+        Some(start(Some("cancel_in_progress"))),
+    )
+    .await;
     assert_eq!(s, 201, "{taker}");
     assert_eq!(status(&first["id"]).await, "cancelled");
-    assert_eq!(status(&taker["id"]).await, "runnable", "it took the freed slot");
+    assert_eq!(
+        status(&taker["id"]).await,
+        "runnable",
+        "it took the freed slot"
+    );
 
-    let (s, waiter) = call(&srv, "POST", "/v1/workflows", &a, Some(start(Some("queue")))).await;
+    let (s, waiter) = call(
+        &srv,
+        "POST",
+        "/v1/workflows",
+        &a,
+        Some(start(Some("queue"))),
+    )
+    .await;
     assert_eq!(s, 201, "{waiter}");
     assert_eq!(status(&waiter["id"]).await, "queued");
     assert_eq!(status(&taker["id"]).await, "runnable");
