@@ -50,11 +50,16 @@ pub async fn run(base: &Config, opts: &BenchOpts) -> anyhow::Result<Value> {
     let hot_key = hot_key(&config, &wf, opts).await?;
     pool.close();
     listener.abort();
-    // Last, on its own database: the hot statements on the full-size seeded dataset.
-    let seeded = crate::fresh_database(base, "bench_workflow_seed").await?;
-    let mut c = measure::connect(&seeded, "seed").await?;
-    migrate::up(&mut c).await?;
-    let statements = crate::workflow_seed::run(&c).await?;
+    // Last, on its own database: the hot statements on the full-size seeded dataset
+    // (minutes to seed; PGFERRY_BENCH_WORKFLOW_NO_SEED=1 leaves it out while iterating).
+    let statements = if std::env::var_os("PGFERRY_BENCH_WORKFLOW_NO_SEED").is_some() {
+        Value::Null
+    } else {
+        let seeded = crate::fresh_database(base, "bench_workflow_seed").await?;
+        let mut c = measure::connect(&seeded, "seed").await?;
+        migrate::up(&mut c).await?;
+        crate::workflow_seed::run(&c).await?
+    };
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     let other = |k: &str| hot_key[k]["steps_per_s"].as_f64().unwrap_or(0.0);
     Ok(json!({
@@ -218,7 +223,10 @@ async fn signal_round_trip(
     opts: &BenchOpts,
     rate: f64,
 ) -> anyhow::Result<Value> {
-    let lat = Arc::new(Mutex::new(Vec::<f64>::new()));
+    // Per measured instance: (sent, resumed handler) in ms since the epoch; the senders
+    // add when their signal was acknowledged, and the step history when its claim began.
+    let lat = Arc::new(Mutex::new(Vec::<(i64, f64, f64)>::new()));
+    let acked = Arc::new(Mutex::new(std::collections::HashMap::<i64, f64>::new()));
     let measuring = Arc::new(AtomicBool::new(false));
     let (lat2, m2) = (lat.clone(), measuring.clone());
     let machine = Machine::new("ping")
@@ -235,7 +243,7 @@ async fn signal_round_trip(
                     .and_then(|i| i.first())
                     .and_then(|g| g.payload.as_f64());
                 if let (Some(sent), true) = (sent, measuring.load(Ordering::Relaxed)) {
-                    lat.lock().unwrap().push(load::now_ms() - sent);
+                    lat.lock().unwrap().push((s.id, sent, load::now_ms()));
                 }
                 Outcome::done(json!(1))
             }
@@ -262,57 +270,104 @@ async fn signal_round_trip(
         .map(|r| r.get("id"))
         .collect();
     let sent = Arc::new(AtomicU64::new(0));
-    let senders = 4usize;
+    // Open loop: each signal is sent at its time on its own task, from a pool of its own
+    // (an application sending signals), so a slow commit delays only its own round trip
+    // and the rate holds. Sequential senders fell behind the rate by up to 8x.
+    let senders = Workflows::new(db::pool(config, "bench-wf-signal", 32));
     let t0 = Instant::now();
-    let mut tasks = Vec::new();
-    for k in 0..senders {
-        let (wf, ids, sent) = (wf.clone(), ids.clone(), sent.clone());
-        let per = rate / senders as f64;
-        let end = opts.warmup + opts.duration;
-        tasks.push(tokio::spawn(async move {
-            for (n, id) in ids.iter().skip(k).step_by(senders).enumerate() {
-                let due = Duration::from_secs_f64(n as f64 / per);
+    let end = opts.warmup + opts.duration;
+    let schedule = {
+        let (ids, sent, acked) = (ids.clone(), sent.clone(), acked.clone());
+        tokio::spawn(async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            for (n, id) in ids.into_iter().enumerate() {
+                let due = Duration::from_secs_f64(n as f64 / rate);
                 if due > end {
                     break;
                 }
                 if let Some(wait) = due.checked_sub(t0.elapsed()) {
                     tokio::time::sleep(wait).await;
                 }
-                wf.signal(&Target::Id(*id), "ping", &json!(load::now_ms()))
-                    .await?;
-                sent.fetch_add(1, Ordering::Relaxed);
+                let (wf, sent, acked) = (senders.clone(), sent.clone(), acked.clone());
+                tasks.spawn(async move {
+                    wf.signal(&Target::Id(id), "ping", &json!(load::now_ms()))
+                        .await?;
+                    acked.lock().unwrap().insert(id, load::now_ms());
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    anyhow::Ok(())
+                });
+            }
+            while let Some(r) = tasks.join_next().await {
+                r??;
             }
             anyhow::Ok(())
-        }));
-    }
+        })
+    };
     tokio::time::sleep(opts.warmup).await;
     measuring.store(true, Ordering::SeqCst);
     tokio::time::sleep(opts.duration).await;
     measuring.store(false, Ordering::SeqCst);
-    for t in tasks {
-        t.await??;
-    }
+    schedule.await??;
     let _ = stop_tx.send(true);
     for w in workers {
         w.await??;
     }
-    let mut v = lat.lock().unwrap().clone();
-    v.sort_by(|a, b| a.total_cmp(b));
-    let pct = |p: f64| {
-        if v.is_empty() {
-            f64::NAN
-        } else {
-            v[((v.len() - 1) as f64 * p).round() as usize]
+    let measured = lat.lock().unwrap().clone();
+    let claimed = claim_starts(&admin).await?;
+    let acked = acked.lock().unwrap().clone();
+    // Where the round trip goes: the signal's statement and commit (sent → acknowledged),
+    // the wait for a worker's claim to begin (acknowledged → the claim's now()), and the
+    // claim's statement, commit and answer (its now() → the resumed handler).
+    let (mut total, mut signal, mut wait, mut claim) = (vec![], vec![], vec![], vec![]);
+    for (id, sent, resumed) in &measured {
+        total.push(resumed - sent);
+        if let (Some(ack), Some(began)) = (acked.get(id), claimed.get(id)) {
+            signal.push(ack - sent);
+            wait.push(began - ack);
+            claim.push(resumed - began);
         }
+    }
+    let summary = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        let pct = |p: f64| {
+            if v.is_empty() {
+                f64::NAN
+            } else {
+                v[((v.len() - 1) as f64 * p).round() as usize]
+            }
+        };
+        json!({"p50_ms": pct(0.5), "p99_ms": pct(0.99), "max_ms": pct(1.0)})
     };
+    let t = summary(&mut total);
     Ok(json!({
         "rate_per_s": rate,
         "signals_sent": sent.load(Ordering::Relaxed),
-        "round_trips_measured": v.len(),
-        "p50_ms": pct(0.5),
-        "p99_ms": pct(0.99),
-        "max_ms": pct(1.0),
+        "round_trips_measured": measured.len(),
+        "p50_ms": t["p50_ms"],
+        "p99_ms": t["p99_ms"],
+        "max_ms": t["max_ms"],
+        "breakdown": {
+            "signal_statement_and_commit": summary(&mut signal),
+            "wait_for_a_claim": summary(&mut wait),
+            "claim_statement_commit_and_answer": summary(&mut claim),
+        },
     }))
+}
+
+/// When the claim of each resumed `pong` step began (its `now()`, in ms since the epoch).
+async fn claim_starts(admin: &Client) -> anyhow::Result<std::collections::HashMap<i64, f64>> {
+    let rows = admin
+        .query(
+            "SELECT s.instance_id, (extract(epoch FROM s.started_at) * 1000)::float8 AS began
+               FROM pgferry.wf_steps s JOIN pgferry.wf_instances i ON i.id = s.instance_id
+              WHERE i.queue = 'signal' AND s.step = 'pong'",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get("instance_id"), r.get("began")))
+        .collect())
 }
 
 async fn fan_out(_config: &Config, wf: &Workflows, opts: &BenchOpts) -> anyhow::Result<Value> {

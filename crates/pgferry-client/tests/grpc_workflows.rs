@@ -487,3 +487,59 @@ async fn a_cancel_reaches_the_stream_and_admin_errors_are_typed_per_tenant() {
     );
     server.stop().await;
 }
+
+/// The concurrency strategies are chosen per start over gRPC (WorkflowStartRequest's
+/// `concurrency_strategy`): `cancel_newest` ends the new instance, `cancel_in_progress`
+/// takes the slot of the one holding it; an unknown name is INVALID_ARGUMENT naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_strategies_are_chosen_over_grpc() {
+    let db = pgferry_testkit::test_db().await;
+    let (_, key) = common::tenant_key(&db, "a").await;
+    let server = common::Server::start(&db, common::loopback(), Default::default()).await;
+    let mut admin = WorkflowAdminClient::connect(server.url.clone())
+        .await
+        .unwrap();
+    let keyed = |strategy: Option<&str>| pb::WorkflowStartRequest {
+        concurrency_key: Some("acct".into()),
+        concurrency_strategy: strategy.map(String::from),
+        ..start("k", "q", json!(1))
+    };
+    let first = started(&mut admin, &key, keyed(None)).await;
+    let newest = started(&mut admin, &key, keyed(Some("cancel_newest"))).await;
+    assert_eq!(status_of(&mut admin, &key, newest).await, "cancelled");
+    assert_eq!(status_of(&mut admin, &key, first).await, "runnable");
+    let taker = started(&mut admin, &key, keyed(Some("cancel_in_progress"))).await;
+    assert_eq!(status_of(&mut admin, &key, first).await, "cancelled");
+    assert_eq!(status_of(&mut admin, &key, taker).await, "runnable");
+    let waiter = started(&mut admin, &key, keyed(Some("queue"))).await;
+    assert_eq!(status_of(&mut admin, &key, waiter).await, "queued");
+
+    let e = admin
+        .start(authed(&key, keyed(Some("newest_wins"))))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("concurrency_strategy"), "{e:?}");
+    server.stop().await;
+}
+
+async fn started(
+    admin: &mut WorkflowAdminClient<tonic::transport::Channel>,
+    key: &str,
+    r: pb::WorkflowStartRequest,
+) -> i64 {
+    admin.start(authed(key, r)).await.unwrap().into_inner().id
+}
+
+async fn status_of(
+    admin: &mut WorkflowAdminClient<tonic::transport::Channel>,
+    key: &str,
+    id: i64,
+) -> String {
+    admin
+        .get(authed(key, pb::WorkflowIdRequest { id }))
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+}

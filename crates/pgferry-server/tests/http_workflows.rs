@@ -199,3 +199,88 @@ async fn workflows_over_http_per_tenant() {
     let (s, e) = call(&srv, "POST", "/v1/workflows/signal", &a, Some(sig)).await;
     assert_eq!(s, 404, "no active instance with that key any more: {e}");
 }
+
+/// The concurrency strategies are chosen per start over HTTP: with one slot taken,
+/// `cancel_newest` ends the new instance at once, `cancel_in_progress` cancels the one
+/// holding the slot and takes it, `queue` waits; unknown names and a strategy without a
+/// key are 400s naming `concurrency_strategy`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_strategies_are_chosen_over_http() {
+    let srv = TestServer::start(ServerConfig::default()).await;
+    let a = srv.key("tenant-a", &["produce", "read"]).await;
+    let start = |strategy: Option<&str>| {
+        let mut b = json!({"kind": "k", "queue": "q", "concurrency_key": "acct"});
+        if let Some(s) = strategy {
+            b["concurrency_strategy"] = json!(s);
+        }
+        b
+    };
+    let status = |id: &Value| {
+        let path = format!("/v1/workflows/{}", id.as_i64().unwrap());
+        let (srv, a) = (&srv, a.clone());
+        async move {
+            let (s, got) = call(srv, "GET", &path, &a, None).await;
+            assert_eq!(s, 200, "{got}");
+            got["status"].as_str().unwrap().to_string()
+        }
+    };
+    let (s, first) = call(&srv, "POST", "/v1/workflows", &a, Some(start(None))).await;
+    assert_eq!(s, 201, "{first}");
+    assert_eq!(status(&first["id"]).await, "runnable");
+
+    let (s, newest) = call(
+        &srv,
+        "POST",
+        "/v1/workflows",
+        &a,
+        Some(start(Some("cancel_newest"))),
+    )
+    .await;
+    assert_eq!(s, 201, "{newest}");
+    assert_eq!(status(&newest["id"]).await, "cancelled");
+    assert_eq!(
+        status(&first["id"]).await,
+        "runnable",
+        "the running one goes on"
+    );
+
+    let (s, taker) = call(
+        &srv,
+        "POST",
+        "/v1/workflows",
+        &a,
+        Some(start(Some("cancel_in_progress"))),
+    )
+    .await;
+    assert_eq!(s, 201, "{taker}");
+    assert_eq!(status(&first["id"]).await, "cancelled");
+    assert_eq!(
+        status(&taker["id"]).await,
+        "runnable",
+        "it took the freed slot"
+    );
+
+    let (s, waiter) = call(
+        &srv,
+        "POST",
+        "/v1/workflows",
+        &a,
+        Some(start(Some("queue"))),
+    )
+    .await;
+    assert_eq!(s, 201, "{waiter}");
+    assert_eq!(status(&waiter["id"]).await, "queued");
+    assert_eq!(status(&taker["id"]).await, "runnable");
+
+    for body in [
+        start(Some("newest_wins")),
+        json!({"kind": "k", "queue": "q", "concurrency_strategy": "cancel_newest"}),
+    ] {
+        let (s, e) = call(&srv, "POST", "/v1/workflows", &a, Some(body.clone())).await;
+        assert_eq!(
+            (s, error_of(&e).1.as_deref()),
+            (400, Some("concurrency_strategy")),
+            "{body}: {e}"
+        );
+    }
+}

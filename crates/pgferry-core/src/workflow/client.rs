@@ -204,6 +204,8 @@ pub struct Workflows {
     pool: Pool,
     /// "A step of this queue became runnable" (wake.rs): wakes idle workers.
     ready: tokio::sync::broadcast::Sender<String>,
+    /// Each announcement wakes one idle worker of its queue, not all of them (wake.rs).
+    pub(crate) wakers: std::sync::Arc<super::wake::Wakers>,
 }
 
 impl Workflows {
@@ -212,6 +214,7 @@ impl Workflows {
         Workflows {
             pool,
             ready: tokio::sync::broadcast::Sender::new(1024),
+            wakers: Default::default(),
         }
     }
 
@@ -220,6 +223,7 @@ impl Workflows {
         Workflows {
             pool: engine.pool().clone(),
             ready: engine.signals().wf_ready(),
+            wakers: Default::default(),
         }
     }
 

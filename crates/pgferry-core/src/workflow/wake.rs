@@ -3,15 +3,67 @@
 //! hears it on the engine's LISTEN task (listen.rs → `Signals::wf_ready`); a process with
 //! only a pool runs [`Workflows::listen_ready`]. An idle [`super::Worker`] of that queue then
 //! claims at once instead of at its next poll, so it can poll rarely (ADR 0016).
+//!
+//! One announcement wakes **one** idle worker of the queue ([`Wakers`], ADR 0018): it
+//! announces one runnable step, and waking every worker made all but one of them run an
+//! empty claim. Under a stream of signals that herd was most of the database's work.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::broadcast;
 use tokio_postgres::{AsyncMessage, Config, NoTls};
 
+use tokio::sync::Notify;
+
 use super::client::Workflows;
 use crate::listen::WF_READY_CHANNEL;
+
+/// Per queue, the idle workers of this `Workflows` (and its clones) waiting to be woken.
+/// A relay task (started with the first worker) turns each announcement of a queue into
+/// one `notify_one`: one waiting worker wakes, or, if none waits (all are claiming or
+/// running steps), the next one to pause claims at once.
+#[derive(Default)]
+pub struct Wakers {
+    queues: Mutex<HashMap<String, Arc<Notify>>>,
+    relay: std::sync::OnceLock<()>,
+}
+
+impl Workflows {
+    /// The waker of `queue`'s idle workers; starts the relay on first use.
+    pub(crate) fn waker(&self, queue: &str) -> Arc<Notify> {
+        let w = &self.wakers;
+        w.relay.get_or_init(|| {
+            let rx = self.subscribe_ready();
+            tokio::spawn(relay(rx, Arc::downgrade(w)));
+        });
+        let mut queues = w.queues.lock().unwrap_or_else(|e| e.into_inner());
+        queues.entry(queue.to_string()).or_default().clone()
+    }
+}
+
+/// Ends when the announcements end or every clone of the `Workflows` is gone.
+async fn relay(mut rx: broadcast::Receiver<String>, wakers: Weak<Wakers>) {
+    loop {
+        let q = rx.recv().await;
+        let Some(w) = wakers.upgrade() else { return };
+        let queues = w.queues.lock().unwrap_or_else(|e| e.into_inner());
+        match q {
+            Ok(q) => {
+                if let Some(n) = queues.get(&q) {
+                    n.notify_one();
+                }
+            }
+            // Missed announcements may have been for any queue: one worker of each claims.
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                queues.values().for_each(|n| n.notify_one());
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
 
 impl Workflows {
     /// Listens to `pgferry_wf_ready` on its own connection and wakes this `Workflows`'
@@ -60,18 +112,5 @@ async fn listen_once(ready: &broadcast::Sender<String>, pg: &Config) -> crate::R
             field: "listener",
             reason: e.to_string(),
         }),
-    }
-}
-
-/// Waits until a step of `queue` is announced ready (or announcements were missed: a lagged
-/// receiver wakes too, since one of the missed ones may have been for `queue`).
-pub(crate) async fn woken(rx: &mut broadcast::Receiver<String>, queue: &str) {
-    loop {
-        match rx.recv().await {
-            Ok(q) if q == queue => return,
-            Ok(_) => {}
-            Err(broadcast::error::RecvError::Lagged(_)) => return,
-            Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
-        }
     }
 }

@@ -59,6 +59,16 @@ pub struct WorkerStats {
     pub woken: AtomicU64,
 }
 
+/// What one claim did, for the worker's pacing.
+#[derive(Default)]
+struct Ran {
+    steps: usize,
+    /// The claim got as many steps as it asked for: more may be due.
+    full: bool,
+    /// Its outcomes may have made steps of the queue runnable.
+    again: bool,
+}
+
 pub struct Worker {
     wf: Workflows,
     machines: HashMap<String, Machine>,
@@ -94,23 +104,35 @@ impl Worker {
 
     /// Claims and runs steps until `shutdown` turns true. Database errors are logged and
     /// retried after a pause.
+    ///
+    /// After a claim that ran steps the worker claims again at once when there may be more:
+    /// the claim was full, or its outcomes made steps runnable (a `next`, a retry, a
+    /// consumed signal, children, a child's end that may resume its parent). Otherwise it
+    /// pauses; the pause starts at 1 ms after a full claim and doubles up to `idle_poll`
+    /// while claims find nothing. An announcement of the queue (a delivered signal) ends
+    /// the pause of one idle worker (wake.rs), which claims at once (ADR 0018).
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<()> {
         self.register().await?;
         let first = Duration::from_millis(1).min(self.config.idle_poll);
         let mut idle = first;
-        // Subscribed before the first claim: an announcement made while a claim runs wakes
-        // the pause after it.
-        let mut ready = self.wf.subscribe_ready();
+        // Taken before the first claim: an announcement made while a claim runs is kept
+        // as a permit and ends the pause after it.
+        let waker = self.wf.waker(&self.config.queue);
         while !*shutdown.borrow() {
-            let pause = match self.run_once().await {
-                Ok(0) => {
+            let pause = match self.run_once_inner().await {
+                Ok(Ran { steps: 0, .. }) => {
                     let p = idle;
                     idle = (idle * 2).min(self.config.idle_poll);
                     p
                 }
-                Ok(_) => {
-                    idle = first;
-                    continue;
+                Ok(Ran { full, again, .. }) => {
+                    if full {
+                        idle = first;
+                    }
+                    if full || again {
+                        continue;
+                    }
+                    idle
                 }
                 Err(e) => {
                     tracing::warn!(queue = %self.config.queue, error = %e, "workflow worker");
@@ -119,8 +141,7 @@ impl Worker {
             };
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
-                _ = super::wake::woken(&mut ready, &self.config.queue) => {
-                    idle = first;
+                _ = waker.notified() => {
                     self.stats.woken.fetch_add(1, Ordering::Relaxed);
                 }
                 _ = shutdown.changed() => {}
@@ -131,10 +152,14 @@ impl Worker {
 
     /// One claim, its handlers and one finish; returns how many steps ran.
     pub async fn run_once(&self) -> Result<usize> {
+        Ok(self.run_once_inner().await?.steps)
+    }
+
+    async fn run_once_inner(&self) -> Result<Ran> {
         let c = &self.config;
         let steps = self.wf.claim(&c.queue, c.batch, &c.name, c.lease).await?;
         if steps.is_empty() {
-            return Ok(0);
+            return Ok(Ran::default());
         }
         let n = steps.len();
         let tasks: Vec<_> = steps
@@ -160,13 +185,23 @@ impl Worker {
             };
             outcomes.push((r, outcome));
         }
+        // Only a top-level instance's end, a failure or a sleep make nothing runnable now.
+        let again = outcomes.iter().any(|(r, o)| match o {
+            Outcome::Done { .. } | Outcome::Fail { .. } => r.parent_id.is_some(),
+            Outcome::Sleep { .. } => false,
+            _ => true,
+        });
         let applied = self.wf.finish(&outcomes).await?;
         let won = applied.iter().filter(|a| **a).count() as u64;
         self.stats.steps.fetch_add(won, Ordering::Relaxed);
         self.stats
             .stale
             .fetch_add(applied.len() as u64 - won, Ordering::Relaxed);
-        Ok(n)
+        Ok(Ran {
+            steps: n,
+            full: n >= c.batch,
+            again,
+        })
     }
 
     /// The future that runs one step's handler (or the outcome that replaces it).

@@ -10,7 +10,9 @@
 
 use std::sync::Arc;
 
-use pgferry_core::workflow::{InstanceFilter, InstanceInfo, Start, Target, Workflows};
+use pgferry_core::workflow::{
+    ConcurrencyStrategy, InstanceFilter, InstanceInfo, Start, Target, Workflows,
+};
 use serde_json::Value;
 use tonic::{Request, Response, Status};
 
@@ -158,6 +160,12 @@ impl pb::workflow_admin_server::WorkflowAdmin for WorkflowAdminService {
             }
         }
         s.concurrency_limit = r.concurrency_limit;
+        s.concurrency_strategy = r
+            .concurrency_strategy
+            .as_deref()
+            .map(ConcurrencyStrategy::parse)
+            .transpose()
+            .map_err(|e| status(&e, ""))?;
         s.priority = u8::try_from(r.priority).map_err(|_| invalid("priority", "must be 0 to 9"))?;
         if let Some(ms) = r.run_at_unix_ms {
             if !(0..=253_402_300_799_000).contains(&ms) {

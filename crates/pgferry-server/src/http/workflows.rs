@@ -9,7 +9,9 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
-use pgferry_core::workflow::{InstanceFilter, InstanceInfo, Start, Target, Workflows};
+use pgferry_core::workflow::{
+    ConcurrencyStrategy, InstanceFilter, InstanceInfo, Start, Target, Workflows,
+};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -39,6 +41,9 @@ pub struct StartBody {
     concurrency_key: Option<String>,
     #[serde(default)]
     concurrency_limit: Option<i32>,
+    /// `queue` (default), `cancel_in_progress` or `cancel_newest`.
+    #[serde(default)]
+    concurrency_strategy: Option<String>,
     #[serde(default)]
     rate_key: Option<String>,
     #[serde(default)]
@@ -156,6 +161,11 @@ pub async fn start(
         .map(|k| tenant_key(&p, "concurrency_key", &k))
         .transpose()?;
     s.concurrency_limit = b.concurrency_limit;
+    s.concurrency_strategy = b
+        .concurrency_strategy
+        .as_deref()
+        .map(ConcurrencyStrategy::parse)
+        .transpose()?;
     s.rate_key = b
         .rate_key
         .map(|k| tenant_key(&p, "rate_key", &k))

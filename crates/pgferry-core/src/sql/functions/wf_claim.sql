@@ -7,6 +7,13 @@
 -- + 1, and the late answer is stale because step_seq moved on).
 -- Returns the instance, and only for kinds that declared them (wf_kinds.caps) the signals
 -- that resumed it and its children's results.
+--
+-- The claim commits with synchronous_commit = off (ADR 0018): it acknowledges nothing to a
+-- user, and a claim lost in a crash is a lease that was never taken, so its step is due and
+-- claimed again, as after a lapsed lease (at least once). Its outcome can never be durable
+-- without it: the outcome commits synchronously, and that flushes the WAL in order, the
+-- claim's records first. This takes a WAL flush off every step and off a resumed signal's
+-- path to its handler.
 CREATE OR REPLACE FUNCTION pgferry.wf_claim(p_queue text, p_max int, p_worker text, p_lease_ms int)
 RETURNS TABLE (id bigint, kind text, step text, state jsonb, input jsonb, attempt int,
                max_attempts int, step_seq int, wake text, parent_id bigint,
@@ -18,6 +25,7 @@ DECLARE
     v_slotted bigint[] := '{}';
     w         record;
 BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
     SELECT coalesce(array_agg(x.instance_id), '{}') INTO v_ids
       FROM generate_series(9, 0, -1) p
      CROSS JOIN LATERAL (
