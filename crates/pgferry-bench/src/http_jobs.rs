@@ -272,10 +272,18 @@ pub async fn run(config: &Config, opts: &HttpJobsOpts) -> anyhow::Result<Value> 
     let server = tokio::spawn(pgferry_server::serve_http(listener, app, async move {
         let _ = server_stop.wait_for(|s| *s).await;
     }));
+    // What `pgferry serve` runs with.
+    let worker_config = pgferry_http_jobs::worker::WorkerConfig::default();
+    let worker_json = json!({
+        "batch": worker_config.batch,
+        "per_destination": worker_config.per_destination,
+        "queue_in_flight": worker_config.queue_in_flight,
+        "max_in_flight": worker_config.max_in_flight,
+    });
     let service = tokio::spawn(pgferry_http_jobs::service::run(
         engine.clone(),
         pgferry_http_jobs::ExecutorConfig::default(),
-        pgferry_http_jobs::worker::WorkerConfig::default(),
+        worker_config,
         stop_rx.clone(),
     ));
 
@@ -406,6 +414,7 @@ pub async fn run(config: &Config, opts: &HttpJobsOpts) -> anyhow::Result<Value> 
         "profile": {"create_immediate": 0.70, "create_delayed": 0.15, "list": 0.15,
                     "delayed_by_ms": DELAY_MS, "list_limit": 50},
         "opts": opts,
+        "worker": worker_json,
         "saturation": saturation,
         "saturation_first_error": sat_error,
         "half_saturation": half_saturation,

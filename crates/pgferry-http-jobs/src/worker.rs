@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use pgferry_core::{ClaimedJob, Engine, NewJob, Outcome, OutcomeKind};
+use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -230,7 +231,7 @@ impl HttpWorker {
         executor: &Executor,
         job: &ClaimedJob,
     ) -> Ran {
-        let req: HttpRequest = match serde_json::from_value(job.args.clone()) {
+        let req = match HttpRequest::deserialize(&job.args) {
             Ok(r) => r,
             Err(e) => return Ran::only(job.discarded(format!("not an HTTP job's args: {e}"))),
         };
