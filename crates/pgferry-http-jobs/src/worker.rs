@@ -256,6 +256,11 @@ impl HttpWorker {
         }
         let slot = self.slot(&dest);
         let _permit = slot.acquire().await;
+        // A `Retry-After` may have paused the key while this job waited for its turn (with
+        // several batches in flight many may wait): the whole key waits, this job too.
+        if let Some(wait) = self.paused_for(&dest) {
+            return Ran::only(job.snooze(wait));
+        }
         let attempt = executor.run_signed(&req, &settings.secrets).await;
         let (outcome, observed) = match attempt {
             Attempt::Succeeded(resp) => {
