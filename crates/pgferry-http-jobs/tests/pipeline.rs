@@ -78,7 +78,7 @@ async fn requests_of_several_claims_are_in_flight_within_each_destinations_paral
     const JOBS: usize = 40;
     // Four destination keys at their parallelism: more than one claim's batch at once.
     const ALL_AT_ONCE: usize = GROUPS * PER_DESTINATION;
-    assert!(ALL_AT_ONCE > BATCH);
+    const _: () = assert!(ALL_AT_ONCE > BATCH);
 
     let db = pgferry_testkit::test_db().await;
     let mut client = db.connect().await;
