@@ -6,14 +6,16 @@
 //! Two windows: `saturation` (closed loop, `clients` requests in flight: the API's
 //! capacity, and the deliveries per second meanwhile), then `half_saturation` (open loop
 //! at half the measured request rate: API latency, and create→delivered latency of the
-//! immediate jobs, timed from just before the create request to the target's receipt).
+//! immediate jobs, timed from just before the create request to the target's receipt),
+//! then `backlog` (a number of immediate jobs enqueued through the engine at once: how
+//! fast the HTTP job worker delivers with the API out of the way).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::http::HeaderMap;
-use pgferry_core::{db, Engine, EngineConfig, Leader, LeaderConfig};
+use pgferry_core::{db, Engine, EngineConfig, Leader, LeaderConfig, NewJob};
 use pgferry_http_jobs::ssrf::Range;
 use pgferry_http_jobs::{Allow, Settings};
 use pgferry_server::auth::{admin, Scopes};
@@ -38,7 +40,26 @@ pub struct HttpJobsOpts {
     pub warmup_s: u64,
     /// Closed-loop clients of the saturation window.
     pub clients: usize,
+    /// Immediate jobs of the `backlog` window (0: no such window).
+    pub backlog: u64,
 }
+
+/// The `backlog` window: the worker's delivery capacity with the API out of the way.
+#[derive(Debug, Clone, Serialize)]
+pub struct Backlog {
+    pub jobs: u64,
+    /// Enqueueing them (through the engine, batches of [`BACKLOG_BATCH`]).
+    pub enqueue_seconds: f64,
+    /// From the first enqueue to the last delivery.
+    pub seconds: f64,
+    pub delivered: u64,
+    pub deliveries_per_s: f64,
+}
+
+/// Jobs per enqueue of the backlog window.
+const BACKLOG_BATCH: usize = 1000;
+/// Longest wait for the backlog to be delivered.
+const BACKLOG_WAIT: Duration = Duration::from_secs(180);
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Window {
@@ -272,10 +293,18 @@ pub async fn run(config: &Config, opts: &HttpJobsOpts) -> anyhow::Result<Value> 
     let server = tokio::spawn(pgferry_server::serve_http(listener, app, async move {
         let _ = server_stop.wait_for(|s| *s).await;
     }));
+    // What `pgferry serve` runs with.
+    let worker_config = pgferry_http_jobs::worker::WorkerConfig::default();
+    let worker_json = json!({
+        "batch": worker_config.batch,
+        "per_destination": worker_config.per_destination,
+        "queue_in_flight": worker_config.queue_in_flight,
+        "max_in_flight": worker_config.max_in_flight,
+    });
     let service = tokio::spawn(pgferry_http_jobs::service::run(
         engine.clone(),
         pgferry_http_jobs::ExecutorConfig::default(),
-        pgferry_http_jobs::worker::WorkerConfig::default(),
+        worker_config,
         stop_rx.clone(),
     ));
 
@@ -396,6 +425,14 @@ pub async fn run(config: &Config, opts: &HttpJobsOpts) -> anyhow::Result<Value> 
     let half_saturation = window_report(&half, seconds, deliveries);
     let half_error = half.first_error.lock().expect("not poisoned").clone();
 
+    let backlog = if opts.backlog > 0 {
+        let queue = format!("t{tenant_id}.http");
+        Some(backlog_window(&engine, &queue, &shared, opts.backlog, &begin).await?)
+    } else {
+        None
+    };
+    begin(0);
+
     let _ = stop_tx.send(true);
     let _ = server.await;
     let _ = service.await;
@@ -406,20 +443,79 @@ pub async fn run(config: &Config, opts: &HttpJobsOpts) -> anyhow::Result<Value> 
         "profile": {"create_immediate": 0.70, "create_delayed": 0.15, "list": 0.15,
                     "delayed_by_ms": DELAY_MS, "list_limit": 50},
         "opts": opts,
+        "worker": worker_json,
         "saturation": saturation,
         "saturation_first_error": sat_error,
         "half_saturation": half_saturation,
         "half_saturation_rate_req_per_s": rate,
         "half_saturation_skipped": skipped,
         "half_saturation_first_error": half_error,
+        "backlog": backlog,
         "targets": {
             "api_req_per_s_at_least_5000": saturation.api_req_per_s >= 5000.0,
             "api_p95_ms_at_most_50": saturation.api_p95_ms <= 50.0,
             "zero_errors": saturation.errors == 0 && half_saturation.errors == 0,
             "deliveries_per_s_at_least_5000": saturation.deliveries_per_s >= 5000.0,
             "create_to_delivered_p99_ms_at_most_1000_at_half": half_saturation.create_to_delivered_p99_ms <= 1000.0,
+            "backlog_deliveries_per_s_at_least_5000": backlog.as_ref().map(|b| b.deliveries_per_s >= 5000.0),
         },
     }))
+}
+
+/// Enqueues `jobs` immediate HTTP jobs straight into the tenant's engine queue `queue` (the
+/// API's own cost out of the way) and times their delivery to the target.
+async fn backlog_window(
+    engine: &Engine,
+    queue: &str,
+    shared: &Shared,
+    jobs: u64,
+    begin: &impl Fn(u64) -> Arc<Tally>,
+) -> anyhow::Result<Backlog> {
+    let tally = begin(3);
+    let b = bar("backlog", jobs);
+    let start = Instant::now();
+    let mut left = jobs;
+    while left > 0 {
+        let n = left.min(BACKLOG_BATCH as u64);
+        let batch: Vec<NewJob> = (0..n)
+            .map(|_| {
+                NewJob::new(
+                    queue,
+                    "http",
+                    json!({
+                        "method": "POST",
+                        "url": format!("{}/hook", shared.target),
+                        "body": "{\"order\":42}",
+                    }),
+                )
+            })
+            .collect();
+        engine.enqueue(&batch).await?;
+        left -= n;
+    }
+    let enqueue_seconds = start.elapsed().as_secs_f64();
+    let mut last = (start.elapsed(), 0);
+    while start.elapsed() < BACKLOG_WAIT {
+        let n = tally.deliveries.load(Ordering::SeqCst);
+        if n != last.1 {
+            last = (start.elapsed(), n);
+        }
+        b.set_position(n);
+        if n >= jobs {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    b.finish_and_clear();
+    let (at, delivered) = last;
+    let seconds = at.as_secs_f64();
+    Ok(Backlog {
+        jobs,
+        enqueue_seconds,
+        seconds,
+        delivered,
+        deliveries_per_s: delivered as f64 / seconds.max(1e-9),
+    })
 }
 
 /// [`run`] on a fresh database `bench_http_jobs` of `base`'s cluster.

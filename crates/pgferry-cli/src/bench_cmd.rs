@@ -177,6 +177,9 @@ pub struct HttpJobsArgs {
     /// Closed-loop API clients of the saturation window.
     #[arg(long, default_value_t = 64)]
     pub clients: usize,
+    /// Immediate jobs of the backlog window (enqueued at once; 0: no backlog window).
+    #[arg(long, default_value_t = 20_000)]
+    pub backlog: u64,
     /// Use this database instead of a private cluster.
     #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
     pub database_url: Option<String>,
@@ -385,6 +388,7 @@ async fn http_jobs(args: HttpJobsArgs) -> anyhow::Result<()> {
         duration_s: args.duration,
         warmup_s: args.warmup,
         clients: args.clients,
+        backlog: args.backlog,
     };
     let report = pgferry_bench::http_jobs::run_fresh(&base, &opts).await;
     stop_private(cluster).await?;

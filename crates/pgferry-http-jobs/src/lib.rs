@@ -1,12 +1,13 @@
 //! pgferry-http-jobs: HTTP jobs (issue 22, ADR 0015): the SSRF guard ([`ssrf`]), request
 //! signing ([`sign`]), the pooled executor of one attempt ([`executor`]), the worker that
-//! runs `http` queues ([`worker`], [`service`]), per-tenant settings ([`settings`]: signing
+//! runs `http` queues ([`worker`], [`pipeline`], [`service`]), per-tenant settings ([`settings`]: signing
 //! secrets, allow lists, rates; schema in [`migrate`]), per-destination rates ([`rate`])
 //! and destination failure/recovery transitions ([`transitions`]).
 
 pub mod ca_bundle;
 pub mod executor;
 pub mod migrate;
+pub mod pipeline;
 pub mod rate;
 pub mod service;
 pub mod settings;

@@ -1,6 +1,7 @@
 //! The server's HTTP job service: every server runs it (claims are safe to share). It
 //! finds the queues named `http` (one per tenant, through the tenant namespace) every few
-//! seconds and keeps one loop per queue claiming and running their jobs.
+//! seconds and keeps one pipeline per queue claiming and running their jobs
+//! ([`crate::pipeline`]).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -10,13 +11,12 @@ use pgferry_core::Engine;
 use tokio::sync::watch;
 
 use crate::executor::{Executor, ExecutorConfig};
+use crate::pipeline;
 use crate::transitions::{NoSink, TransitionSink};
 use crate::worker::{HttpWorker, WorkerConfig};
 
 const HTTP_QUEUES: &str = include_str!("../sql/http_queues.sql");
 
-/// Pause of a queue's loop after a claim found nothing.
-const IDLE: Duration = Duration::from_millis(100);
 /// How often new `http` queues are looked for.
 const DISCOVER: Duration = Duration::from_secs(2);
 
@@ -58,7 +58,7 @@ pub async fn run_with_sink(
             Ok(found) => {
                 for q in found {
                     if running.insert(q.clone()) {
-                        tasks.spawn(queue_loop(worker.clone(), q, stop.clone()));
+                        tasks.spawn(pipeline::run_queue(worker.clone(), q, stop.clone()));
                     }
                 }
             }
@@ -69,31 +69,19 @@ pub async fn run_with_sink(
             _ = stop.wait_for(|s| *s) => break,
         }
     }
-    tasks.shutdown().await;
+    // Each pipeline finishes its requests in flight (within its grace) and writes their
+    // outcomes; a pipeline stuck past that is stopped.
+    let grace = pipeline::SHUTDOWN_GRACE + Duration::from_secs(5);
+    if tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} })
+        .await
+        .is_err()
+    {
+        tasks.shutdown().await;
+    }
 }
 
 async fn queues(engine: &Engine) -> pgferry_core::Result<Vec<String>> {
     let client = engine.pool().get().await?;
     let rows = client.query(HTTP_QUEUES, &[]).await?;
     Ok(rows.iter().map(|r| r.get("name")).collect())
-}
-
-async fn queue_loop(worker: Arc<HttpWorker>, queue: String, mut stop: watch::Receiver<bool>) {
-    loop {
-        let pause = match worker.run_once(&queue).await {
-            Ok(0) => IDLE,
-            Ok(_) => Duration::ZERO,
-            Err(e) => {
-                tracing::warn!(queue, error = %e, "HTTP job claim failed");
-                Duration::from_secs(1)
-            }
-        };
-        if pause.is_zero() {
-            continue;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-    }
 }

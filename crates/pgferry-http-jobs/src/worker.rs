@@ -14,6 +14,10 @@
 //!   an HTTP job of its own, before the outcome is recorded (deduplicated per job, so a
 //!   re-run after a crash does not send two);
 //! - every attempt's success or failure feeds [`Transitions`].
+//!
+//! [`HttpWorker::run_once`] runs one claimed batch start to end; the service runs each
+//! queue through [`crate::pipeline`] instead, which keeps claiming while requests are in
+//! flight (ADR 0020).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -21,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use pgferry_core::{ClaimedJob, Engine, NewJob, Outcome, OutcomeKind};
+use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -38,10 +43,18 @@ const CALLBACK_UNIQUE: Duration = Duration::from_secs(7 * 86_400);
 
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
+    /// Most jobs one claim takes.
     pub batch: usize,
     pub per_destination: usize,
     /// The rate of destination keys a tenant set none for (None: unlimited).
     pub default_rate: Option<Rate>,
+    /// Most claimed jobs of one queue (tenant) not yet finished — sending, or waiting for
+    /// their destination's turn: a queue claims again as soon as it has room, without
+    /// waiting for its earlier batches to finish.
+    pub queue_in_flight: usize,
+    /// Most claimed jobs of all queues of this server not yet finished (the server's bound
+    /// on concurrent HTTP job requests).
+    pub max_in_flight: usize,
 }
 
 impl Default for WorkerConfig {
@@ -50,15 +63,19 @@ impl Default for WorkerConfig {
             batch: 100,
             per_destination: 16,
             default_rate: None,
+            queue_in_flight: 256,
+            max_in_flight: 1024,
         }
     }
 }
 
 pub struct HttpWorker {
-    engine: Arc<Engine>,
+    pub(crate) engine: Arc<Engine>,
     /// The server's allow list, and the settings every tenant's executor copies.
     executor: Arc<Executor>,
-    config: WorkerConfig,
+    pub(crate) config: WorkerConfig,
+    /// The server-wide in-flight budget ([`WorkerConfig::max_in_flight`]).
+    pub(crate) server_slots: Arc<Semaphore>,
     settings: Settings,
     /// One client per effective allow list (server's ∪ tenant's).
     executors: Mutex<HashMap<Allow, Arc<Executor>>>,
@@ -69,7 +86,7 @@ pub struct HttpWorker {
 }
 
 /// One job's attempt as the batch records it.
-struct Ran {
+pub(crate) struct Ran {
     outcome: Outcome,
     observed: Option<Observed>,
     callback: Option<NewJob>,
@@ -111,6 +128,7 @@ impl HttpWorker {
             transitions: Transitions::new(engine.clone(), sink),
             engine,
             executor,
+            server_slots: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
             config,
             executors: Mutex::new(HashMap::new()),
             paused: Mutex::new(HashMap::new()),
@@ -130,23 +148,11 @@ impl HttpWorker {
             return Ok(0);
         }
         let tenant = tenant_of(queue);
-        let settings = match self.settings.load(tenant).await {
-            Ok(s) => s,
+        let (settings, executor) = match self.context(tenant).await {
+            Ok(c) => c,
             Err(e) => {
-                // Nothing was sent: hand the batch back for a later claim.
-                let back: Vec<Outcome> = jobs
-                    .iter()
-                    .map(|j| j.snooze(Duration::from_secs(1)))
-                    .collect();
-                self.engine.complete(&back).await?;
+                self.hand_back(&jobs).await?;
                 return Err(e);
-            }
-        };
-        let executor = match self.executor_for(&settings.allow) {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::error!(error = %e, "HTTP client for a tenant's allow list");
-                self.executor.clone()
             }
         };
         let ran = join_all(
@@ -154,18 +160,53 @@ impl HttpWorker {
                 .map(|j| self.run_job(queue, tenant, &settings, &executor, j)),
         )
         .await;
+        self.record(&ran).await?;
+        Ok(n)
+    }
+
+    /// What a claimed batch of `tenant` runs with: its settings (read per batch, so a new
+    /// secret or allow list applies to the next claim) and the executor of its allow list.
+    pub(crate) async fn context(
+        &self,
+        tenant: i64,
+    ) -> pgferry_core::Result<(TenantSettings, Arc<Executor>)> {
+        let settings = self.settings.load(tenant).await?;
+        let executor = match self.executor_for(&settings.allow) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(error = %e, "HTTP client for a tenant's allow list");
+                self.executor.clone()
+            }
+        };
+        Ok((settings, executor))
+    }
+
+    /// Nothing was sent: hands the jobs back for a later claim.
+    pub(crate) async fn hand_back(&self, jobs: &[ClaimedJob]) -> pgferry_core::Result<()> {
+        let back: Vec<Outcome> = jobs
+            .iter()
+            .map(|j| j.snooze(Duration::from_secs(1)))
+            .collect();
+        self.engine.complete(&back).await?;
+        Ok(())
+    }
+
+    /// Records attempts: their callbacks enqueued first (deduplicated per job), then their
+    /// outcomes in one statement, then destination transitions. Safe to repeat after an
+    /// error: a callback's unique key answers the first one, an attempt's first outcome wins.
+    pub(crate) async fn record(&self, ran: &[Ran]) -> pgferry_core::Result<()> {
         let callbacks: Vec<NewJob> = ran.iter().filter_map(|r| r.callback.clone()).collect();
         if !callbacks.is_empty() {
             self.engine.enqueue(&callbacks).await?;
         }
         let outcomes: Vec<Outcome> = ran.iter().map(|r| r.outcome.clone()).collect();
         self.engine.complete(&outcomes).await?;
-        for o in ran.into_iter().filter_map(|r| r.observed) {
+        for o in ran.iter().filter_map(|r| r.observed.clone()) {
             if let Err(e) = self.transitions.observe(o).await {
                 tracing::warn!(error = %e, "HTTP destination state not recorded");
             }
         }
-        Ok(n)
+        Ok(())
     }
 
     fn executor_for(&self, tenant_allow: &Allow) -> reqwest::Result<Arc<Executor>> {
@@ -182,7 +223,7 @@ impl HttpWorker {
         Ok(e)
     }
 
-    async fn run_job(
+    pub(crate) async fn run_job(
         &self,
         queue: &str,
         tenant: i64,
@@ -190,7 +231,7 @@ impl HttpWorker {
         executor: &Executor,
         job: &ClaimedJob,
     ) -> Ran {
-        let req: HttpRequest = match serde_json::from_value(job.args.clone()) {
+        let req = match HttpRequest::deserialize(&job.args) {
             Ok(r) => r,
             Err(e) => return Ran::only(job.discarded(format!("not an HTTP job's args: {e}"))),
         };
@@ -215,6 +256,11 @@ impl HttpWorker {
         }
         let slot = self.slot(&dest);
         let _permit = slot.acquire().await;
+        // A `Retry-After` may have paused the key while this job waited for its turn (with
+        // several batches in flight many may wait): the whole key waits, this job too.
+        if let Some(wait) = self.paused_for(&dest) {
+            return Ran::only(job.snooze(wait));
+        }
         let attempt = executor.run_signed(&req, &settings.secrets).await;
         let (outcome, observed) = match attempt {
             Attempt::Succeeded(resp) => {

@@ -15,6 +15,7 @@ use serde_json::json;
 
 async fn target(hits: Arc<AtomicUsize>) -> String {
     let h = hits.clone();
+    let slow_hits = hits.clone();
     let app = Router::new()
         .route(
             "/ok",
@@ -23,6 +24,21 @@ async fn target(hits: Arc<AtomicUsize>) -> String {
                 async move {
                     h.fetch_add(1, Ordering::SeqCst);
                     "fine"
+                }
+            }),
+        )
+        .route(
+            "/slow-busy",
+            get(move || {
+                let h = slow_hits.clone();
+                async move {
+                    h.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        [("retry-after", "30")],
+                        "slow down",
+                    )
                 }
             }),
         )
@@ -130,4 +146,53 @@ async fn http_jobs_complete_retry_after_pause_the_destination_and_refusals_die()
     let n = engine.get_job(next).await.unwrap();
     assert_eq!(n.state, JobState::Scheduled);
     assert!(n.run_at.unwrap() >= before + Duration::from_secs(25));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_waiting_for_their_destinations_turn_are_held_by_a_pause_that_came_meanwhile() {
+    let db = pgferry_testkit::test_db().await;
+    let mut client = db.connect().await;
+    migrate::up_components(
+        &mut client,
+        &[migrate::ENGINE, pgferry_http_jobs::migrate::COMPONENT],
+    )
+    .await
+    .unwrap();
+    let engine = Engine::new(db.pool(8), EngineConfig::default());
+    let hits = Arc::new(AtomicUsize::new(0));
+    let base = target(hits.clone()).await;
+    let executor = Executor::new(ExecutorConfig {
+        allow: Allow::of(&[Range::Loopback]),
+        ..Default::default()
+    })
+    .unwrap();
+    // One request at a time to the key: the second and third wait for the first, which
+    // answers 429 with Retry-After: 30 s.
+    let config = WorkerConfig {
+        per_destination: 1,
+        ..Default::default()
+    };
+    let worker = HttpWorker::new(engine.clone(), Arc::new(executor), config);
+    let job = NewJob::new("http", KIND, json!({"url": format!("{base}/slow-busy")}));
+    let ids = engine
+        .enqueue(&[job.clone(), job.clone(), job])
+        .await
+        .unwrap();
+    let c = db.connect().await;
+    pgferry_core::leader::ticker::tick(&c).await.unwrap();
+    let before = SystemTime::now();
+    assert_eq!(worker.run_once("http").await.unwrap(), 3);
+    assert_eq!(hits.load(Ordering::SeqCst), 1, "only the first was sent");
+    let mut failed = 0;
+    for id in ids {
+        let j = engine.get_job(id).await.unwrap();
+        assert_eq!(j.state, JobState::Scheduled);
+        assert!(
+            j.run_at.unwrap() >= before + Duration::from_secs(25),
+            "{:?}",
+            j.run_at
+        );
+        failed += j.attempts.iter().filter(|a| a.error.is_some()).count();
+    }
+    assert_eq!(failed, 1, "the waiting jobs were snoozed, not failed");
 }

@@ -1,0 +1,215 @@
+//! One `http` queue's pipeline (ADR 0020): claims keep coming while earlier batches are
+//! still being sent, and outcomes are written apart from both.
+//!
+//! - The claim loop claims as soon as the queue has room in its in-flight budget
+//!   ([`WorkerConfig::queue_in_flight`]) and the server in its own
+//!   ([`WorkerConfig::max_in_flight`]), at most a batch, as many jobs as it holds room for.
+//!   A claimed job holds its room until its outcome is handed to the flusher.
+//! - Each claimed batch runs in a task of its own: the tenant's settings are read for it,
+//!   then every job is sent on its own (per-destination parallelism, rate and `Retry-After`
+//!   pause are the worker's, shared by all batches) and hands its outcome over the moment it
+//!   finishes — a slow request holds back only itself.
+//! - The flusher writes outcomes in batches (callbacks first, then one `complete`), while
+//!   the claim loop goes on; a write that fails is retried (the first outcome of an attempt
+//!   wins, a callback's unique key answers its first enqueue), and given up after a few
+//!   tries: those jobs run again once their leases end.
+//!
+//! On stop: no more claims; requests in flight get [`SHUTDOWN_GRACE`] to finish and their
+//! outcomes are written; what is still running then is left to its lease.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pgferry_core::ClaimedJob;
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::worker::{tenant_of, HttpWorker, Ran};
+
+/// Longest pause of an idle queue between claims when no tick wakes it sooner.
+const IDLE: Duration = Duration::from_millis(100);
+/// Pause after a failed claim.
+const CLAIM_ERROR_PAUSE: Duration = Duration::from_secs(1);
+/// Outcomes written by one statement at most.
+const FLUSH_ROWS: usize = 500;
+/// How long the flusher waits for more outcomes after the first of a write.
+const FLUSH_WAIT: Duration = Duration::from_millis(2);
+/// Tries of one write of outcomes before its jobs are left to their leases.
+const FLUSH_TRIES: u32 = 8;
+/// How long requests in flight may finish after stop.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// The worker name claims carry.
+const WORKER: &str = "pgferry-http";
+
+/// Room for one job: a place in its queue's budget and one in the server's.
+struct Room {
+    _queue: OwnedSemaphorePermit,
+    _server: OwnedSemaphorePermit,
+}
+
+/// Runs `queue` until `stop` turns true.
+pub async fn run_queue(worker: Arc<HttpWorker>, queue: String, mut stop: watch::Receiver<bool>) {
+    let queue_slots = Arc::new(Semaphore::new(worker.config.queue_in_flight.max(1)));
+    let (done_tx, done_rx) = mpsc::unbounded_channel::<Ran>();
+    let flusher = tokio::spawn(flush_loop(worker.clone(), done_rx));
+    let mut batches: JoinSet<()> = JoinSet::new();
+    let mut ticks = worker.engine.signals().subscribe_ticks();
+    loop {
+        while batches.try_join_next().is_some() {}
+        let mut room = tokio::select! {
+            r = room(&worker, &queue_slots) => r,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        ticks.borrow_and_update();
+        let jobs = match worker.engine.claim(&queue, room.len(), WORKER).await {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                tracing::warn!(queue, error = %e, "HTTP job claim failed");
+                drop(room);
+                if pause(&mut stop, CLAIM_ERROR_PAUSE).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        if jobs.is_empty() {
+            drop(room);
+            // Nothing visible: the next tick may bring some; waiting, this claimer asks the
+            // ticker to tick as soon as the log grows.
+            let _waiting = worker.engine.signals().waiting_for_tick();
+            tokio::select! {
+                _ = ticks.changed() => {}
+                _ = tokio::time::sleep(IDLE) => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+            continue;
+        }
+        room.truncate(jobs.len());
+        batches.spawn(run_batch(
+            worker.clone(),
+            queue.clone(),
+            jobs,
+            room,
+            done_tx.clone(),
+        ));
+    }
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while batches.join_next().await.is_some() {}
+    })
+    .await
+    .is_ok();
+    if !drained {
+        tracing::warn!(
+            queue,
+            "HTTP jobs still running at stop are left to their leases"
+        );
+        batches.abort_all();
+    }
+    drop(done_tx);
+    let _ = flusher.await;
+}
+
+/// Waits for room for one job, then takes what more is free at once, up to a batch.
+async fn room(worker: &HttpWorker, queue_slots: &Arc<Semaphore>) -> Vec<Room> {
+    let first_queue = queue_slots
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("never closed");
+    let first_server = worker
+        .server_slots
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("never closed");
+    let mut room = vec![Room {
+        _queue: first_queue,
+        _server: first_server,
+    }];
+    while room.len() < worker.config.batch.max(1) {
+        let Ok(q) = queue_slots.clone().try_acquire_owned() else {
+            break;
+        };
+        let Ok(s) = worker.server_slots.clone().try_acquire_owned() else {
+            break;
+        };
+        room.push(Room {
+            _queue: q,
+            _server: s,
+        });
+    }
+    room
+}
+
+/// Runs one claimed batch: each job hands its outcome to the flusher, and frees its room,
+/// as soon as it is done.
+async fn run_batch(
+    worker: Arc<HttpWorker>,
+    queue: String,
+    jobs: Vec<ClaimedJob>,
+    room: Vec<Room>,
+    done: mpsc::UnboundedSender<Ran>,
+) {
+    let tenant = tenant_of(&queue);
+    let (settings, executor) = match worker.context(tenant).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(queue, error = %e, "HTTP job settings not read; batch handed back");
+            if let Err(e) = worker.hand_back(&jobs).await {
+                tracing::warn!(queue, error = %e, "batch not handed back; left to its leases");
+            }
+            return;
+        }
+    };
+    let runs = jobs.iter().zip(room).map(|(job, room)| {
+        let (worker, queue, settings, executor, done) =
+            (&worker, &queue, &settings, &executor, &done);
+        async move {
+            let ran = worker.run_job(queue, tenant, settings, executor, job).await;
+            let _ = done.send(ran);
+            drop(room);
+        }
+    });
+    futures_util::future::join_all(runs).await;
+}
+
+/// Writes outcomes as they come: up to [`FLUSH_ROWS`] at once, [`FLUSH_WAIT`] after the
+/// first of them at most.
+async fn flush_loop(worker: Arc<HttpWorker>, mut done: mpsc::UnboundedReceiver<Ran>) {
+    while let Some(first) = done.recv().await {
+        let mut batch = vec![first];
+        let deadline = tokio::time::Instant::now() + FLUSH_WAIT;
+        while batch.len() < FLUSH_ROWS {
+            match done.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => match tokio::time::timeout_at(deadline, done.recv()).await {
+                    Ok(Some(r)) => batch.push(r),
+                    _ => break,
+                },
+            }
+        }
+        let mut backoff = Duration::from_millis(50);
+        for tries in 1..=FLUSH_TRIES {
+            match worker.record(&batch).await {
+                Ok(()) => break,
+                Err(e) if e.is_invalid_input() || tries == FLUSH_TRIES => {
+                    tracing::error!(error = %e, n = batch.len(), "HTTP job outcomes not written; their jobs run again after their leases");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "writing HTTP job outcomes failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps `d`; true when stop came first.
+async fn pause(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        _ = stop.wait_for(|s| *s) => true,
+    }
+}

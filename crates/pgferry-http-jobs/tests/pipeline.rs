@@ -1,0 +1,173 @@
+//! The service's queue pipeline on real Postgres against a loopback target that holds
+//! requests: requests from several claimed batches are in flight at once, and each
+//! destination key still gets at most `per_destination` of them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderMap;
+use axum::routing::post;
+use axum::Router;
+use pgferry_core::{migrate, Engine, EngineConfig, JobState, NewJob};
+use pgferry_http_jobs::ssrf::Range;
+use pgferry_http_jobs::worker::{WorkerConfig, KIND};
+use pgferry_http_jobs::{Allow, ExecutorConfig};
+use serde_json::json;
+use tokio::sync::watch;
+
+/// What the target saw: requests at once, overall and per group, and their highs.
+#[derive(Default)]
+struct Seen {
+    now: usize,
+    max: usize,
+    per_group: HashMap<String, usize>,
+    max_per_group: HashMap<String, usize>,
+    hits: usize,
+}
+
+/// A target that holds each request until `release_at` requests are in at once (or
+/// `HOLD` passes), so how many a worker keeps in flight shows.
+async fn holding_target(seen: Arc<Mutex<Seen>>, release_at: usize) -> String {
+    const HOLD: Duration = Duration::from_secs(2);
+    let (open_tx, open_rx) = watch::channel(false);
+    let open_tx = Arc::new(open_tx);
+    let app = Router::new().route(
+        "/hold",
+        post(move |headers: HeaderMap| {
+            let (seen, open_tx, mut open_rx) = (seen.clone(), open_tx.clone(), open_rx.clone());
+            async move {
+                let group = headers
+                    .get("x-group")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                {
+                    let mut s = seen.lock().unwrap();
+                    s.hits += 1;
+                    s.now += 1;
+                    s.max = s.max.max(s.now);
+                    let g = s.per_group.entry(group.clone()).or_default();
+                    *g += 1;
+                    let g = *g;
+                    let m = s.max_per_group.entry(group.clone()).or_default();
+                    *m = (*m).max(g);
+                    if s.now >= release_at {
+                        let _ = open_tx.send(true);
+                    }
+                }
+                let _ = tokio::time::timeout(HOLD, open_rx.wait_for(|o| *o)).await;
+                let mut s = seen.lock().unwrap();
+                s.now -= 1;
+                *s.per_group.get_mut(&group).unwrap() -= 1;
+                "held"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_of_several_claims_are_in_flight_within_each_destinations_parallelism() {
+    const BATCH: usize = 10;
+    const PER_DESTINATION: usize = 3;
+    const GROUPS: usize = 4;
+    const JOBS: usize = 40;
+    // Four destination keys at their parallelism: more than one claim's batch at once.
+    const ALL_AT_ONCE: usize = GROUPS * PER_DESTINATION;
+    const _: () = assert!(ALL_AT_ONCE > BATCH);
+
+    let db = pgferry_testkit::test_db().await;
+    let mut client = db.connect().await;
+    migrate::up_components(
+        &mut client,
+        &[migrate::ENGINE, pgferry_http_jobs::migrate::COMPONENT],
+    )
+    .await
+    .unwrap();
+    let engine = Engine::new(db.pool(8), EngineConfig::default());
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let base = holding_target(seen.clone(), ALL_AT_ONCE).await;
+
+    let jobs: Vec<NewJob> = (0..JOBS)
+        .map(|i| {
+            let group = format!("g{}", i % GROUPS);
+            NewJob::new(
+                "http",
+                KIND,
+                json!({
+                    "method": "POST",
+                    "url": format!("{base}/hold"),
+                    "headers": {"x-group": group},
+                    "group": group,
+                }),
+            )
+        })
+        .collect();
+    let ids = engine.enqueue(&jobs).await.unwrap();
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // The leader's ticker, as a test-sized loop: claims see what ticks published.
+    let ticker = {
+        let (db, mut stop) = (db.clone(), stop_rx.clone());
+        tokio::spawn(async move {
+            let c = db.connect().await;
+            loop {
+                pgferry_core::leader::ticker::tick(&c).await.unwrap();
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            }
+        })
+    };
+    let service = tokio::spawn(pgferry_http_jobs::service::run(
+        engine.clone(),
+        ExecutorConfig {
+            allow: Allow::of(&[Range::Loopback]),
+            ..Default::default()
+        },
+        WorkerConfig {
+            batch: BATCH,
+            per_destination: PER_DESTINATION,
+            queue_in_flight: 64,
+            ..Default::default()
+        },
+        stop_rx,
+    ));
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut done = 0;
+        for id in &ids {
+            if engine.get_job(*id).await.unwrap().state == JobState::Completed {
+                done += 1;
+            }
+        }
+        if done == JOBS {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{done} of {JOBS} completed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop_tx.send(true);
+    service.await.unwrap();
+    ticker.await.unwrap();
+
+    let s = seen.lock().unwrap();
+    assert_eq!(s.hits, JOBS, "each job sent once");
+    assert_eq!(
+        s.max, ALL_AT_ONCE,
+        "requests in flight across claims of {BATCH}: every destination at its parallelism"
+    );
+    assert_eq!(s.max_per_group.len(), GROUPS);
+    for (g, m) in &s.max_per_group {
+        assert!(
+            *m <= PER_DESTINATION,
+            "{g}: {m} at once, over {PER_DESTINATION}"
+        );
+    }
+}
