@@ -54,6 +54,11 @@ impl Error {
         self.code() == "unavailable"
     }
 
+    /// True when a statement gave up waiting for a lock (`lock_timeout`).
+    pub fn is_lock_timeout(&self) -> bool {
+        matches!(self, Error::Db(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE))
+    }
+
     /// What an API may tell a client: the whole message for the client's own errors; for
     /// infrastructure failures a plain sentence and the SQLSTATE, never the server's text
     /// (which names tables and constraints). Logs keep the whole cause (Display).

@@ -250,6 +250,26 @@ struct Round {
     mark: Option<Pos>,
 }
 
+impl Round {
+    /// The rows of a phase whose position is a job id: the mark (where the next round of
+    /// the phase resumes) and the jobs.
+    fn take_id_rows(&mut self, rows: &[tokio_postgres::Row], phase: Phase) -> Result<()> {
+        for r in rows {
+            let id: i64 = r.get("job_id");
+            if r.get::<_, bool>("is_mark") {
+                self.mark = Some(Pos::Id(id));
+            } else {
+                let cur = Cursor {
+                    phase,
+                    pos: Pos::Id(id),
+                };
+                self.jobs.push((id, state_of(r.get("state"))?, cur));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Engine {
     pub async fn list_jobs(
         &self,
@@ -451,16 +471,7 @@ impl Engine {
                         ],
                     )
                     .await?;
-                for r in &rows {
-                    let id: i64 = r.get("job_id");
-                    if r.get::<_, bool>("is_mark") {
-                        round.mark = Some(Pos::Id(id));
-                    } else {
-                        round
-                            .jobs
-                            .push((id, state_of(r.get("state"))?, at(Pos::Id(id))));
-                    }
-                }
+                round.take_id_rows(&rows, cur.phase)?;
             }
             Phase::Scheduled | Phase::Unlogged => {
                 let sql = if cur.phase == Phase::Scheduled {
@@ -482,16 +493,7 @@ impl Engine {
                         ],
                     )
                     .await?;
-                for r in &rows {
-                    let id: i64 = r.get("job_id");
-                    if r.get::<_, bool>("is_mark") {
-                        round.mark = Some(Pos::Id(id));
-                    } else {
-                        round
-                            .jobs
-                            .push((id, state_of(r.get("state"))?, at(Pos::Id(id))));
-                    }
-                }
+                round.take_id_rows(&rows, cur.phase)?;
             }
             Phase::Pending => {
                 let (xid, seq) = match &cur.pos {

@@ -192,3 +192,48 @@ async fn a_queue_created_by_a_rolled_back_transaction_is_not_cached() {
         "the committed jobs of the queue are claimed"
     );
 }
+
+/// The fallback of `enqueue_tx` for a queue it cannot create on its own connection: another
+/// transaction holds an uncommitted insert of the same queue. The engine's own creation gives
+/// up after its lock timeout, the caller's transaction creates (waiting for that one, as
+/// Postgres must), nothing uncommitted is cached, and the job is claimed by another process.
+#[tokio::test]
+async fn a_queue_held_by_another_open_transaction_is_created_in_the_callers() {
+    let s = common::setup().await;
+    let holder = s.db.connect().await;
+    let mut conn = s.db.connect().await;
+    holder
+        .batch_execute("BEGIN; INSERT INTO pgferry.queues (name) VALUES ('held')")
+        .await
+        .unwrap();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        holder.batch_execute("COMMIT").await.unwrap();
+    });
+    let tx = conn.transaction().await.unwrap();
+    let ids = s
+        .engine
+        .enqueue_tx(&tx, &[NewJob::new("held", "k", json!({}))])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    release.await.unwrap();
+
+    let other = pgferry_core::Engine::new(s.db.pool(4), pgferry_core::EngineConfig::default());
+    let mut claimed = Vec::new();
+    for _ in 0..50 {
+        s.tick().await;
+        claimed.extend(
+            other
+                .claim("held", 10, "w")
+                .await
+                .unwrap()
+                .iter()
+                .map(|j| j.job_id),
+        );
+        if !claimed.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(claimed, ids);
+}

@@ -4,10 +4,9 @@
 
 mod common;
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use common::{secs, setup, Setup, TENANT};
-use pgferry_core::ClaimedJob;
 use pgferry_monitors::{Monitors, NewMonitor, NewTarget, PingKind, Targets};
 use serde_json::Value;
 
@@ -16,29 +15,19 @@ const PAGER: &str = "http://127.0.0.1:9/pager";
 /// Takes notification jobs until at least `n` arrived and none is left: (url, subject,
 /// kind) of each, sorted.
 async fn sent(s: &Setup, n: usize) -> Vec<(String, String, String)> {
-    let queue = pgferry_monitors::http_queue(TENANT);
-    let mut out = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let jobs: Vec<ClaimedJob> = s.engine.claim(&queue, 100, "test").await.unwrap();
-        if jobs.is_empty() {
-            if out.len() >= n || std::time::Instant::now() > deadline {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        }
-        let done: Vec<_> = jobs.iter().map(|j| j.completed(None)).collect();
-        s.engine.complete(&done).await.unwrap();
-        for j in jobs {
+    let mut out: Vec<_> = s
+        .notification_jobs(n)
+        .await
+        .into_iter()
+        .map(|j| {
             let body: Value = serde_json::from_str(j.args["body"].as_str().unwrap()).unwrap();
-            out.push((
+            (
                 j.args["url"].as_str().unwrap().to_string(),
                 body["subject"].as_str().unwrap().to_string(),
                 body["kind"].as_str().unwrap().to_string(),
-            ));
-        }
-    }
+            )
+        })
+        .collect();
     out.sort();
     out
 }

@@ -33,6 +33,7 @@ const ENQUEUE_READY: &str = include_str!("../sql/enqueue_ready.sql");
 const ENQUEUE_READY_KEYED: &str = include_str!("../sql/enqueue_ready_keyed.sql");
 const IDEMPOTENCY_RECORD: &str = include_str!("../sql/idempotency_record.sql");
 const IDEMPOTENCY_LOOKUP: &str = include_str!("../sql/idempotency_lookup.sql");
+const LOCK_TIMEOUT_LOCAL: &str = include_str!("../sql/lock_timeout_local.sql");
 const SCHEDULED_TYPES: [Type; 6] = [
     Type::INT4_ARRAY,
     Type::TEXT_ARRAY,
@@ -347,13 +348,14 @@ impl Engine {
     }
 
     /// The lanes of `queue` at `priority` for an enqueue inside a caller's transaction.
-    /// Cached: no statement. Otherwise read as committed on a pooled connection of the
-    /// engine's own (cached when found). Only a queue or priority that is not committed yet
-    /// is created, inside the caller's transaction and without caching: cached, it would
-    /// outlive that transaction's rollback (LaneCache::for_enqueue). Creating on the
-    /// engine's own connection instead could wait forever on the caller's own uncommitted
-    /// insert of the same queue; no pooled connection free right now (the caller may hold
-    /// the last one) also falls back to the caller's transaction.
+    /// Cached: no statement. Otherwise resolved on a pooled connection of the engine's own:
+    /// read as committed, or created and committed there at once, then cached. A queue or
+    /// lanes created in the caller's transaction must not be cached: they would outlive its
+    /// rollback (LaneCache::for_enqueue), and every other enqueue of the queue would wait
+    /// for it to end. Only when that is impossible (no pooled connection free right now —
+    /// the caller may hold the last one — or another transaction's uncommitted insert of
+    /// the same queue, possibly the caller's own, holds the lock past `lock_timeout`) are
+    /// they created in the caller's transaction, uncached.
     async fn lanes_in_txn<C: GenericClient>(
         &self,
         client: &C,
@@ -367,13 +369,34 @@ impl Engine {
             wait: Some(std::time::Duration::ZERO),
             ..deadpool_postgres::Timeouts::new()
         };
-        if let Ok(own) = self.pool().timeout_get(&now).await {
+        if let Ok(mut own) = self.pool().timeout_get(&now).await {
             if let Some(hit) = self
                 .lanes
                 .committed_for_enqueue(&**own, queue, priority)
                 .await?
             {
                 return Ok(hit);
+            }
+            let created = async {
+                let tx = own.transaction().await?;
+                tx.query_one(LOCK_TIMEOUT_LOCAL, &[]).await?;
+                self.lanes.for_enqueue(&*tx, queue, priority, true).await?;
+                tx.commit().await?;
+                Ok::<_, Error>(())
+            }
+            .await;
+            match created {
+                Ok(()) => {
+                    if let Some(hit) = self
+                        .lanes
+                        .committed_for_enqueue(&**own, queue, priority)
+                        .await?
+                    {
+                        return Ok(hit);
+                    }
+                }
+                Err(e) if e.is_lock_timeout() => {}
+                Err(e) => return Err(e),
             }
         }
         self.lanes.for_enqueue(client, queue, priority, true).await

@@ -92,8 +92,23 @@ impl Setup {
     }
 
     /// Takes notification jobs until at least `n` arrived (claims may see jobs of
-    /// concurrent transactions a moment late) and none is left.
+    /// concurrent transactions a moment late) and none is left; the bodies of those sent to
+    /// the one target the tests register.
     pub async fn notifications_n(&self, n: usize) -> Vec<Value> {
+        let mut out = Vec::new();
+        for j in self.notification_jobs(n).await {
+            assert_eq!(j.kind, "http");
+            assert_eq!(j.args["method"], "POST");
+            assert_eq!(j.args["url"], "http://127.0.0.1:9/hook");
+            let body: Value = serde_json::from_str(j.args["body"].as_str().unwrap()).unwrap();
+            out.push(body);
+        }
+        out
+    }
+
+    /// The notification jobs (completed as they are claimed) until at least `n` arrived
+    /// and none is left.
+    pub async fn notification_jobs(&self, n: usize) -> Vec<ClaimedJob> {
         let queue = pgferry_monitors::http_queue(TENANT);
         let mut out = Vec::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -101,22 +116,15 @@ impl Setup {
             let jobs: Vec<ClaimedJob> = self.engine.claim(&queue, 100, "test").await.unwrap();
             if jobs.is_empty() {
                 if out.len() >= n || std::time::Instant::now() > deadline {
-                    break;
+                    return out;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
             let done: Vec<_> = jobs.iter().map(|j| j.completed(None)).collect();
             self.engine.complete(&done).await.unwrap();
-            for j in jobs {
-                assert_eq!(j.kind, "http");
-                assert_eq!(j.args["method"], "POST");
-                assert_eq!(j.args["url"], "http://127.0.0.1:9/hook");
-                let body: Value = serde_json::from_str(j.args["body"].as_str().unwrap()).unwrap();
-                out.push(body);
-            }
+            out.extend(jobs);
         }
-        out
     }
 }
 
