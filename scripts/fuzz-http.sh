@@ -81,7 +81,8 @@ EOF
 
 seed_args=()
 [ -n "${FUZZ_SEED:-}" ] && seed_args=(--seed "$FUZZ_SEED")
-for tag in ${FUZZ_TAGS//,/ }; do seed_args+=(--include-tag "$tag"); done
+fuzz_tags="${FUZZ_TAGS:-}"
+for tag in ${fuzz_tags//,/ }; do seed_args+=(--include-tag "$tag"); done
 status=0
 # schemathesis keeps state in the working directory: keep it out of the repository.
 cd "$work"
