@@ -80,6 +80,9 @@ pub struct BenchOpts {
     pub insert_max_rows: usize,
     /// pgferry: the ticker ticks on demand for waiting claimers (`LeaderConfig::tick_on_demand`).
     pub tick_on_demand: bool,
+    /// pgferry: claims commit with `synchronous_commit = off` (`EngineConfig::async_claims`,
+    /// ADR 0019).
+    pub async_claims: bool,
 }
 
 fn durability<S: serde::Serializer>(d: &Durability, s: S) -> Result<S::Ok, S::Error> {
@@ -112,6 +115,7 @@ impl Default for BenchOpts {
             rate: None,
             insert_max_rows: EngineConfig::default().insert_max_rows,
             tick_on_demand: true,
+            async_claims: EngineConfig::default().async_claims,
         }
     }
 }
@@ -254,6 +258,7 @@ pub async fn http_vs_inprocess(
 fn engine_config(opts: &BenchOpts) -> EngineConfig {
     EngineConfig {
         insert_max_rows: opts.insert_max_rows,
+        async_claims: opts.async_claims,
         ..EngineConfig::default()
     }
 }

@@ -90,6 +90,10 @@ pub struct BenchArgs {
     /// always waits `--tick-ms` between ticks while the log grows).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub tick_on_demand: bool,
+    /// pgferry: claims commit with synchronous_commit = off (ADR 0019; false: claims commit
+    /// like every other write, one WAL flush each).
+    #[arg(long, default_value_t = pgferry_core::EngineConfig::default().async_claims, action = clap::ArgAction::Set)]
+    pub async_claims: bool,
     /// Use this database instead of a private cluster.
     #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
     pub database_url: Option<String>,
@@ -265,6 +269,7 @@ impl BenchArgs {
             rate: self.rate,
             insert_max_rows: self.insert_max_rows,
             tick_on_demand: self.tick_on_demand,
+            async_claims: self.async_claims,
         }
     }
 }

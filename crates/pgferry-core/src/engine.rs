@@ -49,6 +49,11 @@ pub struct EngineConfig {
     /// written by one INSERT, acknowledged in one round trip; larger ones by a COPY, two
     /// round trips but cheaper per row (enqueue/log_write.rs). 0: always COPY.
     pub insert_max_rows: usize,
+    /// Claims commit with `synchronous_commit = off` (ADR 0019): a claim acknowledges nothing,
+    /// one lost in a crash is a lease never taken (its jobs are claimed again), and the
+    /// outcome's synchronous commit flushes it first. Takes one WAL flush off every claim.
+    /// `false`: claims commit like the server's other writes.
+    pub async_claims: bool,
 }
 
 impl Default for EngineConfig {
@@ -59,6 +64,7 @@ impl Default for EngineConfig {
             list_round_rows: 4_000,
             counter_flush: Duration::from_secs(1),
             insert_max_rows: 16,
+            async_claims: true,
         }
     }
 }
@@ -238,19 +244,25 @@ impl Engine {
         let rows = match lanes.concurrency {
             None => {
                 let stmt = client.prepare_cached(CLAIM).await?;
-                client
-                    .query(&stmt, &[order, &max, &worker, &lanes.lease_ms])
-                    .await?
+                let params: [&(dyn ToSql + Sync); 5] = [
+                    order,
+                    &max,
+                    &worker,
+                    &lanes.lease_ms,
+                    &self.config.async_claims,
+                ];
+                client.query(&stmt, &params).await?
             }
             Some(limit) => {
                 let stmt = client.prepare_cached(CLAIM_LIMITED).await?;
-                let params: [&(dyn ToSql + Sync); 6] = [
+                let params: [&(dyn ToSql + Sync); 7] = [
                     &lanes.queue_id,
                     &limit,
                     order,
                     &max,
                     &worker,
                     &lanes.lease_ms,
+                    &self.config.async_claims,
                 ];
                 client.query(&stmt, &params).await?
             }

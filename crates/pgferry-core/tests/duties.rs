@@ -97,7 +97,8 @@ async fn a_trigger_runs_a_pass_now_and_passes_are_counted() {
     assert_eq!(
         s.engine.get_job(id).await.unwrap().state,
         JobState::Scheduled,
-        "not promoted before the trigger (the next pass is an hour away)"
+        "not promoted before the trigger (the next pass is an hour away); passes {:?}",
+        duties.snapshot()
     );
     promoter.trigger();
     let mut promoted = false;

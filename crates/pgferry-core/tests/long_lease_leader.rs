@@ -48,7 +48,8 @@ async fn the_ring_turns_under_the_leader_while_jobs_run_for_hours() {
         prune_interval: Duration::from_millis(50),
         ..LeaderConfig::default()
     };
-    let leader = tokio::spawn(Leader::new(engine.clone(), s.db.config.clone(), cfg).run(stop_rx));
+    let leader =
+        tokio::spawn(Leader::new(engine.clone(), s.db.config.clone(), cfg.clone()).run(stop_rx));
 
     // Four long jobs, claimed by one worker that heartbeats them.
     let long_ids = engine
@@ -127,6 +128,17 @@ async fn the_ring_turns_under_the_leader_while_jobs_run_for_hours() {
         let info = engine.get_job(*id).await.unwrap();
         assert_eq!(info.state, JobState::Running, "{info:?}");
     }
+    // The ring turned twice. The checks below read the long jobs' history, which the short
+    // retention would prune 8 s after they finish: on a loaded machine (CI with other suites
+    // beside it) the checks took longer than that. The next leader term keeps it a minute.
+    stop_tx.send(true).unwrap();
+    leader.await.unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let cfg = LeaderConfig {
+        retention: Duration::from_secs(60),
+        ..cfg
+    };
+    let leader = tokio::spawn(Leader::new(engine.clone(), s.db.config.clone(), cfg).run(stop_rx));
 
     // The worker of job 3 dies; the others report: success, retry, dead.
     beating.lock().unwrap().clear();
