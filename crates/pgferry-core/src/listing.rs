@@ -366,6 +366,14 @@ impl Engine {
         // executing them (2–40 ms); their generic plans run as fast (measured on 1M jobs,
         // docs/performance.md). A transaction scopes the setting (SET LOCAL) to this call;
         // each statement still reads its own snapshot (READ COMMITTED), as before.
+        // Without bitmap scans: every phase is a walk of an index, newest first, that stops
+        // after a budget of rows. A generic plan is made once per connection from the
+        // statistics of that moment and kept; made while a table was nearly empty (a fresh
+        // database, before autovacuum's first ANALYZE), it read the lane's every row through
+        // a bitmap and sorted them, for each page — on the benchmark of issue 22, the
+        // scheduled phase read all of a queue's delayed jobs per listing (3,000 and growing,
+        // ~3 ms a call instead of ~0.3). With bitmaps off the ordered index scan is the only
+        // plan left that reads a lane by its index (tests/listing_plans.rs).
         let tx = client.transaction().await?;
         tx.batch_execute(SET_GENERIC).await?;
         let ids = self.list_rounds(&tx, queue, f, text, cur, limit).await?;

@@ -24,6 +24,9 @@ cand AS MATERIALIZED (
                  AND ($8::text IS NULL OR strpos(lower(coalesce(d.error, '')), $8) > 0) AS text_ok
             FROM pgferry.dead d
            WHERE d.lane = l.lane AND ($2::bigint IS NULL OR d.job_id < $2)
+             -- The same bound as an index condition (a generic plan cannot use the OR):
+             -- a page deep in the lane starts at the cursor, not at the newest row.
+             AND d.job_id <= coalesce($2::bigint, 9223372036854775807)
            ORDER BY d.job_id DESC
            LIMIT (SELECT lim.n FROM lim)) d
 ),

@@ -1,3 +1,4 @@
--- list_jobs runs its phase statements with generic plans, for the call's transaction only
--- (listing.rs says why).
-SET LOCAL plan_cache_mode = force_generic_plan
+-- list_jobs runs its phase statements with generic plans and without bitmap scans, for the
+-- call's transaction only (listing.rs says why). One statement: one round trip.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('enable_bitmapscan', 'off', true)

@@ -19,6 +19,9 @@ cand AS MATERIALIZED (
                  ($6::text IS NULL OR (strpos(lower(s.args::text), $6) > 0 OR strpos(lower(coalesce(s.meta::text, '')), $6) > 0)) AS text_ok
             FROM pgferry.scheduled s
            WHERE s.lane = l.lane AND ($2::bigint IS NULL OR s.job_id < $2)
+             -- The same bound as an index condition (a generic plan cannot use the OR):
+             -- a page deep in the lane starts at the cursor, not at the newest row.
+             AND s.job_id <= coalesce($2::bigint, 9223372036854775807)
            ORDER BY s.job_id DESC
            LIMIT (SELECT lim.n FROM lim)) s
 ),

@@ -22,6 +22,9 @@ cand AS MATERIALIZED (
                  x.attempt
             FROM pgferry.cancels x
            WHERE x.lane = l.lane AND ($2::bigint IS NULL OR x.job_id < $2)
+             -- The same bound as an index condition (a generic plan cannot use the OR):
+             -- a page deep in the lane starts at the cursor, not at the newest row.
+             AND x.job_id <= coalesce($2::bigint, 9223372036854775807)
            ORDER BY x.job_id DESC
            LIMIT (SELECT lim.n FROM lim)) x
 ),

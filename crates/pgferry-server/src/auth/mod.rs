@@ -11,7 +11,8 @@ pub mod namespace;
 pub mod token;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
@@ -100,6 +101,27 @@ impl Default for AuthConfig {
     }
 }
 
+/// A caller's part in the lookup of one digest; the last one out (answered, failed or
+/// cancelled) removes the flight, so the map holds only lookups under way.
+struct Flight<'a> {
+    auth: &'a Auth,
+    digest: [u8; 32],
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        let mut inflight = self.auth.inflight.lock().expect("auth inflight");
+        // Two references: the map's and this caller's — nobody else is waiting.
+        if inflight
+            .get(&self.digest)
+            .is_some_and(|f| Arc::ptr_eq(f, &self.lock) && Arc::strong_count(f) == 2)
+        {
+            inflight.remove(&self.digest);
+        }
+    }
+}
+
 struct Entry {
     at: Instant,
     /// Rejections are cached as `Invalid` or `Malformed` only, never `Unavailable`.
@@ -112,6 +134,13 @@ pub struct Auth {
     /// SHA-256 of the whole presented key → answer. Hashing keeps raw secrets out of memory
     /// longer than a request.
     cache: Mutex<HashMap<[u8; 32], Entry>>,
+    /// Lookups under way, by digest: the requests that miss the cache together wait for
+    /// one lookup (issue 22: when a busy key's entry expired, every request in flight — 64
+    /// in the benchmark — looked it up at once, each holding one of the pool's connections,
+    /// and stalled the API every `cache_ttl`).
+    inflight: Mutex<HashMap<[u8; 32], Arc<tokio::sync::Mutex<()>>>>,
+    /// Key lookups sent to Postgres (tests count them).
+    lookups: AtomicU64,
 }
 
 impl Auth {
@@ -120,7 +149,14 @@ impl Auth {
             pool,
             config,
             cache: Mutex::new(HashMap::new()),
+            inflight: Mutex::new(HashMap::new()),
+            lookups: AtomicU64::new(0),
         }
+    }
+
+    /// Key lookups sent to Postgres since this `Auth` was made.
+    pub fn lookups(&self) -> u64 {
+        self.lookups.load(Ordering::Relaxed)
     }
 
     /// Resolves a presented key. Costs one hash and a map lookup while cached.
@@ -129,6 +165,24 @@ impl Auth {
         if let Some(hit) = self.cached(&digest) {
             return hit;
         }
+        // One lookup per key at a time: who finds one under way waits for it, then reads
+        // its answer from the cache (an `Unavailable` one is not cached: then it tries).
+        let flight = Flight {
+            auth: self,
+            digest,
+            lock: self
+                .inflight
+                .lock()
+                .expect("auth inflight")
+                .entry(digest)
+                .or_default()
+                .clone(),
+        };
+        let _turn = flight.lock.lock().await;
+        if let Some(hit) = self.cached(&digest) {
+            return hit;
+        }
+        self.lookups.fetch_add(1, Ordering::Relaxed);
         let result = self.lookup(api_key).await;
         if !matches!(result, Err(AuthError::Unavailable(_))) {
             self.store(digest, result.clone());
