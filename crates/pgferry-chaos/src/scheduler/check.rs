@@ -14,6 +14,8 @@ use super::target::Received;
 use super::{SchedulerReport, CONTROL, GRACE_MS, INTERVAL_MS, PERIOD_MS, SCHEDULES, SCHED_QUEUE};
 use crate::ChaosError;
 
+/// How long the check waits for every acknowledged job to be completed or dead.
+const FINAL_WITHIN: Duration = Duration::from_secs(60);
 /// The pings the server keeps per monitor: more acknowledged than this cannot be checked.
 const PINGS_KEPT: usize = 100;
 
@@ -60,25 +62,49 @@ async fn jobs(
     r: &mut SchedulerReport,
 ) -> Result<(), ChaosError> {
     r.jobs_acknowledged = told.jobs.len() as u64;
-    let states: Vec<Result<(i64, (String, String)), ChaosError>> =
-        futures_util::stream::iter(told.jobs.iter().map(|j| async move {
-            let v = get(api, &format!("/v1/jobs/{}", j.id)).await?;
-            let last = v["attempts"]
-                .as_array()
-                .and_then(|a| a.last())
-                .and_then(|a| a["outcome"].as_str())
-                .unwrap_or("")
-                .to_owned();
-            Ok((j.id, (v["state"].as_str().unwrap_or("?").to_owned(), last)))
-        }))
-        .buffer_unordered(16)
-        .collect()
-        .await;
-    let mut state = HashMap::new();
-    for s in states {
-        let (id, st) = s?;
-        state.insert(id, st);
+    // A callback is enqueued before its job's outcome is written, so it can arrive first:
+    // the states are read until every job is final or [`FINAL_WITHIN`] passed.
+    let mut state: HashMap<i64, (String, String)> = HashMap::new();
+    let started = std::time::Instant::now();
+    loop {
+        let open: Vec<_> = told
+            .jobs
+            .iter()
+            .filter(|j| {
+                !state
+                    .get(&j.id)
+                    .is_some_and(|(s, _)| s == "completed" || s == "dead")
+            })
+            .collect();
+        if open.is_empty() || started.elapsed() > FINAL_WITHIN {
+            break;
+        }
+        if !state.is_empty() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let states: Vec<Result<(i64, (String, String)), ChaosError>> =
+            futures_util::stream::iter(open.into_iter().map(|j| async move {
+                let v = get(api, &format!("/v1/jobs/{}", j.id)).await?;
+                let last = v["attempts"]
+                    .as_array()
+                    .and_then(|a| a.last())
+                    .and_then(|a| a["outcome"].as_str())
+                    .unwrap_or("")
+                    .to_owned();
+                Ok((j.id, (v["state"].as_str().unwrap_or("?").to_owned(), last)))
+            }))
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        for s in states {
+            let (id, st) = s?;
+            state.insert(id, st);
+        }
     }
+    r.details.insert(
+        "jobs_final_after_drain_s".into(),
+        json!(started.elapsed().as_secs_f64()),
+    );
     let mut unfinished = BTreeMap::<String, u64>::new();
     let mut wrong_callbacks = 0u64;
     let mut examples = Vec::new();
@@ -95,7 +121,8 @@ async fn jobs(
         if dead_by_lease {
             r.jobs_dead_by_lease += 1;
         }
-        if (sent == 0 || cbs == 0) && examples.len() < 4 {
+        let final_ = st == "completed" || st == "dead";
+        if (sent == 0 || cbs == 0 || !final_) && examples.len() < 4 {
             // What the server says of it, for the report.
             let mut v = get(api, &format!("/v1/jobs/{}", j.id)).await?;
             v["chaos"] = json!({"n": j.n, "requests": sent, "callbacks": cbs});
