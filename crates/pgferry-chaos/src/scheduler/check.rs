@@ -14,6 +14,9 @@ use super::target::Received;
 use super::{SchedulerReport, CONTROL, GRACE_MS, INTERVAL_MS, PERIOD_MS, SCHEDULES, SCHED_QUEUE};
 use crate::ChaosError;
 
+/// A job's state and its last attempt's outcome.
+type JobEnd = (String, String);
+
 /// How long the check waits for every acknowledged job to be completed or dead.
 const FINAL_WITHIN: Duration = Duration::from_secs(60);
 /// The pings the server keeps per monitor: more acknowledged than this cannot be checked.
@@ -64,7 +67,7 @@ async fn jobs(
     r.jobs_acknowledged = told.jobs.len() as u64;
     // A callback is enqueued before its job's outcome is written, so it can arrive first:
     // the states are read until every job is final or [`FINAL_WITHIN`] passed.
-    let mut state: HashMap<i64, (String, String)> = HashMap::new();
+    let mut state: HashMap<i64, JobEnd> = HashMap::new();
     let started = std::time::Instant::now();
     loop {
         let open: Vec<_> = told
@@ -82,7 +85,7 @@ async fn jobs(
         if !state.is_empty() {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        let states: Vec<Result<(i64, (String, String)), ChaosError>> =
+        let states: Vec<Result<(i64, JobEnd), ChaosError>> =
             futures_util::stream::iter(open.into_iter().map(|j| async move {
                 let v = get(api, &format!("/v1/jobs/{}", j.id)).await?;
                 let last = v["attempts"]
