@@ -108,6 +108,8 @@ pub struct Env {
     pub workers: Vec<(WorkerArgs, Option<Proc>)>,
     /// Workers started from now on run the workflow machines (workflows.rs).
     pub workflow_workers: bool,
+    /// More `serve` flags for servers added from now on.
+    pub server_args: Vec<String>,
     restarts: usize,
 }
 
@@ -220,6 +222,7 @@ impl Env {
             servers: Vec::new(),
             workers: Vec::new(),
             workflow_workers: false,
+            server_args: Vec::new(),
             restarts: 0,
         };
         let mut client = env.connect("chaos-admin").await?;
@@ -270,6 +273,7 @@ impl Env {
             grpc_port: procs::free_port()?,
             log: self.dir.path().join(format!("server-{i}.log")),
             pool_size: 16,
+            extra_args: self.server_args.clone(),
         };
         let proc = spec.start().await?;
         self.servers.push((spec, Some(proc)));

@@ -16,6 +16,7 @@ mod procs;
 mod producers;
 mod report;
 mod scenario;
+mod scheduler;
 mod wf_worker;
 mod worker_proc;
 mod workflows;
@@ -25,6 +26,7 @@ use std::time::Duration;
 
 pub use report::{FaultReport, Recovery};
 pub use scenario::run_fault;
+pub use scheduler::{run_scheduler_fault, SchedulerReport};
 pub use worker_proc::{run_worker, WorkerArgs};
 pub use workflows::{run_workflow_fault, WorkflowReport};
 

@@ -161,6 +161,8 @@ pub struct ServerSpec {
     pub grpc_port: u16,
     pub log: PathBuf,
     pub pool_size: usize,
+    /// More `serve` flags (the scheduler suite's public rate limits).
+    pub extra_args: Vec<String>,
 }
 
 impl ServerSpec {
@@ -182,6 +184,7 @@ impl ServerSpec {
                 // The suite's producers and lookups are not what the rate limiter is for.
                 .args(["--rate-limit", "1000000000", "--rate-burst", "1000000000"])
                 .args(["--pool-size", &self.pool_size.to_string()])
+                .args(&self.extra_args)
                 .env("PGFERRY_LOG", "warn");
             cmd
         };

@@ -6,6 +6,7 @@
 
 pub mod ca_bundle;
 pub mod executor;
+mod lease;
 pub mod migrate;
 pub mod pipeline;
 pub mod rate;

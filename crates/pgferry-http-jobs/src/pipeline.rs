@@ -14,6 +14,10 @@
 //!   wins, a callback's unique key answers its first enqueue), and given up after a few
 //!   tries: those jobs run again once their leases end.
 //!
+//! - Every job is held ([`crate::lease`]) from its claim until its outcome is written: a
+//!   keeper heartbeats the held attempts at a third of their lease, so a job waiting for
+//!   its destination's turn or a slow answer is not rescued and sent again meanwhile.
+//!
 //! On stop: no more claims; requests in flight get [`SHUTDOWN_GRACE`] to finish and their
 //! outcomes are written; what is still running then is left to its lease.
 
@@ -24,6 +28,7 @@ use pgferry_core::ClaimedJob;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
+use crate::lease::{self, Held};
 use crate::worker::{tenant_of, HttpWorker, Ran};
 
 /// Longest pause of an idle queue between claims when no tick wakes it sooner.
@@ -51,7 +56,15 @@ struct Room {
 pub async fn run_queue(worker: Arc<HttpWorker>, queue: String, mut stop: watch::Receiver<bool>) {
     let queue_slots = Arc::new(Semaphore::new(worker.config.queue_in_flight.max(1)));
     let (done_tx, done_rx) = mpsc::unbounded_channel::<Ran>();
-    let flusher = tokio::spawn(flush_loop(worker.clone(), done_rx));
+    let held = Arc::new(Held::default());
+    let (keeper_stop, keeper_rx) = watch::channel(false);
+    let keeper = tokio::spawn(lease::keep(
+        worker.engine.clone(),
+        held.clone(),
+        WORKER,
+        keeper_rx,
+    ));
+    let flusher = tokio::spawn(flush_loop(worker.clone(), done_rx, held.clone()));
     let mut batches: JoinSet<()> = JoinSet::new();
     let mut ticks = worker.engine.signals().subscribe_ticks();
     loop {
@@ -85,12 +98,14 @@ pub async fn run_queue(worker: Arc<HttpWorker>, queue: String, mut stop: watch::
             continue;
         }
         room.truncate(jobs.len());
+        held.hold(&jobs);
         batches.spawn(run_batch(
             worker.clone(),
             queue.clone(),
             jobs,
             room,
             done_tx.clone(),
+            held.clone(),
         ));
     }
     let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
@@ -107,6 +122,9 @@ pub async fn run_queue(worker: Arc<HttpWorker>, queue: String, mut stop: watch::
     }
     drop(done_tx);
     let _ = flusher.await;
+    // What is still held now was not written: left to its leases.
+    let _ = keeper_stop.send(true);
+    let _ = keeper.await;
 }
 
 /// Waits for room for one job, then takes what more is free at once, up to a batch.
@@ -149,6 +167,7 @@ async fn run_batch(
     jobs: Vec<ClaimedJob>,
     room: Vec<Room>,
     done: mpsc::UnboundedSender<Ran>,
+    held: Arc<Held>,
 ) {
     let tenant = tenant_of(&queue);
     let (settings, executor) = match worker.context(tenant).await {
@@ -158,6 +177,7 @@ async fn run_batch(
             if let Err(e) = worker.hand_back(&jobs).await {
                 tracing::warn!(queue, error = %e, "batch not handed back; left to its leases");
             }
+            held.release(jobs.iter().map(|j| (j.job_id, j.attempt)));
             return;
         }
     };
@@ -175,7 +195,11 @@ async fn run_batch(
 
 /// Writes outcomes as they come: up to [`FLUSH_ROWS`] at once, [`FLUSH_WAIT`] after the
 /// first of them at most.
-async fn flush_loop(worker: Arc<HttpWorker>, mut done: mpsc::UnboundedReceiver<Ran>) {
+async fn flush_loop(
+    worker: Arc<HttpWorker>,
+    mut done: mpsc::UnboundedReceiver<Ran>,
+    held: Arc<Held>,
+) {
     while let Some(first) = done.recv().await {
         let mut batch = vec![first];
         let deadline = tokio::time::Instant::now() + FLUSH_WAIT;
@@ -203,6 +227,8 @@ async fn flush_loop(worker: Arc<HttpWorker>, mut done: mpsc::UnboundedReceiver<R
                 }
             }
         }
+        // Written, or given up on (then the lease decides, as without the keeper).
+        held.release(batch.iter().map(Ran::attempt));
     }
 }
 

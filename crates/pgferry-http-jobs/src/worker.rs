@@ -93,6 +93,11 @@ pub(crate) struct Ran {
 }
 
 impl Ran {
+    /// The (job id, attempt) whose outcome this is.
+    pub(crate) fn attempt(&self) -> (i64, i32) {
+        (self.outcome.job_id, self.outcome.attempt)
+    }
+
     fn only(outcome: Outcome) -> Ran {
         Ran {
             outcome,

@@ -171,3 +171,128 @@ async fn requests_of_several_claims_are_in_flight_within_each_destinations_paral
         );
     }
 }
+
+/// A queue lease of 1 s, one request to a destination at a time, and a destination that
+/// answers each request after 1.5 s: every job outlives its lease, first waiting for its
+/// destination's turn (parallelism) and then for the slow answer, while the leader's
+/// rescuer runs. The pipeline's keeper extends the leases of the jobs it holds, so each job
+/// is sent once, in one attempt. (Without it the rescuer takes the jobs back after 1 s and
+/// they are sent again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_waiting_on_a_slow_destination_keep_their_lease() {
+    const JOBS: usize = 3;
+    const ANSWER_AFTER: Duration = Duration::from_millis(1500);
+    let db = pgferry_testkit::test_db().await;
+    let mut client = db.connect().await;
+    migrate::up_components(
+        &mut client,
+        &[migrate::ENGINE, pgferry_http_jobs::migrate::COMPONENT],
+    )
+    .await
+    .unwrap();
+    let engine = Engine::new(db.pool(8), EngineConfig::default());
+    engine
+        .upsert_queue(
+            "http",
+            &pgferry_core::QueueOptions {
+                lease: Duration::from_secs(1),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let hits = Arc::new(Mutex::new(HashMap::<String, usize>::new()));
+    let app = {
+        let hits = hits.clone();
+        Router::new().route(
+            "/slow",
+            post(move |body: String| {
+                let hits = hits.clone();
+                async move {
+                    *hits.lock().unwrap().entry(body).or_default() += 1;
+                    tokio::time::sleep(ANSWER_AFTER).await;
+                    "slow"
+                }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let jobs: Vec<NewJob> = (0..JOBS)
+        .map(|i| {
+            NewJob::new(
+                "http",
+                KIND,
+                json!({"method": "POST", "url": format!("{base}/slow"), "body": format!("job-{i}"),
+                       "timeout_ms": 10000}),
+            )
+        })
+        .collect();
+    let ids = engine.enqueue(&jobs).await.unwrap();
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // The leader's ticker and rescuer, as test-sized loops.
+    let leader = {
+        let (db, mut stop) = (db.clone(), stop_rx.clone());
+        tokio::spawn(async move {
+            let mut c = db.connect().await;
+            loop {
+                pgferry_core::leader::ticker::tick(&c).await.unwrap();
+                pgferry_core::leader::rescuer::rescue(&mut c, Duration::ZERO)
+                    .await
+                    .unwrap();
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            }
+        })
+    };
+    let service = tokio::spawn(pgferry_http_jobs::service::run(
+        engine.clone(),
+        ExecutorConfig {
+            allow: Allow::of(&[Range::Loopback]),
+            ..Default::default()
+        },
+        WorkerConfig {
+            per_destination: 1,
+            ..Default::default()
+        },
+        stop_rx,
+    ));
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut done = 0;
+        for id in &ids {
+            if engine.get_job(*id).await.unwrap().state == JobState::Completed {
+                done += 1;
+            }
+        }
+        if done == JOBS {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{done} of {JOBS} completed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop_tx.send(true);
+    service.await.unwrap();
+    leader.await.unwrap();
+
+    let hits = hits.lock().unwrap().clone();
+    let want: HashMap<String, usize> = (0..JOBS).map(|i| (format!("job-{i}"), 1)).collect();
+    assert_eq!(hits, want, "each job sent once");
+    for id in &ids {
+        let attempts: Vec<(i32, &str)> = engine
+            .get_job(*id)
+            .await
+            .unwrap()
+            .attempts
+            .iter()
+            .map(|a| (a.attempt, a.outcome))
+            .collect();
+        assert_eq!(attempts, [(1, "completed")], "job {id}");
+    }
+}
