@@ -117,7 +117,7 @@ async fn rare_filters_read_their_matches_not_the_history() {
     // A status nothing has: an empty page.
     let none = wf.list(&filter(Some("cancelled"), None, 50)).await.unwrap();
     assert!(none.instances.is_empty() && !none.has_more);
-    // An active status still lists through the queue's index (list.sql).
+    // An active status lists the queue's active instances (list_active.sql, 0020).
     let run = wf.list(&filter(Some("runnable"), None, 3)).await.unwrap();
     let ids: Vec<i64> = run.instances.iter().map(|i| i.id).collect();
     assert_eq!(ids, vec![80000, 79999, 79998]);

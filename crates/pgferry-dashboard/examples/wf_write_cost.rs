@@ -1,6 +1,7 @@
-//! The write cost of migration 0017 on the workflow engine's hot path (docs/performance.md,
-//! "Workflow pages at 1M instances"): the same SQL workload on fresh databases with the
-//! migration's column and indexes, and with them dropped, alternating.
+//! The write cost of migration 0017 (or, with `--migration 20`, 0020) on the workflow
+//! engine's hot path (docs/performance.md, "Workflow pages at 1M instances" and "Active
+//! statuses"): the same SQL workload on fresh databases with the migration's column and
+//! indexes, and with them dropped, alternating.
 //!
 //! Workload per run: `--instances` instances started through `pgferry.wf_start` with a
 //! correlation key each (10,000 per statement), then every instance driven through a
@@ -8,6 +9,7 @@
 //! and one `wf_finish` per batch. Prints one JSON object per run: start and step rates.
 //!
 //!     cargo run -p pgferry-dashboard --example wf_write_cost -- --instances 20000 --runs 3
+//!     cargo run -p pgferry-dashboard --example wf_write_cost -- --migration 20 --runs 3
 
 use std::time::Instant;
 
@@ -19,6 +21,8 @@ const SEED_WORKFLOWS: &str = include_str!("sql/seed_workflows.sql");
 const WITHOUT_0017: &str = "DROP INDEX pgferry.wf_instances_ended;
 DROP INDEX pgferry.wf_instances_correlation_all;
 ALTER TABLE pgferry.wf_instances DROP COLUMN ended_status;";
+/// Back to the schema before 0020.
+const WITHOUT_0020: &str = "DROP INDEX pgferry.wf_instances_active;";
 
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
@@ -36,6 +40,12 @@ fn arg(name: &str, default: u64) -> u64 {
 async fn main() {
     let n = arg("--instances", 20_000) as i64;
     let runs = arg("--runs", 3);
+    let migration = arg("--migration", 17);
+    let without = match migration {
+        17 => WITHOUT_0017,
+        20 => WITHOUT_0020,
+        m => panic!("--migration takes 17 or 20, not {m}"),
+    };
     for run in 0..runs {
         for with in [true, false] {
             let db = pgferry_testkit::test_db().await;
@@ -44,7 +54,7 @@ async fn main() {
                 .await
                 .expect("migrate");
             if !with {
-                client.batch_execute(WITHOUT_0017).await.unwrap();
+                client.batch_execute(without).await.unwrap();
             }
             let t = Instant::now();
             let mut from = 1i64;
@@ -97,7 +107,7 @@ async fn main() {
             println!(
                 "{}",
                 json!({
-                    "run": run, "migration_0017": with, "instances": n,
+                    "run": run, "migration": migration, "with": with, "instances": n,
                     "starts_per_s": (n as f64 / start_s).round(),
                     "steps_per_s": (steps as f64 / step_s).round(),
                 })

@@ -55,6 +55,16 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../assets/js/pages/enqueue.js"),
     ),
     (
+        "js/pages/webhooks.js",
+        JS,
+        include_str!("../assets/js/pages/webhooks.js"),
+    ),
+    (
+        "js/pages/monitors.js",
+        JS,
+        include_str!("../assets/js/pages/monitors.js"),
+    ),
+    (
         "js/pages/keys.js",
         JS,
         include_str!("../assets/js/pages/keys.js"),

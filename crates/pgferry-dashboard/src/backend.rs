@@ -231,6 +231,37 @@ pub trait Backend: Send + Sync + 'static {
         Box::pin(async { Err(BackendError::unavailable("job search is not served")) })
     }
 
+    /// The caller's tenant's webhook endpoint `slug`'s stored events, newest first, below
+    /// event id `before` (read): `{"events": [{id, received_at_unix_ms, provider_event_id,
+    /// headers, body_preview, body_chars}], "next_before"?}`. The `/v1` API pages them
+    /// oldest first (replay order); an operator looks for the latest. Another tenant's
+    /// endpoint is "not found".
+    fn webhook_events<'a>(
+        &'a self,
+        who: &'a Identity,
+        slug: &'a str,
+        before: Option<i64>,
+        limit: u32,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        let _ = (who, slug, before, limit);
+        Box::pin(async { Err(BackendError::unavailable("webhook events are not served")) })
+    }
+
+    /// One stored event of the caller's tenant's endpoint `slug` (read), whole, with the
+    /// HTTP jobs it was fanned out to (first delivery and replays, newest first, in the
+    /// `/v1/jobs` job shape): `{"event": {...}, "deliveries": [...], "has_more",
+    /// "next_cursor"?}`. Bounded like the jobs search: `cursor` looks further back.
+    fn webhook_event<'a>(
+        &'a self,
+        who: &'a Identity,
+        slug: &'a str,
+        id: i64,
+        cursor: Option<String>,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        let _ = (who, slug, id, cursor);
+        Box::pin(async { Err(BackendError::unavailable("webhook events are not served")) })
+    }
+
     /// The caller's tenant's queues that hold workflow instances (read): `{"queues": [...]}`.
     fn workflow_queues<'a>(&'a self, who: &'a Identity) -> BoxFut<'a, Result<Value, BackendError>> {
         let _ = who;

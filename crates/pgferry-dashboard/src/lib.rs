@@ -20,6 +20,7 @@ mod handlers;
 mod proxy;
 mod security;
 mod session;
+mod webhook_handlers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,6 +105,11 @@ where
         .route(
             "/api/workflows/{id}/children",
             get(handlers::workflow_children),
+        )
+        .route("/api/webhooks/{slug}/events", get(webhook_handlers::events))
+        .route(
+            "/api/webhooks/{slug}/events/{id}",
+            get(webhook_handlers::event),
         )
         .route("/api/v1/{*path}", any(proxy::forward))
         .fallback(handlers::not_found)

@@ -112,6 +112,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0018_workflow_strategies_retention.sql",
         sql: include_str!("../../migrations/0018_workflow_strategies_retention.sql"),
     },
+    // 0019 is another change's (merged separately); the numbers need not be contiguous.
+    Migration {
+        version: 20,
+        name: "0020_workflow_active_index.sql",
+        sql: include_str!("../../migrations/0020_workflow_active_index.sql"),
+    },
 ];
 
 /// The engine's live functions, callees before SQL-language callers.

@@ -12,6 +12,12 @@ const GET: &str = include_str!("../sql/workflow/get.sql");
 const LIST: &str = include_str!("../sql/workflow/list.sql");
 const LIST_ENDED: &str = include_str!("../sql/workflow/list_ended.sql");
 const LIST_CORRELATED: &str = include_str!("../sql/workflow/list_correlated.sql");
+const LIST_ACTIVE: &str = include_str!("../sql/workflow/list_active.sql");
+
+/// Most active instances one list call reads when filtering by an active status
+/// (list_active.sql): the page may come back short with `has_more`, and `next` goes on
+/// below the last instance read.
+pub(crate) const ACTIVE_SCAN_ROWS: i32 = 5_000;
 
 /// One step's outcome in an instance's history.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
@@ -185,6 +191,8 @@ impl Workflows {
         let statement = match (&f.correlation_key, f.status.as_deref()) {
             (Some(_), _) => LIST_CORRELATED,
             (None, Some("done" | "failed" | "cancelled")) => LIST_ENDED,
+            // An active status: the queue's active instances only, a bounded walk.
+            (None, Some(_)) => return self.list_active(f, limit).await,
             _ => LIST,
         };
         let client = self.pool().get().await?;
@@ -206,23 +214,7 @@ impl Workflows {
         let instances = rows
             .iter()
             .take(limit)
-            .map(|r| {
-                Ok(InstanceSummary {
-                    id: r.try_get("id")?,
-                    kind: r.try_get("kind")?,
-                    queue: r.try_get("queue")?,
-                    step: r.try_get("step")?,
-                    status: r.try_get("status")?,
-                    attempt: r.try_get("attempt")?,
-                    parent_id: r.try_get("parent_id")?,
-                    correlation_key: r.try_get("correlation_key")?,
-                    concurrency_key: r.try_get("concurrency_key")?,
-                    error: r.try_get("error")?,
-                    created_at: r.try_get("created_at")?,
-                    updated_at: r.try_get("updated_at")?,
-                    finished_at: r.try_get("finished_at")?,
-                })
-            })
+            .map(summary)
             .collect::<Result<Vec<_>>>()?;
         let next = if has_more {
             instances.last().map(|i| i.id)
@@ -235,4 +227,70 @@ impl Workflows {
             next,
         })
     }
+
+    /// [`Workflows::list`] by an active status: at most [`ACTIVE_SCAN_ROWS`] of the queue's
+    /// active instances are read, newest first. A page holds the matches among them; when
+    /// the read stopped at that bound before the page was full, the page is short (even
+    /// empty) with `has_more`, and `next` is the last instance read.
+    async fn list_active(&self, f: &InstanceFilter, limit: usize) -> Result<InstancePage> {
+        let client = self.pool().get().await?;
+        let rows = client
+            .query(
+                LIST_ACTIVE,
+                &[
+                    &f.queue,
+                    &f.kind,
+                    &f.status,
+                    &f.correlation_key,
+                    &f.created_after,
+                    &f.before,
+                    &((limit + 1) as i32),
+                    &ACTIVE_SCAN_ROWS,
+                ],
+            )
+            .await?;
+        let mut hits = Vec::new();
+        // The last instance read, when the read stopped at its bound (the marker row).
+        let mut bound_at = None;
+        for r in &rows {
+            if r.try_get::<_, bool>("hit")? {
+                hits.push(summary(r)?);
+            }
+            if r.try_get::<_, i64>("pos")? == i64::from(ACTIVE_SCAN_ROWS) {
+                bound_at = Some(r.try_get::<_, i64>("id")?);
+            }
+        }
+        let (has_more, next) = if hits.len() > limit {
+            hits.truncate(limit);
+            (true, hits.last().map(|i| i.id))
+        } else if bound_at.is_some() {
+            (true, bound_at)
+        } else {
+            (false, None)
+        };
+        Ok(InstancePage {
+            instances: hits,
+            has_more,
+            next,
+        })
+    }
+}
+
+/// One row of a list statement.
+fn summary(r: &tokio_postgres::Row) -> Result<InstanceSummary> {
+    Ok(InstanceSummary {
+        id: r.try_get("id")?,
+        kind: r.try_get("kind")?,
+        queue: r.try_get("queue")?,
+        step: r.try_get("step")?,
+        status: r.try_get("status")?,
+        attempt: r.try_get("attempt")?,
+        parent_id: r.try_get("parent_id")?,
+        correlation_key: r.try_get("correlation_key")?,
+        concurrency_key: r.try_get("concurrency_key")?,
+        error: r.try_get("error")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+        finished_at: r.try_get("finished_at")?,
+    })
 }

@@ -14,6 +14,8 @@ import * as workflows from "./pages/workflows.js";
 import * as workflow from "./pages/workflow.js";
 import * as schedules from "./pages/schedules.js";
 import * as http from "./pages/http.js";
+import * as webhooks from "./pages/webhooks.js";
+import * as monitors from "./pages/monitors.js";
 
 export const pages = [
   { id: "overview", title: "Overview", module: overview },
@@ -23,6 +25,8 @@ export const pages = [
   { id: "workflows", title: "Workflows", module: workflows },
   { id: "schedules", title: "Schedules", module: schedules },
   { id: "http", title: "HTTP jobs", module: http },
+  { id: "webhooks", title: "Webhooks", module: webhooks },
+  { id: "monitors", title: "Monitors", module: monitors },
   { id: "enqueue", title: "Enqueue", module: enqueue, scope: "produce" },
   { id: "keys", title: "Keys & audit", module: keys, scope: "admin" },
   // Not in the menu: reached from lists.

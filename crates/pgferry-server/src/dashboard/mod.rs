@@ -4,6 +4,7 @@
 
 pub mod bulk;
 mod search;
+mod webhooks;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -422,6 +423,32 @@ impl Backend for DashboardBackend {
         Box::pin(async move {
             let p = self.principal_with(who, "read")?;
             search::search_jobs(&self.state, &p, q).await
+        })
+    }
+
+    fn webhook_events<'a>(
+        &'a self,
+        who: &'a Identity,
+        slug: &'a str,
+        before: Option<i64>,
+        limit: u32,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            let p = self.principal_with(who, "read")?;
+            webhooks::events(&self.state, &p, slug, before, limit).await
+        })
+    }
+
+    fn webhook_event<'a>(
+        &'a self,
+        who: &'a Identity,
+        slug: &'a str,
+        id: i64,
+        cursor: Option<String>,
+    ) -> BoxFut<'a, Result<Value, BackendError>> {
+        Box::pin(async move {
+            let p = self.principal_with(who, "read")?;
+            webhooks::event(&self.state, &p, slug, id, cursor).await
         })
     }
 

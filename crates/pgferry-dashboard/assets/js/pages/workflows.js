@@ -75,7 +75,13 @@ export async function render(root, { params }) {
         h("td", {}, time(i.created_at_unix_ms)),
         h("td", {}, time(i.finished_at_unix_ms)),
         h("td", { class: "errtext" }, i.error || ""))))));
-    if (!page.instances.length) table.append(h("p", { class: "muted" }, "No instances match."));
+    // An active status reads at most a few thousand active instances per request
+    // (docs/dashboard.md): a page may be short, even empty, with older ones still to read.
+    if (!page.instances.length) {
+      table.append(h("p", { class: "muted", id: "workflows-none" }, page.has_more
+        ? "No match among the instances read so far: \u201cOlder\u201d reads on."
+        : "No instances match."));
+    }
     clear(pager).append(
       h("button", { type: "button", class: "ghost", disabled: cursors.length === 1, onclick: () => { cursors.pop(); load(); } }, "Newer"),
       h("span", { class: "muted" }, `Page ${cursors.length}`),

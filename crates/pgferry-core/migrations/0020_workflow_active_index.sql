@@ -1,0 +1,17 @@
+-- The workflow list's active statuses (issue 24): listing a queue's instances by a status
+-- such as awaiting or sleeping walked the queue's whole history newest first
+-- (wf_instances_queue), ended instances included, to find a rare one. This indexes the
+-- active instances of each queue, newest first (list_active.sql), so the walk reads active
+-- instances only; list_active.sql also bounds it per call.
+--
+-- Step updates stay HOT (0015): queue and id never change, and `active` (a key and the
+-- predicate column) flips only in the updates that end an instance or retry it, which
+-- change indexed columns anyway (ended_status, 0017) and are never HOT.
+--
+-- Write cost, per instance: one entry at start (the insert already writes the primary key
+-- and wf_instances_queue, and more for keys and parents), one more when a failed instance
+-- is retried. Ending an instance adds nothing here (its new row version is not active); the
+-- old entry goes with vacuum. Measured in docs/performance.md ("Active statuses").
+-- `active` is in the key (always true in it) so that list_active.sql can order by
+-- (active, id), an order no other index gives: see that file.
+CREATE INDEX wf_instances_active ON pgferry.wf_instances (queue, active, id) WHERE active;
