@@ -10,6 +10,7 @@ mod lease;
 pub mod migrate;
 pub mod pipeline;
 pub mod rate;
+pub mod rescued;
 pub mod service;
 pub mod settings;
 pub mod sign;

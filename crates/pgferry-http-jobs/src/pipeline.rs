@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::lease::{self, Held};
+use crate::rescued;
 use crate::worker::{tenant_of, HttpWorker, Ran};
 
 /// Longest pause of an idle queue between claims when no tick wakes it sooner.
@@ -65,6 +66,7 @@ pub async fn run_queue(worker: Arc<HttpWorker>, queue: String, mut stop: watch::
         keeper_rx,
     ));
     let flusher = tokio::spawn(flush_loop(worker.clone(), done_rx, held.clone()));
+    let sweeper = tokio::spawn(sweep_loop(worker.clone(), queue.clone(), stop.clone()));
     let mut batches: JoinSet<()> = JoinSet::new();
     let mut ticks = worker.engine.signals().subscribe_ticks();
     loop {
@@ -125,6 +127,23 @@ pub async fn run_queue(worker: Arc<HttpWorker>, queue: String, mut stop: watch::
     // What is still held now was not written: left to its leases.
     let _ = keeper_stop.send(true);
     let _ = keeper.await;
+    let _ = sweeper.await;
+}
+
+/// Sends the callbacks of the queue's jobs that the rescuer made dead ([`crate::rescued`]),
+/// every [`WorkerConfig::rescued_sweep`](crate::worker::WorkerConfig::rescued_sweep).
+async fn sweep_loop(worker: Arc<HttpWorker>, queue: String, mut stop: watch::Receiver<bool>) {
+    let mut window = rescued::Window::new();
+    loop {
+        let now = std::time::SystemTime::now();
+        match rescued::sweep_once(&worker.engine, &queue, window.since(now)).await {
+            Ok(_) => window.swept(now),
+            Err(e) => tracing::warn!(queue, error = %e, "sweep for rescued jobs' callbacks failed"),
+        }
+        if pause(&mut stop, worker.config.rescued_sweep).await {
+            return;
+        }
+    }
 }
 
 /// Waits for room for one job, then takes what more is free at once, up to a batch.

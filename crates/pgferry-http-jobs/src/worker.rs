@@ -55,6 +55,9 @@ pub struct WorkerConfig {
     /// Most claimed jobs of all queues of this server not yet finished (the server's bound
     /// on concurrent HTTP job requests).
     pub max_in_flight: usize,
+    /// How often each queue looks for jobs the leader's rescuer made dead, to send their
+    /// completion callbacks ([`crate::rescued`]).
+    pub rescued_sweep: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -65,6 +68,7 @@ impl Default for WorkerConfig {
             default_rate: None,
             queue_in_flight: 256,
             max_in_flight: 1024,
+            rescued_sweep: Duration::from_secs(5),
         }
     }
 }
@@ -354,21 +358,48 @@ fn callback(
     outcome: &Outcome,
     observed: Option<&Observed>,
 ) -> Option<NewJob> {
-    let url = req.callback_url.as_ref()?;
     let status = match outcome.kind {
         OutcomeKind::Completed => "succeeded",
         OutcomeKind::Dead => "failed",
         _ => return None,
     };
+    callback_job(
+        queue,
+        req,
+        CallbackFacts {
+            job_id: job.job_id,
+            status,
+            attempts: job.attempt,
+            response_status: observed.and_then(|o| o.status),
+            error: observed
+                .and_then(|o| o.error.clone())
+                .or_else(|| outcome.error.clone()),
+        },
+    )
+}
+
+/// What a completion callback reports of its job's final outcome.
+pub(crate) struct CallbackFacts {
+    pub job_id: i64,
+    /// "succeeded" or "failed".
+    pub status: &'static str,
+    pub attempts: i32,
+    pub response_status: Option<u16>,
+    pub error: Option<String>,
+}
+
+/// The callback job of `req`'s final outcome, if it asked for one (the worker's outcome
+/// path, and [`crate::rescued`] for jobs the leader's rescuer made dead). One per job: its
+/// unique key answers any later enqueue of the same job's callback with the first.
+pub(crate) fn callback_job(queue: &str, req: &HttpRequest, facts: CallbackFacts) -> Option<NewJob> {
+    let url = req.callback_url.as_ref()?;
     let body = json!({
-        "job_id": job.job_id,
-        "status": status,
-        "attempts": job.attempt,
+        "job_id": facts.job_id,
+        "status": facts.status,
+        "attempts": facts.attempts,
         "url": req.url,
-        "response_status": observed.and_then(|o| o.status),
-        "error": observed
-            .and_then(|o| o.error.clone())
-            .or_else(|| outcome.error.clone()),
+        "response_status": facts.response_status,
+        "error": facts.error,
     });
     let args = HttpRequest {
         method: "POST".into(),
@@ -383,7 +414,7 @@ fn callback(
     };
     Some(
         NewJob::new(queue, KIND, json!(args))
-            .unique(format!("pgferry-callback:{}", job.job_id))
+            .unique(format!("pgferry-callback:{}", facts.job_id))
             .unique_period(CALLBACK_UNIQUE),
     )
 }

@@ -118,8 +118,8 @@ async fn jobs(
             .get(&j.id)
             .map_or(("unread", ""), |(s, l)| (s.as_str(), l.as_str()));
         // Its only attempt's lease lapsed (the server was killed holding it): dead by its
-        // policy, possibly never sent, and the engine's rescuer sends no callback
-        // (docs/reliability.md#scheduler: a known gap).
+        // policy and possibly never sent; its callback comes from the HTTP service's sweep of
+        // rescued jobs (pgferry-http-jobs rescued.rs), and is required like any other.
         let dead_by_lease = j.meant_to_fail && st == "dead" && last == "rescued";
         if dead_by_lease {
             r.jobs_dead_by_lease += 1;
@@ -150,8 +150,12 @@ async fn jobs(
             }
         }
         match got.callbacks.get(&j.id) {
-            None if dead_by_lease => r.callbacks_missing_dead_by_lease += 1,
-            None => r.callbacks_missing += 1,
+            None => {
+                r.callbacks_missing += 1;
+                if dead_by_lease {
+                    r.callbacks_missing_dead_by_lease += 1;
+                }
+            }
             Some(cbs) => {
                 r.callback_duplicates += cbs.len() as u64 - 1;
                 wrong_callbacks += cbs.iter().filter(|s| *s != want_cb).count() as u64;

@@ -62,7 +62,8 @@ pub struct SchedulerReport {
     pub job_duplicate_deliveries: u64,
     pub callbacks_missing: u64,
     /// Jobs meant to die whose one attempt's lease lapsed (the rescuer made them dead),
-    /// and how many of them got no callback: the rescuer sends none (a known gap).
+    /// and how many of them got no callback (also in `callbacks_missing`, a violation: the
+    /// HTTP service's sweep of rescued jobs sends theirs).
     pub jobs_dead_by_lease: u64,
     pub callbacks_missing_dead_by_lease: u64,
     pub callback_duplicates: u64,
