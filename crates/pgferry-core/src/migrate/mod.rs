@@ -112,6 +112,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0018_workflow_strategies_retention.sql",
         sql: include_str!("../../migrations/0018_workflow_strategies_retention.sql"),
     },
+    Migration {
+        version: 19,
+        name: "0019_workflow_round_robin.sql",
+        sql: include_str!("../../migrations/0019_workflow_round_robin.sql"),
+    },
 ];
 
 /// The engine's live functions, callees before SQL-language callers.
@@ -133,6 +138,7 @@ pub const FUNCTIONS: &[Function] = &[
     function!("wf_take_token"),
     function!("wf_take_slot"),
     function!("wf_emit"),
+    function!("wf_rr_promote"),
     function!("wf_free_slot"),
     function!("wf_lock_chain"),
     function!("wf_end"),

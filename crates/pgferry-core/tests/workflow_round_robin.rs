@@ -1,0 +1,359 @@
+//! The round_robin concurrency strategy against real Postgres (migration 0019,
+//! docs/workflows.md "Concurrency strategies"): keys take turns in the picker, so one key's
+//! backlog does not starve the others; a claim with room still fills its batch from a busy
+//! key; every key keeps its limit; and a ledger under concurrent workers and cancels.
+//! Assertions are on claims and counts, never on time.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use pgferry_core::workflow::{
+    ClaimedStep, ConcurrencyStrategy, Machine, Outcome, Start, Worker, WorkerConfig, Workflows,
+};
+use serde_json::json;
+
+const LEASE: Duration = Duration::from_secs(30);
+
+fn keyed(queue: &str, key: &str, limit: i32, strategy: ConcurrencyStrategy, i: i64) -> Start {
+    let mut st = Start::new("k", queue, json!(i));
+    st.concurrency_key = Some(key.into());
+    st.concurrency_limit = Some(limit);
+    st.concurrency_strategy = Some(strategy);
+    st
+}
+
+/// The concurrency key of each claimed step, in the claim's order.
+fn keys_of(claimed: &[ClaimedStep], key_of: &HashMap<i64, String>) -> Vec<String> {
+    claimed.iter().map(|c| key_of[&c.id].clone()).collect()
+}
+
+/// Starts `hot` backlog instances on one key, then one instance on each of four other
+/// keys, all with `strategy`; claims batches of 5 until every small key's step has been
+/// claimed. Returns the number of claims that took and each claim's keys.
+async fn claims_until_small_keys_served(
+    wf: &Workflows,
+    queue: &str,
+    strategy: ConcurrencyStrategy,
+    hot: i64,
+) -> (usize, Vec<Vec<String>>) {
+    let mut key_of = HashMap::new();
+    for i in 0..hot {
+        let id = wf
+            .start(&keyed(queue, "hot", 1000, strategy, i))
+            .await
+            .unwrap()
+            .id;
+        key_of.insert(id, "hot".to_string());
+    }
+    let mut small: HashSet<String> = HashSet::new();
+    for k in 1..=4 {
+        let key = format!("small-{k}");
+        let id = wf
+            .start(&keyed(queue, &key, 1000, strategy, 1000 + k))
+            .await
+            .unwrap()
+            .id;
+        key_of.insert(id, key.clone());
+        small.insert(key);
+    }
+    let mut claims = Vec::new();
+    while !small.is_empty() {
+        let c = wf.claim(queue, 5, "w", LEASE).await.unwrap();
+        assert!(!c.is_empty(), "nothing claimed with {small:?} not served");
+        let keys = keys_of(&c, &key_of);
+        for k in &keys {
+            small.remove(k);
+        }
+        claims.push(keys);
+    }
+    (claims.len(), claims)
+}
+
+/// The starvation round_robin fixes, and its bound. With `queue`, four keys started after
+/// a key with 60 due steps (limit 1000) wait behind all 60: 13 claims of 5. With
+/// `round_robin`, each key has one step in the picker, so the first claim takes one step of
+/// each of the five keys: a key is served within ceil(keys with due steps / batch) claims,
+/// whatever the other keys' backlogs. Claims with room then fill from the busy key.
+#[tokio::test]
+async fn a_starving_key_is_served_within_a_bounded_number_of_claims() {
+    let s = common::setup().await;
+    let wf = Workflows::of(&s.engine);
+
+    let (n, _) = claims_until_small_keys_served(&wf, "fifo", ConcurrencyStrategy::Queue, 60).await;
+    assert_eq!(n, 13, "queue: the small keys wait behind the hot key's 60 steps");
+
+    let (n, claims) =
+        claims_until_small_keys_served(&wf, "rr", ConcurrencyStrategy::RoundRobin, 60).await;
+    assert_eq!(n, 1, "round_robin: {claims:?}");
+    let mut first = claims[0].clone();
+    first.sort();
+    assert_eq!(
+        first,
+        ["hot", "small-1", "small-2", "small-3", "small-4"],
+        "one step of each key"
+    );
+    // Only the hot key is left: a claim with room fills its batch from it (the picker holds
+    // one of its steps, the claim serves the rest of the batch from its waiters).
+    let mut claimed = 1;
+    for _ in 0..11 {
+        let c = wf.claim("rr", 5, "w", LEASE).await.unwrap();
+        assert_eq!(c.len(), 5);
+        claimed += c.len();
+    }
+    assert_eq!(claimed, 56);
+    assert_eq!(wf.claim("rr", 5, "w", LEASE).await.unwrap().len(), 4);
+    assert!(wf.claim("rr", 5, "w", LEASE).await.unwrap().is_empty());
+}
+
+async fn key_row(client: &tokio_postgres::Client, key: &str) -> (i64, i32, i64) {
+    let r = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM pgferry.wf_instances
+                      WHERE concurrency_key = $1 AND has_slot) AS holders,
+                    (SELECT running FROM pgferry.wf_keys WHERE key = $1) AS running,
+                    (SELECT count(*) FROM pgferry.wf_key_waiters WHERE key = $1) AS waiters",
+            &[&key],
+        )
+        .await
+        .unwrap();
+    (r.get("holders"), r.get("running"), r.get("waiters"))
+}
+
+/// Three busy keys (12 steps each, limit 4) and claims of 3: every claim takes one step of
+/// each key until each key has its 4 in flight, then nothing. When one key's steps end,
+/// its next steps fill whole claims (the others have no free slot), within its limit.
+#[tokio::test]
+async fn busy_keys_take_turns_and_keep_their_limits() {
+    let s = common::setup().await;
+    let wf = Workflows::of(&s.engine);
+    let client = s.db.connect().await;
+    let mut key_of = HashMap::new();
+    // Started key by key: with `queue` the first claims would all be key a's.
+    for key in ["a", "b", "c"] {
+        for i in 0..12 {
+            let id = wf
+                .start(&keyed("q", key, 4, ConcurrencyStrategy::RoundRobin, i))
+                .await
+                .unwrap()
+                .id;
+            key_of.insert(id, key.to_string());
+        }
+    }
+    let mut held: HashMap<String, Vec<ClaimedStep>> = HashMap::new();
+    for round in 0..4 {
+        let c = wf.claim("q", 3, "w", LEASE).await.unwrap();
+        let mut keys = keys_of(&c, &key_of);
+        keys.sort();
+        assert_eq!(keys, ["a", "b", "c"], "claim {round}");
+        for step in c {
+            held.entry(key_of[&step.id].clone()).or_default().push(step);
+        }
+    }
+    assert!(wf.claim("q", 3, "w", LEASE).await.unwrap().is_empty());
+    for key in ["a", "b", "c"] {
+        assert_eq!(key_row(&client, key).await, (4, 4, 8), "key {key}");
+    }
+    // Key a's four steps end: its slots go to its waiters, in turn.
+    let batch: Vec<_> = held["a"]
+        .iter()
+        .map(|c| (c.reference(), Outcome::done(json!(1))))
+        .collect();
+    assert_eq!(wf.finish(&batch).await.unwrap(), [true; 4]);
+    let c = wf.claim("q", 3, "w", LEASE).await.unwrap();
+    assert_eq!(keys_of(&c, &key_of), ["a", "a", "a"]);
+    // Three running and the next one in the picker: its limit.
+    assert_eq!(key_row(&client, "a").await, (4, 4, 4));
+    let c = wf.claim("q", 3, "w", LEASE).await.unwrap();
+    assert_eq!(keys_of(&c, &key_of), ["a"]);
+    assert!(wf.claim("q", 3, "w", LEASE).await.unwrap().is_empty());
+}
+
+/// A cancelled step that was its key's one step in the picker hands the key's turn to the
+/// next waiter; a `next` goes behind the key's waiters; a strategy named on a later start
+/// changes the key's.
+#[tokio::test]
+async fn cancel_and_next_keep_one_step_per_key_in_the_picker() {
+    let s = common::setup().await;
+    let wf = Workflows::of(&s.engine);
+    let client = s.db.connect().await;
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        ids.push(
+            wf.start(&keyed("q", "k", 3, ConcurrencyStrategy::RoundRobin, i))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let status = |id: i64| {
+        let wf = wf.clone();
+        async move { wf.get(id).await.unwrap().status }
+    };
+    assert_eq!(status(ids[0]).await, "runnable");
+    assert_eq!(status(ids[1]).await, "queued");
+    wf.cancel(ids[0], None).await.unwrap();
+    assert_eq!(status(ids[1]).await, "runnable");
+    assert_eq!(key_row(&client, "k").await, (1, 1, 2));
+    // A claim of 1 takes ids[1]; ids[2] becomes the key's step in the picker.
+    let c = wf.claim("q", 1, "w", LEASE).await.unwrap();
+    assert_eq!(c.iter().map(|c| c.id).collect::<Vec<_>>(), [ids[1]]);
+    assert_eq!(status(ids[2]).await, "runnable");
+    assert_eq!(key_row(&client, "k").await, (2, 2, 1));
+    // Its `next` waits behind ids[3].
+    assert_eq!(
+        wf.finish(&[(c[0].reference(), Outcome::next("two", json!({})))])
+            .await
+            .unwrap(),
+        [true]
+    );
+    assert_eq!(status(ids[1]).await, "queued");
+    let order: Vec<i64> = client
+        .query(
+            "SELECT instance_id FROM pgferry.wf_key_waiters WHERE key = 'k' ORDER BY seq",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(order, [ids[3], ids[1]]);
+    let c = wf.claim("q", 10, "w", LEASE).await.unwrap();
+    let mut got: Vec<i64> = c.iter().map(|c| c.id).collect();
+    got.sort();
+    assert_eq!(got, [ids[1], ids[2], ids[3]]);
+    assert_eq!(key_row(&client, "k").await, (3, 3, 0));
+    // A later start naming `queue` switches the key back.
+    wf.start(&keyed("q", "k", 3, ConcurrencyStrategy::Queue, 9))
+        .await
+        .unwrap();
+    let strategy: String = client
+        .query_one("SELECT strategy FROM pgferry.wf_keys WHERE key = 'k'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(strategy, "queue");
+}
+
+/// Ledger under concurrency: 3 workers run 8 round_robin keys (limit 2) of 3-step
+/// instances while a task cancels some of them. Every instance ends done or cancelled, no
+/// step's outcome is applied twice, a key never holds more than its limit of slots, and
+/// every key ends with no slot held, no waiter and no step in the picker.
+#[tokio::test]
+async fn round_robin_ledger_under_concurrent_workers_and_cancels() {
+    let s = common::setup().await;
+    let wf = Workflows::of(&s.engine);
+    let client = s.db.connect().await;
+    let step = |next: Option<&'static str>| {
+        move |_s: ClaimedStep| async move {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            match next {
+                Some(n) => Outcome::next(n, json!({})),
+                None => Outcome::done(json!(1)),
+            }
+        }
+    };
+    let machine = Machine::new("k")
+        .step("start", step(Some("two")))
+        .step("two", step(Some("three")))
+        .step("three", step(None));
+    let mut ids = Vec::new();
+    for i in 0..160i64 {
+        let key = format!("key-{}", i % 8);
+        let mut st = Start::new("k", "q", json!({ "key": key }));
+        st.concurrency_key = Some(key);
+        st.concurrency_limit = Some(2);
+        st.concurrency_strategy = Some(ConcurrencyStrategy::RoundRobin);
+        ids.push(wf.start(&st).await.unwrap().id);
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut runs = Vec::new();
+    for w in 0..3 {
+        let mut cfg = WorkerConfig::new("q");
+        cfg.name = format!("w{w}");
+        cfg.batch = 5;
+        let worker = Worker::new(wf.clone(), cfg).machine(machine.clone());
+        runs.push(tokio::spawn(worker.run(stop_rx.clone())));
+    }
+    // The most slots any key held at once, and the most its count said.
+    let watcher = {
+        let client = s.db.connect().await;
+        let stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let mut max = (0i64, 0i32);
+            while !*stop.borrow() {
+                let r = client
+                    .query_one(
+                        "SELECT coalesce(max(n), 0) AS holders,
+                                (SELECT coalesce(max(running), 0) FROM pgferry.wf_keys) AS running
+                           FROM (SELECT count(*) AS n FROM pgferry.wf_instances
+                                  WHERE has_slot GROUP BY concurrency_key) h",
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                max.0 = max.0.max(r.get("holders"));
+                max.1 = max.1.max(r.get("running"));
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            max
+        })
+    };
+    let mut cancelled = HashSet::new();
+    for id in ids.iter().step_by(7) {
+        wf.cancel(*id, None).await.unwrap();
+        cancelled.insert(*id);
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    for id in &ids {
+        for _ in 0..4000 {
+            let st = wf.get(*id).await.unwrap().status;
+            if ["done", "failed", "cancelled"].contains(&st.as_str()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let _ = stop_tx.send(true);
+    for r in runs {
+        r.await.unwrap().unwrap();
+    }
+    let (holders, running) = watcher.await.unwrap();
+    assert!(holders <= 2, "{holders} slots of a key with limit 2 held");
+    assert!(running <= 2, "a key with limit 2 counted {running}");
+    for id in &ids {
+        let info = wf.get(*id).await.unwrap();
+        let applied: Vec<_> = info
+            .history
+            .iter()
+            .filter(|h| h.outcome != "cancelled")
+            .map(|h| h.step_seq)
+            .collect();
+        let unique: HashSet<_> = applied.iter().collect();
+        assert_eq!(unique.len(), applied.len(), "an outcome applied twice: {info:?}");
+        if info.status == "cancelled" {
+            assert!(cancelled.contains(id), "{info:?}");
+        } else {
+            assert_eq!(info.status, "done", "{info:?}");
+            assert_eq!(applied.len(), 3, "{info:?}");
+        }
+    }
+    let rows = client
+        .query(
+            "SELECT key, running, rep,
+                    (SELECT count(*) FROM pgferry.wf_key_waiters w WHERE w.key = k.key) AS waiters
+               FROM pgferry.wf_keys k",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 8);
+    for r in rows {
+        let key: String = r.get("key");
+        assert_eq!(r.get::<_, i32>("running"), 0, "{key}");
+        assert_eq!(r.get::<_, Option<i64>>("rep"), None, "{key}");
+        assert_eq!(r.get::<_, i64>("waiters"), 0, "{key}");
+    }
+}
