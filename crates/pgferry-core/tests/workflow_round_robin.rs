@@ -237,6 +237,96 @@ async fn cancel_and_next_keep_one_step_per_key_in_the_picker() {
     assert_eq!(strategy, "queue");
 }
 
+const TABLES: [&str; 5] = [
+    "wf_instances",
+    "wf_ready",
+    "wf_key_waiters",
+    "wf_keys",
+    "wf_steps",
+];
+
+/// The claim's round-robin statements on a seeded dataset: a round_robin key with 20,000
+/// waiters and its one step in the picker, 2,000 other round_robin keys whose slots are all
+/// held (each with a waiter), 5,000 plain steps sleeping. A claim of 50 takes the key's step
+/// and fills its batch from the key's waiters: index scans only, and the waiters' scan stops
+/// at the batch.
+#[tokio::test]
+async fn the_round_robin_claim_reads_no_more_than_its_batch() {
+    let s = common::setup().await;
+    let admin = s.db.connect().await;
+    admin
+        .batch_execute(
+            "
+INSERT INTO pgferry.wf_instances (id, kind, queue, step, status, concurrency_key, has_slot)
+SELECT g, 'k', 'q', 'start', CASE WHEN g = 1 THEN 'runnable' ELSE 'queued' END, 'hot', g = 1
+  FROM generate_series(1, 20001) g;
+INSERT INTO pgferry.wf_keys (key, max, running, strategy, rep) VALUES ('hot', 100000, 1, 'round_robin', 1);
+INSERT INTO pgferry.wf_ready (instance_id, queue, priority, visible_at) VALUES (1, 'q', 0, now() - interval '1 minute');
+INSERT INTO pgferry.wf_key_waiters (key, instance_id) SELECT 'hot', g FROM generate_series(2, 20001) g;
+INSERT INTO pgferry.wf_instances (id, kind, queue, step, status, concurrency_key, has_slot)
+SELECT g, 'k', 'q', 'start', CASE WHEN g % 2 = 0 THEN 'running' ELSE 'queued' END,
+       'key-' || (g / 2), g % 2 = 0
+  FROM generate_series(30000, 33999) g;
+INSERT INTO pgferry.wf_keys (key, max, running, strategy)
+SELECT 'key-' || g, 1, 1, 'round_robin' FROM generate_series(15000, 16999) g;
+INSERT INTO pgferry.wf_ready (instance_id, queue, priority, visible_at)
+SELECT g, 'q', 0, now() + interval '1 hour' FROM generate_series(30000, 33999, 2) g;
+INSERT INTO pgferry.wf_key_waiters (key, instance_id)
+SELECT 'key-' || (g / 2), g FROM generate_series(30001, 33999, 2) g;
+INSERT INTO pgferry.wf_instances (id, kind, queue, step, status)
+SELECT g, 'k', 'q', 'later', 'sleeping' FROM generate_series(40000, 44999) g;
+INSERT INTO pgferry.wf_ready (instance_id, queue, priority, visible_at)
+SELECT g, 'q', 0, now() + interval '1 hour' FROM generate_series(40000, 44999) g;
+SELECT setval('pgferry.wf_instance_ids', 100000);
+ANALYZE;
+",
+        )
+        .await
+        .unwrap();
+    let (client, mut notices) = common::connect_with_notices(&s.db).await;
+    common::enable_auto_explain(&client).await;
+    common::drain(&mut notices);
+    let rows = client
+        .query("SELECT * FROM pgferry.wf_claim('q', 50, 'w', 30000)", &[])
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 50);
+    let plans = common::drain(&mut notices);
+    for p in &plans {
+        for line in p.lines() {
+            for t in TABLES {
+                assert!(
+                    !line.contains(&format!("Seq Scan on {t} ")),
+                    "Seq Scan on {t}:\n{p}"
+                );
+            }
+        }
+    }
+    let top_up = plans
+        .iter()
+        .find(|p| p.contains("least(v_share"))
+        .unwrap_or_else(|| panic!("no top-up plan in {plans:#?}"));
+    let line = top_up
+        .lines()
+        .find(|l| l.contains("on wf_key_waiters"))
+        .unwrap_or_else(|| panic!("no waiters scan in {top_up}"));
+    let rows_read: u64 = line[line.find("actual rows=").unwrap() + 12..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap();
+    assert!(rows_read <= 50, "the top-up read {rows_read} waiters:\n{top_up}");
+    let (running, rep): (i32, Option<i64>) = {
+        let r = admin
+            .query_one("SELECT running, rep FROM pgferry.wf_keys WHERE key = 'hot'", &[])
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!((running, rep), (51, Some(51)), "50 claimed and the next in the picker");
+}
+
 /// Ledger under concurrency: 3 workers run 8 round_robin keys (limit 2) of 3-step
 /// instances while a task cancels some of them. Every instance ends done or cancelled, no
 /// step's outcome is applied twice, a key never holds more than its limit of slots, and

@@ -108,9 +108,11 @@ BEGIN
             DELETE FROM pgferry.wf_key_waiters kw
              USING unnest(v_keys, v_seqs) AS u(key, seq)
              WHERE kw.key = u.key AND kw.seq = u.seq;
-            UPDATE pgferry.wf_keys k SET running = k.running + u.n
-              FROM (SELECT t.key, count(*)::int AS n FROM unnest(v_keys) AS t(key) GROUP BY t.key) u
-             WHERE k.key = u.key;
+            -- One update per key (a primary-key probe each; a few keys per round).
+            FOR w IN SELECT t.key, count(*)::int AS n FROM unnest(v_keys) AS t(key) GROUP BY t.key
+            LOOP
+                UPDATE pgferry.wf_keys k SET running = k.running + w.n WHERE k.key = w.key;
+            END LOOP;
             INSERT INTO pgferry.wf_ready (instance_id, queue, priority, visible_at)
             SELECT i.id, i.queue, i.priority, now()
               FROM pgferry.wf_instances i WHERE i.id = ANY (v_more)
