@@ -1,5 +1,5 @@
 -- Workflows, issue 19: the round_robin concurrency strategy (docs/workflows.md,
--- "Concurrency strategies"; docs/adr/0013-workflow-instances.md, addendum).
+-- "Round-robin keys"; docs/adr/0016-set-based-outcomes.md, addendum).
 --
 -- A round_robin key keeps at most one due step in the picker, its representative (`rep`),
 -- which holds one of the key's slots; the key's other due steps wait among its waiters.
