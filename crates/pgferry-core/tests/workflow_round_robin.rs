@@ -82,7 +82,10 @@ async fn a_starving_key_is_served_within_a_bounded_number_of_claims() {
     let wf = Workflows::of(&s.engine);
 
     let (n, _) = claims_until_small_keys_served(&wf, "fifo", ConcurrencyStrategy::Queue, 60).await;
-    assert_eq!(n, 13, "queue: the small keys wait behind the hot key's 60 steps");
+    assert_eq!(
+        n, 13,
+        "queue: the small keys wait behind the hot key's 60 steps"
+    );
 
     let (n, claims) =
         claims_until_small_keys_served(&wf, "rr", ConcurrencyStrategy::RoundRobin, 60).await;
@@ -316,15 +319,25 @@ ANALYZE;
         .collect::<String>()
         .parse()
         .unwrap();
-    assert!(rows_read <= 50, "the top-up read {rows_read} waiters:\n{top_up}");
+    assert!(
+        rows_read <= 50,
+        "the top-up read {rows_read} waiters:\n{top_up}"
+    );
     let (running, rep): (i32, Option<i64>) = {
         let r = admin
-            .query_one("SELECT running, rep FROM pgferry.wf_keys WHERE key = 'hot'", &[])
+            .query_one(
+                "SELECT running, rep FROM pgferry.wf_keys WHERE key = 'hot'",
+                &[],
+            )
             .await
             .unwrap();
         (r.get(0), r.get(1))
     };
-    assert_eq!((running, rep), (51, Some(51)), "50 claimed and the next in the picker");
+    assert_eq!(
+        (running, rep),
+        (51, Some(51)),
+        "50 claimed and the next in the picker"
+    );
 }
 
 /// Ledger under concurrency: 3 workers run 8 round_robin keys (limit 2) of 3-step
@@ -422,7 +435,11 @@ async fn round_robin_ledger_under_concurrent_workers_and_cancels() {
             .map(|h| h.step_seq)
             .collect();
         let unique: HashSet<_> = applied.iter().collect();
-        assert_eq!(unique.len(), applied.len(), "an outcome applied twice: {info:?}");
+        assert_eq!(
+            unique.len(),
+            applied.len(),
+            "an outcome applied twice: {info:?}"
+        );
         if info.status == "cancelled" {
             assert!(cancelled.contains(id), "{info:?}");
         } else {
