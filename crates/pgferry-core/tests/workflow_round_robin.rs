@@ -464,3 +464,62 @@ async fn round_robin_ledger_under_concurrent_workers_and_cancels() {
         assert_eq!(r.get::<_, i64>("waiters"), 0, "{key}");
     }
 }
+
+/// A slot given back while a signal holds the key's only waiter is not lost. wf_signal
+/// locks the instance it signals; a waiter locked by someone else is skipped by the slot's
+/// hand-over (it never waits), so the slot went free and the waiter waited for good (no
+/// holder left to give a slot back). The signal now passes such a slot on before it
+/// commits. Both strategies, the lock taken first and the outcome committed in between.
+#[tokio::test]
+async fn a_slot_given_back_while_a_signal_holds_the_only_waiter_is_passed_on() {
+    let s = common::setup().await;
+    let wf = Workflows::of(&s.engine);
+    let mut signaller = s.db.connect().await;
+    let admin = s.db.connect().await;
+    for strategy in [ConcurrencyStrategy::Queue, ConcurrencyStrategy::RoundRobin] {
+        let key = format!("sig-{}", strategy.as_str());
+        let holder = wf
+            .start(&keyed("q", &key, 1, strategy, 0))
+            .await
+            .unwrap()
+            .id;
+        let waiter = wf
+            .start(&keyed("q", &key, 1, strategy, 1))
+            .await
+            .unwrap()
+            .id;
+        let c = wf.claim("q", 10, "w", LEASE).await.unwrap();
+        assert_eq!(c.iter().map(|c| c.id).collect::<Vec<_>>(), [holder]);
+        assert_eq!(wf.get(waiter).await.unwrap().status, "queued");
+        let tx = signaller.transaction().await.unwrap();
+        // What wf_signal's first statement does: lock the signalled instance.
+        tx.execute(
+            "SELECT 1 FROM pgferry.wf_instances WHERE id = $1 FOR UPDATE",
+            &[&waiter],
+        )
+        .await
+        .unwrap();
+        // The holder ends meanwhile: its slot's hand-over skips the locked waiter.
+        assert_eq!(
+            wf.finish(&[(c[0].reference(), Outcome::done(json!(1)))])
+                .await
+                .unwrap(),
+            [true]
+        );
+        tx.query(
+            "SELECT * FROM pgferry.wf_signal($1, NULL, NULL, 'poke', '{}'::jsonb)",
+            &[&waiter],
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(
+            wf.get(waiter).await.unwrap().status,
+            "runnable",
+            "{strategy:?}: the waiter got the slot"
+        );
+        assert_eq!(key_row(&admin, &key).await, (1, 1, 0), "{strategy:?}");
+        let c = wf.claim("q", 10, "w", LEASE).await.unwrap();
+        assert_eq!(c.iter().map(|c| c.id).collect::<Vec<_>>(), [waiter]);
+    }
+}
