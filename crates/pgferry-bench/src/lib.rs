@@ -18,6 +18,7 @@ pub mod workflow;
 pub mod workflow_grpc;
 mod workflow_load;
 mod workflow_seed;
+mod workflow_signal;
 
 use std::time::Duration;
 

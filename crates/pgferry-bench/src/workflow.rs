@@ -4,8 +4,9 @@
 //!   HOT updates per 100k steps on the workflow tables;
 //! - code_first_three_step: the same as a code-first workflow function of three
 //!   `ctx.step`s (issue 20), on its own queue;
-//! - signal: await → signal → resumed, at half of the three-step saturation (p50/p99 from
-//!   the signal's send to its resumed handler);
+//! - signal: await → signal → resumed, at half of the signal path's own saturation
+//!   (closed loop first, workflow_signal.rs; p50/p99 from the signal's send to its resumed
+//!   handler, and its parts);
 //! - fan_out: a parent spawning 100 children joined with `all` (time to the parent's end);
 //! - hot_key: steps/s of instances on 1000 keys, without and with a hot key holding 20k
 //!   waiting instances;
@@ -43,9 +44,14 @@ pub async fn run(base: &Config, opts: &BenchOpts) -> anyhow::Result<Value> {
     let steps_per_s = three["steps_per_s"].as_f64().unwrap_or(0.0);
     let code = code_three_step(&config, &wf, opts).await?;
     let code_steps_per_s = code["steps_per_s"].as_f64().unwrap_or(0.0);
-    // Half of saturation, in round trips: each costs three steps (start, resumed, done).
-    let signal_rate = (steps_per_s / 2.0 / 3.0).max(10.0);
-    let signal = signal_round_trip(&config, &wf, opts, signal_rate).await?;
+    // Half of the signal path's own saturation (closed loop, workflow_signal.rs); the
+    // three-step rate in round trips (each costs three steps) only sizes the probe.
+    let (saturation, signal_saturation) =
+        crate::workflow_signal::saturation(&config, &wf, opts, steps_per_s / 3.0).await?;
+    let signal_rate = (saturation / 2.0).max(10.0);
+    let mut signal = signal_round_trip(&config, &wf, opts, signal_rate).await?;
+    signal["saturation"] = signal_saturation;
+    signal["three_step_half_rate_per_s"] = json!(steps_per_s / 2.0 / 3.0);
     let fan_out = fan_out(&config, &wf, opts).await?;
     let hot_key = hot_key(&config, &wf, opts).await?;
     pool.close();
@@ -86,7 +92,7 @@ pub async fn run(base: &Config, opts: &BenchOpts) -> anyhow::Result<Value> {
 }
 
 /// Runs `workers` in-process workers of `machines` on `queue` until `stop`.
-fn spawn_workers(
+pub(crate) fn spawn_workers(
     wf: &Workflows,
     opts: &BenchOpts,
     queue: &str,

@@ -190,6 +190,11 @@ async fn run_in(env: &mut Env, fault: Fault) -> Result<WorkflowReport, ChaosErro
             "done_without_three_children",
             "done orders without three done children",
         ),
+        (
+            "keys_unbalanced",
+            "concurrency keys whose slot count is not their holders, or whose step in the picker is not one",
+        ),
+        ("ended_waiting", "ended instances still among a key's waiters"),
     ] {
         let n: i64 = row.get(col);
         if n > 0 {
@@ -277,8 +282,11 @@ async fn post(
 
 async fn order(http: &reqwest::Client, base: &str, key: &str, n: u64, book: &Book) {
     let corr = format!("o-{n}");
+    // Orders share four round_robin concurrency keys (limit 3): the faults hit keys' slots,
+    // waiters and the one step per key in the picker too (wf_invariants.sql checks them).
     let start = json!({"kind": ORDER, "queue": QUEUE, "input": n, "correlation_key": corr,
-                       "max_attempts": 1000});
+                       "max_attempts": 1000, "concurrency_key": format!("acct-{}", n % 4),
+                       "concurrency_limit": 3, "concurrency_strategy": "round_robin"});
     let Some((s, b)) = post(http, &format!("{base}/v1/workflows"), key, &start, book).await else {
         return;
     };

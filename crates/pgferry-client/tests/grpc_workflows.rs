@@ -490,7 +490,8 @@ async fn a_cancel_reaches_the_stream_and_admin_errors_are_typed_per_tenant() {
 
 /// The concurrency strategies are chosen per start over gRPC (WorkflowStartRequest's
 /// `concurrency_strategy`): `cancel_newest` ends the new instance, `cancel_in_progress`
-/// takes the slot of the one holding it; an unknown name is INVALID_ARGUMENT naming the field.
+/// takes the slot of the one holding it, `round_robin` keeps one of the key's steps in the
+/// picker; an unknown name is INVALID_ARGUMENT naming the field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency_strategies_are_chosen_over_grpc() {
     let db = pgferry_testkit::test_db().await;
@@ -513,6 +514,20 @@ async fn concurrency_strategies_are_chosen_over_grpc() {
     assert_eq!(status_of(&mut admin, &key, taker).await, "runnable");
     let waiter = started(&mut admin, &key, keyed(Some("queue"))).await;
     assert_eq!(status_of(&mut admin, &key, waiter).await, "queued");
+    // round_robin (limit 10): the key keeps one step in the picker and the others wait
+    // their turn among its waiters (with `queue`, all three would be runnable).
+    let fair = |i: i64| pb::WorkflowStartRequest {
+        concurrency_key: Some("fair".into()),
+        concurrency_limit: Some(10),
+        concurrency_strategy: Some("round_robin".into()),
+        ..start("k", "q", json!(i))
+    };
+    let mut fair_status = Vec::new();
+    for i in 0..3 {
+        let id = started(&mut admin, &key, fair(i)).await;
+        fair_status.push(status_of(&mut admin, &key, id).await);
+    }
+    assert_eq!(fair_status, ["runnable", "queued", "queued"]);
 
     let e = admin
         .start(authed(&key, keyed(Some("newest_wins"))))

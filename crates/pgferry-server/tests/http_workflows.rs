@@ -284,3 +284,63 @@ async fn concurrency_strategies_are_chosen_over_http() {
         );
     }
 }
+
+/// `round_robin` over HTTP: a key with a backlog of 6 (limit 10) and a key started after
+/// it with one step; a claim of 2 over HTTP takes one step of each key (with `queue` it
+/// would take the backlog's two oldest), and the backlog's others wait among its waiters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_is_chosen_over_http_and_keys_take_turns() {
+    let srv = TestServer::start(ServerConfig::default()).await;
+    let a = srv.key("tenant-a", &["produce", "read", "consume"]).await;
+    let start = |key: &str, i: i64| {
+        json!({"kind": "k", "queue": "fair", "input": i, "concurrency_key": key,
+               "concurrency_limit": 10, "concurrency_strategy": "round_robin"})
+    };
+    let mut big = Vec::new();
+    for i in 0..6 {
+        let (s, b) = call(&srv, "POST", "/v1/workflows", &a, Some(start("big", i))).await;
+        assert_eq!(s, 201, "{b}");
+        big.push(b["id"].as_i64().unwrap());
+    }
+    let (s, small) = call(&srv, "POST", "/v1/workflows", &a, Some(start("small", 9))).await;
+    assert_eq!(s, 201, "{small}");
+    let small = small["id"].as_i64().unwrap();
+    let mut statuses = Vec::new();
+    for id in &big {
+        let (s, got) = call(&srv, "GET", &format!("/v1/workflows/{id}"), &a, None).await;
+        assert_eq!(s, 200, "{got}");
+        statuses.push(got["status"].as_str().unwrap().to_string());
+    }
+    assert_eq!(
+        statuses,
+        ["runnable", "queued", "queued", "queued", "queued", "queued"]
+    );
+    let (s, b) = call(
+        &srv,
+        "POST",
+        "/v1/workflow-steps/claim",
+        &a,
+        Some(json!({"queue": "fair", "max": 2, "lease_ms": 30000})),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    let mut got: Vec<i64> = b["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_i64().unwrap())
+        .collect();
+    got.sort();
+    assert_eq!(got, [big[0], small]);
+
+    // An unknown name lists the strategies.
+    let mut bad = start("big", 0);
+    bad["concurrency_strategy"] = json!("fair_share");
+    let (s, e) = call(&srv, "POST", "/v1/workflows", &a, Some(bad)).await;
+    assert_eq!(
+        (s, error_of(&e).1.as_deref()),
+        (400, Some("concurrency_strategy")),
+        "{e}"
+    );
+    assert!(e.to_string().contains("round_robin"), "{e}");
+}

@@ -112,7 +112,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0018_workflow_strategies_retention.sql",
         sql: include_str!("../../migrations/0018_workflow_strategies_retention.sql"),
     },
-    // 0019 is another change's (merged separately); the numbers need not be contiguous.
+    Migration {
+        version: 19,
+        name: "0019_workflow_round_robin.sql",
+        sql: include_str!("../../migrations/0019_workflow_round_robin.sql"),
+    },
     Migration {
         version: 20,
         name: "0020_workflow_active_index.sql",
@@ -139,6 +143,7 @@ pub const FUNCTIONS: &[Function] = &[
     function!("wf_take_token"),
     function!("wf_take_slot"),
     function!("wf_emit"),
+    function!("wf_rr_promote"),
     function!("wf_free_slot"),
     function!("wf_lock_chain"),
     function!("wf_end"),

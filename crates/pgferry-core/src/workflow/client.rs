@@ -125,6 +125,13 @@ pub enum ConcurrencyStrategy {
     /// The new instance is cancelled at once (it exists with status `cancelled` and an
     /// error naming the key); the running ones go on.
     CancelNewest,
+    /// Waits its turn like [`Queue`](ConcurrencyStrategy::Queue) within the key, and the
+    /// keys take turns (Hatchet's GROUP_ROUND_ROBIN): a round-robin key keeps one due step
+    /// in the picker and its other due steps among its waiters, so a key with a backlog has
+    /// one place in the picker's line like a key with one step. A claim that takes a key's
+    /// step serves more of that key only if its batch has room, and the key's next step
+    /// goes to the back of the line. The limit still caps the key's steps in flight.
+    RoundRobin,
 }
 
 impl ConcurrencyStrategy {
@@ -133,6 +140,7 @@ impl ConcurrencyStrategy {
             ConcurrencyStrategy::Queue => "queue",
             ConcurrencyStrategy::CancelInProgress => "cancel_in_progress",
             ConcurrencyStrategy::CancelNewest => "cancel_newest",
+            ConcurrencyStrategy::RoundRobin => "round_robin",
         }
     }
 
@@ -142,9 +150,12 @@ impl ConcurrencyStrategy {
             "queue" => Ok(ConcurrencyStrategy::Queue),
             "cancel_in_progress" => Ok(ConcurrencyStrategy::CancelInProgress),
             "cancel_newest" => Ok(ConcurrencyStrategy::CancelNewest),
+            "round_robin" => Ok(ConcurrencyStrategy::RoundRobin),
             _ => Err(Error::InvalidArgument {
                 field: "concurrency_strategy",
-                reason: format!("{s:?} is not one of queue, cancel_in_progress, cancel_newest"),
+                reason: format!(
+                    "{s:?} is not one of queue, cancel_in_progress, cancel_newest, round_robin"
+                ),
             }),
         }
     }

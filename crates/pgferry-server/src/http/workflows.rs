@@ -41,7 +41,7 @@ pub struct StartBody {
     concurrency_key: Option<String>,
     #[serde(default)]
     concurrency_limit: Option<i32>,
-    /// `queue` (default), `cancel_in_progress` or `cancel_newest`.
+    /// `queue` (default), `cancel_in_progress`, `cancel_newest` or `round_robin`.
     #[serde(default)]
     concurrency_strategy: Option<String>,
     #[serde(default)]

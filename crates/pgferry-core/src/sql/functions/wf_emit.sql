@@ -3,7 +3,8 @@
 -- a wf_ready row, or, when its concurrency key has no free slot, a place among the key's
 -- waiters (gated at emission: the picker never sees a blocked step). Returns the status and
 -- slot the caller writes in its own UPDATE of the instance (one row version per outcome).
--- A step due later takes no slot now; the claim takes one when the step is due.
+-- A step due later takes no slot now; the claim takes one when the step is due. A
+-- round_robin key's step becomes the key's representative in the picker, or waits.
 CREATE OR REPLACE FUNCTION pgferry.wf_emit(p_id bigint, p_queue text, p_priority smallint, p_key text,
                                 p_rate_key text, p_at timestamptz,
                                 OUT status text, OUT has_slot boolean)
@@ -13,7 +14,7 @@ DECLARE
 BEGIN
     has_slot := false;
     IF p_key IS NOT NULL AND v_at <= now() THEN
-        IF pgferry.wf_take_slot(p_key) THEN
+        IF pgferry.wf_take_slot(p_key, p_id) THEN
             has_slot := true;
         ELSE
             DELETE FROM pgferry.wf_ready WHERE instance_id = p_id;

@@ -45,5 +45,16 @@ BEGIN
         IF e.status = 'runnable' THEN
             PERFORM pg_notify('pgferry_wf_ready', v.queue);
         END IF;
+    ELSIF v.status = 'queued' THEN
+        -- This instance waits for a slot of its key and is locked here until COMMIT; a slot
+        -- given back meanwhile skips it (wf_free_slot and wf_rr_promote never wait), and
+        -- with no other waiter it stayed free while this one waited for good. So: hold the
+        -- key's row (a slot given back after this waits for the commit), and pass on a
+        -- slot given back before it, as wf_free_slot does (to the oldest waiter, or to the
+        -- key's turn in the picker for round_robin).
+        PERFORM 1 FROM pgferry.wf_keys k WHERE k.key = v.concurrency_key FOR UPDATE;
+        IF pgferry.wf_take_slot(v.concurrency_key) THEN
+            PERFORM pgferry.wf_free_slot(v.concurrency_key);
+        END IF;
     END IF;
 END $$;

@@ -9,7 +9,9 @@
 -- waits among the key's waiters. 'cancel_in_progress': the oldest active instance holding
 -- a slot of the key is cancelled (with its descendants) and this one takes its slot (the
 -- key's waiters keep their turn). 'cancel_newest': this instance is cancelled at once (it
--- exists, status cancelled, so the caller can see what became of it).
+-- exists, status cancelled, so the caller can see what became of it). 'round_robin': as
+-- 'queue' within the key, and the keys take turns in the picker: the key keeps one step
+-- there, its others wait among its waiters (wf_take_slot, wf_claim).
 CREATE OR REPLACE FUNCTION pgferry.wf_start(
     p_kind text, p_queue text, p_step text, p_input jsonb, p_state jsonb,
     p_correlation_key text, p_concurrency_key text, p_concurrency_limit int,
@@ -54,7 +56,9 @@ BEGIN
         ON CONFLICT (key) DO NOTHING;
         SELECT k.strategy INTO v_strategy FROM pgferry.wf_keys k WHERE k.key = p_concurrency_key;
         IF p_concurrency_strategy IS NOT NULL AND v_strategy <> p_concurrency_strategy THEN
-            UPDATE pgferry.wf_keys SET strategy = p_concurrency_strategy WHERE key = p_concurrency_key;
+            -- A representative in the picker (round_robin) means nothing to another strategy.
+            UPDATE pgferry.wf_keys SET strategy = p_concurrency_strategy, rep = NULL
+             WHERE key = p_concurrency_key;
             v_strategy := p_concurrency_strategy;
         END IF;
     END IF;
