@@ -167,21 +167,28 @@ async fn json_logs_name_role_tenant_and_queue_and_keep_a_terminated_backends_cau
         tokio::time::sleep(common::POLL).await;
     }
     assert_eq!(killed, 1, "{}", proc.diag());
+    // The server's reason (FATAL 57P01) reaches whoever reads the connection next: its
+    // connection task when the ticker was idle ("database connection ended" with the
+    // sqlstate), or the tick statement in flight (then the connection task sees only
+    // "connection closed", and the failed pass carries the reason). Which of the two is a
+    // race with the ticker's pace (it failed CI under load); the reason must reach the log
+    // in one of them, and the failed pass is logged as the leader's duty either way.
     let ended = wait_for_log(&proc, "of the terminated connection", |l| {
         l["fields"]["message"] == "database connection ended" && l["fields"]["role"] == "ticker"
     });
-    assert_eq!(ended["fields"]["sqlstate"], "57P01", "{ended}");
-    let error = ended["fields"]["error"].as_str().unwrap_or_default();
-    assert!(
-        error.contains("57P01")
-            && error.contains("terminating connection due to administrator command"),
-        "{ended}"
-    );
-    // The ticker's next pass fails on the closed connection, logged as the leader's duty.
     let failed = wait_for_log(&proc, "of the failed duty pass", |l| {
         l["fields"]["message"] == "duty pass failed" && l["span"]["duty"] == "ticker"
     });
     assert_eq!(failed["span"]["role"], "leader", "{failed}");
+    let has_reason = |l: &Value| {
+        let error = l["fields"]["error"].as_str().unwrap_or_default();
+        error.contains("57P01")
+            && error.contains("terminating connection due to administrator command")
+    };
+    assert!(
+        (ended["fields"]["sqlstate"] == "57P01" && has_reason(&ended)) || has_reason(&failed),
+        "the reason is in neither line:\n{ended}\n{failed}"
+    );
 
     // A pooled connection of the API (the HTTP request above opened one): deadpool's own
     // connection task would log only "db error".
@@ -195,8 +202,12 @@ async fn json_logs_name_role_tenant_and_queue_and_keep_a_terminated_backends_cau
         .unwrap()
         .get("n");
     assert!(killed > 0, "{}", proc.diag());
+    // Every API connection was terminated; one in use (a dispatcher's claim) hands the
+    // reason to its statement, as above, but the idle ones log it.
     let pooled = wait_for_log(&proc, "of the terminated pooled connection", |l| {
-        l["fields"]["message"] == "database connection ended" && l["fields"]["role"] == "api"
+        l["fields"]["message"] == "database connection ended"
+            && l["fields"]["role"] == "api"
+            && l["fields"]["sqlstate"] == "57P01"
     });
     assert_eq!(pooled["fields"]["sqlstate"], "57P01", "{pooled}");
     assert!(
