@@ -2,17 +2,17 @@
 //! requests: requests from several claimed batches are in flight at once, and each
 //! destination key still gets at most `per_destination` of them.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::Router;
-use pgferry_core::{migrate, Engine, EngineConfig, JobState, NewJob};
-use pgferry_http_jobs::ssrf::Range;
+use pgferry_core::NewJob;
 use pgferry_http_jobs::worker::{WorkerConfig, KIND};
-use pgferry_http_jobs::{Allow, ExecutorConfig};
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -64,10 +64,7 @@ async fn holding_target(seen: Arc<Mutex<Seen>>, release_at: usize) -> String {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    base
+    common::serve(app).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,15 +77,7 @@ async fn requests_of_several_claims_are_in_flight_within_each_destinations_paral
     const ALL_AT_ONCE: usize = GROUPS * PER_DESTINATION;
     const _: () = assert!(ALL_AT_ONCE > BATCH);
 
-    let db = pgferry_testkit::test_db().await;
-    let mut client = db.connect().await;
-    migrate::up_components(
-        &mut client,
-        &[migrate::ENGINE, pgferry_http_jobs::migrate::COMPONENT],
-    )
-    .await
-    .unwrap();
-    let engine = Engine::new(db.pool(8), EngineConfig::default());
+    let (db, engine) = common::migrated().await;
     let seen = Arc::new(Mutex::new(Seen::default()));
     let base = holding_target(seen.clone(), ALL_AT_ONCE).await;
 
@@ -111,25 +100,9 @@ async fn requests_of_several_claims_are_in_flight_within_each_destinations_paral
 
     let (stop_tx, stop_rx) = watch::channel(false);
     // The leader's ticker, as a test-sized loop: claims see what ticks published.
-    let ticker = {
-        let (db, mut stop) = (db.clone(), stop_rx.clone());
-        tokio::spawn(async move {
-            let c = db.connect().await;
-            loop {
-                pgferry_core::leader::ticker::tick(&c).await.unwrap();
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(20)) => {}
-                    _ = stop.wait_for(|s| *s) => return,
-                }
-            }
-        })
-    };
-    let service = tokio::spawn(pgferry_http_jobs::service::run(
-        engine.clone(),
-        ExecutorConfig {
-            allow: Allow::of(&[Range::Loopback]),
-            ..Default::default()
-        },
+    let ticker = common::ticker(&db, stop_rx.clone());
+    let service = common::service(
+        &engine,
         WorkerConfig {
             batch: BATCH,
             per_destination: PER_DESTINATION,
@@ -137,22 +110,9 @@ async fn requests_of_several_claims_are_in_flight_within_each_destinations_paral
             ..Default::default()
         },
         stop_rx,
-    ));
+    );
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut done = 0;
-        for id in &ids {
-            if engine.get_job(*id).await.unwrap().state == JobState::Completed {
-                done += 1;
-            }
-        }
-        if done == JOBS {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{done} of {JOBS} completed");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    common::until_completed(&engine, &ids).await;
     let _ = stop_tx.send(true);
     service.await.unwrap();
     ticker.await.unwrap();
@@ -182,15 +142,7 @@ async fn requests_of_several_claims_are_in_flight_within_each_destinations_paral
 async fn jobs_waiting_on_a_slow_destination_keep_their_lease() {
     const JOBS: usize = 3;
     const ANSWER_AFTER: Duration = Duration::from_millis(1500);
-    let db = pgferry_testkit::test_db().await;
-    let mut client = db.connect().await;
-    migrate::up_components(
-        &mut client,
-        &[migrate::ENGINE, pgferry_http_jobs::migrate::COMPONENT],
-    )
-    .await
-    .unwrap();
-    let engine = Engine::new(db.pool(8), EngineConfig::default());
+    let (db, engine) = common::migrated().await;
     engine
         .upsert_queue(
             "http",
@@ -216,9 +168,7 @@ async fn jobs_waiting_on_a_slow_destination_keep_their_lease() {
             }),
         )
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let base = common::serve(app).await;
 
     let jobs: Vec<NewJob> = (0..JOBS)
         .map(|i| {
@@ -250,33 +200,16 @@ async fn jobs_waiting_on_a_slow_destination_keep_their_lease() {
             }
         })
     };
-    let service = tokio::spawn(pgferry_http_jobs::service::run(
-        engine.clone(),
-        ExecutorConfig {
-            allow: Allow::of(&[Range::Loopback]),
-            ..Default::default()
-        },
+    let service = common::service(
+        &engine,
         WorkerConfig {
             per_destination: 1,
             ..Default::default()
         },
         stop_rx,
-    ));
+    );
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut done = 0;
-        for id in &ids {
-            if engine.get_job(*id).await.unwrap().state == JobState::Completed {
-                done += 1;
-            }
-        }
-        if done == JOBS {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{done} of {JOBS} completed");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    common::until_completed(&engine, &ids).await;
     let _ = stop_tx.send(true);
     service.await.unwrap();
     leader.await.unwrap();

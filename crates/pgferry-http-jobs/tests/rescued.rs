@@ -2,29 +2,23 @@
 //! holding it died) still sends its completion callback, once (`rescued.rs`). Found by the
 //! `chaos_scheduler` suite: only the worker's outcome path enqueued callbacks.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::routing::post;
 use axum::Router;
-use pgferry_core::{migrate, Engine, EngineConfig, JobState, NewJob};
-use pgferry_http_jobs::ssrf::Range;
+use pgferry_core::{JobState, NewJob};
+use pgferry_http_jobs::rescued;
 use pgferry_http_jobs::worker::{WorkerConfig, KIND};
-use pgferry_http_jobs::{rescued, Allow, ExecutorConfig};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_dead_of_a_lapsed_lease_sends_its_callback_once() {
-    let db = pgferry_testkit::test_db().await;
+    let (db, engine) = common::migrated().await;
     let mut client = db.connect().await;
-    migrate::up_components(
-        &mut client,
-        &[migrate::ENGINE, pgferry_http_jobs::migrate::COMPONENT],
-    )
-    .await
-    .unwrap();
-    let engine = Engine::new(db.pool(8), EngineConfig::default());
     engine
         .upsert_queue(
             "http",
@@ -52,9 +46,7 @@ async fn a_job_dead_of_a_lapsed_lease_sends_its_callback_once() {
             }),
         )
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let base = common::serve(app).await;
 
     let id = engine
         .enqueue(&[NewJob::new(
@@ -83,31 +75,15 @@ async fn a_job_dead_of_a_lapsed_lease_sends_its_callback_once() {
 
     // The service's sweep enqueues the callback and the pipeline sends it.
     let (stop_tx, stop_rx) = watch::channel(false);
-    let ticker = {
-        let (db, mut stop) = (db.clone(), stop_rx.clone());
-        tokio::spawn(async move {
-            let c = db.connect().await;
-            loop {
-                pgferry_core::leader::ticker::tick(&c).await.unwrap();
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(20)) => {}
-                    _ = stop.wait_for(|s| *s) => return,
-                }
-            }
-        })
-    };
-    let service = tokio::spawn(pgferry_http_jobs::service::run(
-        engine.clone(),
-        ExecutorConfig {
-            allow: Allow::of(&[Range::Loopback]),
-            ..Default::default()
-        },
+    let ticker = common::ticker(&db, stop_rx.clone());
+    let service = common::service(
+        &engine,
         WorkerConfig {
             rescued_sweep: Duration::from_millis(100),
             ..Default::default()
         },
         stop_rx,
-    ));
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     while callbacks.lock().unwrap().is_empty() {
         assert!(Instant::now() < deadline, "no callback arrived");

@@ -1,5 +1,7 @@
 //! HTTP jobs from a queue on real Postgres, executed against a loopback target.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -7,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use pgferry_core::{migrate, Engine, EngineConfig, JobState, NewJob};
+use pgferry_core::{JobState, NewJob};
 use pgferry_http_jobs::ssrf::Range;
 use pgferry_http_jobs::worker::{HttpWorker, WorkerConfig, KIND};
 use pgferry_http_jobs::{Allow, Executor, ExecutorConfig};
@@ -52,23 +54,12 @@ async fn target(hits: Arc<AtomicUsize>) -> String {
                 )
             }),
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    base
+    common::serve(app).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_jobs_complete_retry_after_pause_the_destination_and_refusals_die() {
-    let db = pgferry_testkit::test_db().await;
-    let mut client = db.connect().await;
-    migrate::up_components(
-        &mut client,
-        &[migrate::ENGINE, pgferry_http_jobs::migrate::COMPONENT],
-    )
-    .await
-    .unwrap();
-    let engine = Engine::new(db.pool(8), EngineConfig::default());
+    let (db, engine) = common::migrated().await;
     let hits = Arc::new(AtomicUsize::new(0));
     let base = target(hits.clone()).await;
     let executor = Executor::new(ExecutorConfig {
@@ -150,15 +141,7 @@ async fn http_jobs_complete_retry_after_pause_the_destination_and_refusals_die()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_waiting_for_their_destinations_turn_are_held_by_a_pause_that_came_meanwhile() {
-    let db = pgferry_testkit::test_db().await;
-    let mut client = db.connect().await;
-    migrate::up_components(
-        &mut client,
-        &[migrate::ENGINE, pgferry_http_jobs::migrate::COMPONENT],
-    )
-    .await
-    .unwrap();
-    let engine = Engine::new(db.pool(8), EngineConfig::default());
+    let (db, engine) = common::migrated().await;
     let hits = Arc::new(AtomicUsize::new(0));
     let base = target(hits.clone()).await;
     let executor = Executor::new(ExecutorConfig {

@@ -1,7 +1,17 @@
-//! Shared by the https tests (tls, ca_bundle).
+//! Shared by the tests: the https target (tls, ca_bundle), and a migrated engine, a
+//! loopback target, the ticker loop and the HTTP-job service (worker, pipeline, rescued).
 #![allow(dead_code)]
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pgferry_core::{migrate, Engine, EngineConfig, JobState};
+use pgferry_http_jobs::ssrf::Range;
+use pgferry_http_jobs::worker::WorkerConfig;
+use pgferry_http_jobs::{Allow, ExecutorConfig};
+use pgferry_testkit::TestDb;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -51,4 +61,81 @@ pub async fn tls_target() -> (u16, String) {
         }
     });
     (port, pem)
+}
+
+/// A fresh database with the engine's and the HTTP jobs' schemas, and an engine on it.
+pub async fn migrated() -> (TestDb, Arc<Engine>) {
+    let db = pgferry_testkit::test_db().await;
+    let mut client = db.connect().await;
+    migrate::up_components(
+        &mut client,
+        &[migrate::ENGINE, pgferry_http_jobs::migrate::COMPONENT],
+    )
+    .await
+    .unwrap();
+    let engine = Engine::new(db.pool(8), EngineConfig::default());
+    (db, engine)
+}
+
+/// Serves `app` on a loopback port; returns its base URL.
+pub async fn serve(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+/// The leader's ticker as a test-sized loop (every 20 ms) until `stop`: claims see what
+/// ticks published.
+pub fn ticker(db: &TestDb, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
+    let db = db.clone();
+    tokio::spawn(async move {
+        let c = db.connect().await;
+        loop {
+            pgferry_core::leader::ticker::tick(&c).await.unwrap();
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    })
+}
+
+/// The HTTP-job service with loopback allowed, until `stop`.
+pub fn service(
+    engine: &Arc<Engine>,
+    config: WorkerConfig,
+    stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(pgferry_http_jobs::service::run(
+        engine.clone(),
+        ExecutorConfig {
+            allow: Allow::of(&[Range::Loopback]),
+            ..Default::default()
+        },
+        config,
+        stop,
+    ))
+}
+
+/// Waits (at most a minute) until every job of `ids` is completed.
+pub async fn until_completed(engine: &Engine, ids: &[i64]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut done = 0;
+        for id in ids {
+            if engine.get_job(*id).await.unwrap().state == JobState::Completed {
+                done += 1;
+            }
+        }
+        if done == ids.len() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{done} of {} completed",
+            ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
