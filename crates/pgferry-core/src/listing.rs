@@ -64,6 +64,34 @@ pub fn round_rows(max_rows: i64, want: i64, round: usize) -> i64 {
     rows.min(max_rows)
 }
 
+/// Rows one call of `list_jobs` reads at most over all its statements, given the
+/// per-statement cap `max_rows` (`EngineConfig::list_round_rows`): one and a half times it
+/// (6,000 by default). A filter that matches rarely (a kind, a time, a text) is searched
+/// through this many of the newest rows per call, newest first; the page comes back short
+/// or empty with `has_more` and its cursor continues the search below (ADR 0022). Without
+/// this cap a call ran all [`MAX_ROUNDS`] rounds at the full cap (15,300 rows), which put
+/// a sparse filter's page over 100 ms (docs/performance.md, issue 24).
+pub fn call_rows(max_rows: i64) -> i64 {
+    max_rows.saturating_mul(3) / 2
+}
+
+/// The budgets of a call's rounds, in order: [`round_rows`] of each round, the last one cut
+/// so that they add up to at most [`call_rows`].
+pub fn round_budgets(max_rows: i64, want: i64) -> Vec<i64> {
+    let total = call_rows(max_rows);
+    let mut spent = 0i64;
+    let mut out = Vec::new();
+    for r in 0..MAX_ROUNDS {
+        let rows = round_rows(max_rows, want, r).min(total - spent);
+        if rows <= 0 {
+            break;
+        }
+        out.push(rows);
+        spent += rows;
+    }
+    out
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
     pub state: Option<JobState>,
@@ -392,9 +420,8 @@ impl Engine {
     ) -> Result<Ids> {
         let phases = phases(f.state);
         let mut jobs: Vec<(i64, JobState, Cursor)> = Vec::new();
-        for r in 0..MAX_ROUNDS {
+        for rows in round_budgets(self.config().list_round_rows, limit as i64 + 1) {
             let want = (limit + 1 - jobs.len()) as i64;
-            let rows = round_rows(self.config().list_round_rows, limit as i64 + 1, r);
             let round = self
                 .list_round(client, queue, f, text, &cur, Budget { want, rows })
                 .await?;
@@ -588,6 +615,25 @@ fn state_of(s: Option<String>) -> Result<JobState> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_calls_rounds_add_up_to_its_budget() {
+        // The default cap: the page, then 64 times more, then what is left of 6,000.
+        assert_eq!(round_budgets(4000, 51), vec![51, 3264, 2685]);
+        assert_eq!(round_budgets(4000, 101), vec![101, 4000, 1899]);
+        for (max, want) in [(3, 51), (100, 51), (400, 101), (4000, 51), (10_000, 101)] {
+            let b = round_budgets(max, want);
+            assert!(
+                !b.is_empty() && b.len() <= MAX_ROUNDS,
+                "{max} {want}: {b:?}"
+            );
+            assert!(
+                b.iter().sum::<i64>() <= call_rows(max),
+                "{max} {want}: {b:?}"
+            );
+            assert!(b.iter().all(|&r| r > 0 && r <= max), "{max} {want}: {b:?}");
+        }
+    }
 
     #[test]
     fn rounds_start_at_the_page_and_grow_to_the_cap() {

@@ -319,11 +319,10 @@ async fn statements_per_page_are_bounded() {
         // A call reads its rounds' budgets (growing from the page's size); of what the two
         // lanes return, the mark keeps what lies above the higher lane's lowest row, about
         // half when the lanes are claimed alternately.
-        let per_call: usize = (0..pgferry_core::listing::MAX_ROUNDS)
-            .map(|r| {
-                pgferry_core::listing::round_rows(engine.config().list_round_rows, 101, r) as usize
-            })
-            .sum();
+        let per_call: usize =
+            pgferry_core::listing::round_budgets(engine.config().list_round_rows, 101)
+                .iter()
+                .sum::<i64>() as usize;
         assert!(
             calls <= claimed.len() / (per_call / 2) + 2,
             "{calls} calls for {} claimed attempts",

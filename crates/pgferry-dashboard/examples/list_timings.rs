@@ -134,6 +134,7 @@ async fn seed(engine: &Engine, queue: &str, jobs: u64, dead_every: u64, worker: 
 }
 
 const SEED_WORKFLOWS: &str = include_str!("sql/seed_workflows.sql");
+const CANCEL_WORKFLOWS: &str = include_str!("sql/cancel_workflows.sql");
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -147,6 +148,9 @@ async fn main() {
     let samples = arg("--samples", 50) as usize;
     let seeders = arg("--seeders", 4) as usize;
     let workflows = arg("--workflows", 0) as i64;
+    let ended_every = arg("--ended-every", 2) as i64;
+    // Schedules for the schedules page (its list is keyset-paged by name).
+    let schedules = arg("--schedules", 1000);
     // `--hold 1`: after the timings, keep the database (and this process) until SIGINT, so
     // plans can be read with psql on the same data (prints the connection string).
     let hold = arg("--hold", 0) == 1;
@@ -271,12 +275,33 @@ async fn main() {
             .await
             .unwrap();
         assert_eq!(row.get::<_, i64>("started"), n);
+        // Every `--ended-every`-th instance ended (cancelled): the list has both kinds.
+        if ended_every > 0 {
+            client
+                .query_one(CANCEL_WORKFLOWS, &[&"t1.flows", &from, &ended_every])
+                .await
+                .unwrap();
+        }
         from += n;
         if (from - 1) % 100_000 == 0 {
             eprintln!("workflow instances: {}", from - 1);
         }
     }
     let wf_secs = wf_started.elapsed().as_secs_f64();
+    for i in 0..if seeding { schedules } else { 0 } {
+        let (st, b, _) = ui
+            .send(
+                "POST",
+                "/ui/api/v1/schedules",
+                Some(json!({
+                    "name": format!("schedule-{i:05}"),
+                    "interval_ms": 600_000 + i,
+                    "target": { "type": "job", "queue": "cron", "kind": "tick" }
+                })),
+            )
+            .await;
+        assert_eq!(st, 201, "{b}");
+    }
     if reuse.is_none() {
         client.batch_execute("VACUUM ANALYZE").await.unwrap();
     }
@@ -364,10 +389,42 @@ async fn main() {
             "/ui/api/jobs/search?queue=history&state=dead&error_contains=no%20such%20text&limit=50"
                 .into(),
         ),
+        (
+            "jobs state=running".into(),
+            "/ui/api/v1/jobs?queue=history&state=running&limit=50".into(),
+        ),
+        (
+            "jobs state=scheduled".into(),
+            "/ui/api/v1/jobs?queue=history&state=scheduled&limit=50".into(),
+        ),
+        (
+            "jobs state=completed kind=kind3".into(),
+            "/ui/api/v1/jobs?queue=history&state=completed&kind=kind3&limit=50".into(),
+        ),
+        (
+            "jobs kind matching nothing (one bounded window)".into(),
+            "/ui/api/v1/jobs?queue=history&kind=nothing&limit=50".into(),
+        ),
+        (
+            "schedules first 100 (schedules)".into(),
+            "/ui/api/v1/schedules?limit=100".into(),
+        ),
+        (
+            "webhook endpoints (webhooks)".into(),
+            "/ui/api/v1/webhook-endpoints?limit=100".into(),
+        ),
         ("keys".into(), "/ui/api/keys".into()),
         ("audit".into(), "/ui/api/audit?limit=50".into()),
     ];
     requests.extend(deep);
+    let (st, b, _) = ui.send("GET", "/ui/api/v1/schedules?limit=100", None).await;
+    assert_eq!(st, 200, "{b}");
+    if let Some(next) = b["next"].as_str() {
+        requests.push((
+            "schedules page 2".into(),
+            format!("/ui/api/v1/schedules?limit=100&after={next}"),
+        ));
+    }
     if workflows > 0 {
         let (st, b, _) = ui
             .send("GET", "/ui/api/v1/workflows?queue=flows&limit=50", None)
@@ -388,6 +445,10 @@ async fn main() {
             (
                 "workflows kind=kind3".into(),
                 "/ui/api/v1/workflows?queue=flows&kind=kind3&limit=50".into(),
+            ),
+            (
+                "workflows status=cancelled (ended)".into(),
+                "/ui/api/v1/workflows?queue=flows&status=cancelled&limit=50".into(),
             ),
             (
                 "workflows status=runnable".into(),
@@ -442,10 +503,17 @@ async fn main() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    for (label, sql) in [
-        ("before (overlap)", DETAIL_BEFORE),
-        ("after (receipt search)", DETAIL_AFTER),
-    ] {
+    // `--detail-ab 0` skips the before/after lookup timings (the "before" statement takes
+    // seconds per call at 10M jobs).
+    let detail_ab: &[(&str, &str)] = if arg("--detail-ab", 1) == 1 {
+        &[
+            ("before (overlap)", DETAIL_BEFORE),
+            ("after (receipt search)", DETAIL_AFTER),
+        ]
+    } else {
+        &[]
+    };
+    for &(label, sql) in detail_ab {
         let stmt = client.prepare(sql).await.unwrap();
         for (which, ids) in [("newest 50", &newest), ("oldest 50", &oldest)] {
             let mut ms = Vec::with_capacity(samples);
@@ -541,6 +609,8 @@ async fn main() {
                 .or(b["entries"].as_array())
                 .or(b["instances"].as_array())
                 .or(b["children"].as_array())
+                .or(b["schedules"].as_array())
+                .or(b["endpoints"].as_array())
                 .map_or(0, Vec::len);
             ms.push(took.as_secs_f64() * 1000.0);
         }

@@ -23,7 +23,8 @@ const RECEIPTS_PER_PASS: i64 = 500;
 pub struct RescueReport {
     /// Expired receipts looked at.
     pub receipts: i64,
-    /// Attempts in them.
+    /// Attempts in those of them that still had an attempt without an outcome (a receipt
+    /// whose attempts all have one is dismissed whole, its attempts not examined).
     pub examined: i64,
     pub retried: i64,
     pub dead: i64,

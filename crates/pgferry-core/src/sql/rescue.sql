@@ -4,36 +4,54 @@
 -- locks were granted (its outcome is seen here) or waits for them and is answered stale.
 -- $1 locked receipt ids, $2 lowest, $3 highest (BRIN receipts_id range, then = ANY filter).
 -- Used by both passes: receipts past their lease, and receipts of expired long leases.
-WITH exp AS (
-    SELECT rc.receipt_id, rc.lane AS rlane, u.job_id, u.attempt, u.segment
-      FROM pgferry.receipts rc,
-           unnest(rc.job_ids, rc.attempts, rc.job_segments) AS u(job_id, attempt, segment)
+-- A receipt whose completions already close as many attempts as it holds is closed
+-- entirely (every writer of outcomes skips attempts closed under the receipt, so no attempt
+-- is counted twice) and is dismissed here with one completions_receipt probe per partition,
+-- without unnesting its attempts. Under load nearly every expired receipt is such a one:
+-- unnesting them all (500 receipts of 1,000 claimed jobs: 500,000 attempts against as many
+-- outcomes) made each pass run for minutes once a NOT IN over them no longer fit work_mem.
+WITH live AS (
+    SELECT rc.receipt_id, rc.lane, rc.job_ids, rc.attempts, rc.job_segments
+      FROM pgferry.receipts rc
      WHERE rc.receipt_id BETWEEN $2 AND $3 AND rc.receipt_id = ANY ($1)
        AND rc.lease_until < now()
+       AND cardinality(rc.job_ids) > (SELECT coalesce(sum(cardinality(d.job_ids)), 0)
+                                        FROM pgferry.completions d
+                                       WHERE d.receipt_id = rc.receipt_id)
 ),
--- Index completions_receipt, one probe per receipt and partition.
+exp AS (
+    SELECT l.receipt_id, l.lane AS rlane, u.job_id, u.attempt, u.segment
+      FROM live l, unnest(l.job_ids, l.attempts, l.job_segments) AS u(job_id, attempt, segment)
+),
+-- Index completions_receipt, one probe per live receipt and partition.
 closed AS (
     SELECT c.receipt_id, u.job_id, u.attempt
       FROM pgferry.completions c, unnest(c.job_ids, c.attempts) AS u(job_id, attempt)
-     WHERE c.receipt_id = ANY ($1)
+     WHERE c.receipt_id = ANY (ARRAY(SELECT l.receipt_id FROM live l))
 ),
--- Per-attempt probes of ready_rows() (index ready_by_id, then ready_claim) as LATERAL ... LIMIT 1 (see pgferry.complete()); the
--- closed check is a hashed SubPlan.
+-- The attempts without an outcome: an anti join (hashed, and spilling to disk rather than
+-- falling back to a per-row rescan as a NOT IN subplan does when it outgrows work_mem).
+unclosed AS MATERIALIZED (
+    SELECT e.* FROM exp e
+     WHERE NOT EXISTS (SELECT 1 FROM closed c
+                        WHERE c.receipt_id = e.receipt_id AND c.job_id = e.job_id
+                          AND c.attempt = e.attempt)
+),
+-- Per-attempt probes of ready_rows() (index ready_by_id, then ready_claim) as LATERAL ...
+-- LIMIT 1 (see pgferry.complete()).
 open AS (
     SELECT e.*, rd.lane, rd.max_attempts, rd.kind, rd.args, rd.meta,
            CASE WHEN e.attempt < rd.max_attempts THEN 5 ELSE 6 END::smallint AS outcome
-      FROM exp e
+      FROM unclosed e
       CROSS JOIN LATERAL (
           SELECT r.lane, r.max_attempts, r.kind, r.args, r.meta
             FROM pgferry.ready_rows(e.job_id) r
            WHERE r.segment = e.segment AND r.attempt = e.attempt
            LIMIT 1) rd
-     WHERE (e.receipt_id, e.job_id, e.attempt)
-               NOT IN (SELECT c.receipt_id, c.job_id, c.attempt FROM closed c)
-       -- A heartbeat extended this attempt's lease (long_leases primary key): not yet. A
-       -- handed-over attempt is rescued from its long_leases row (rescue_handed.sql), never
-       -- here: its outcome must not land in completions.
-       AND NOT EXISTS (SELECT 1 FROM pgferry.long_leases ll
+     -- A heartbeat extended this attempt's lease (long_leases primary key): not yet. A
+     -- handed-over attempt is rescued from its long_leases row (rescue_handed.sql), never
+     -- here: its outcome must not land in completions.
+     WHERE NOT EXISTS (SELECT 1 FROM pgferry.long_leases ll
                         WHERE ll.job_id = e.job_id AND ll.attempt = e.attempt
                           AND (ll.lease_until >= now() OR ll.handed_over))
 ),

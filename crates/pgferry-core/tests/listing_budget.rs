@@ -1,0 +1,201 @@
+//! Issue 24: every job listing filter (queue, kind, state, time, args/meta text, error
+//! text) costs a bounded window of the newest rows per call, whatever the history, so that
+//! a page stays within 100 ms at 10M jobs (docs/performance.md). A sparse filter's search
+//! goes on through the cursor (ADR 0022): the window of one call is
+//! `listing::call_rows(list_round_rows)` rows, counted here as the calls a walk over a
+//! history that matches nothing takes, and the statements read it by index
+//! (tests/listing.rs, `listing_statements_use_the_logs_indexes`, plans them).
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use pgferry_core::listing::call_rows;
+use pgferry_core::{Engine, JobFilter, JobState, NewJob, TextFilter};
+use serde_json::json;
+
+const BATCHES: usize = 30;
+const BATCH: usize = 1000;
+
+/// Walks every page of a listing; returns the ids found and the calls it took.
+async fn walk(engine: &Engine, queue: &str, f: &JobFilter, t: &TextFilter) -> (Vec<i64>, usize) {
+    let (mut ids, mut calls) = (Vec::new(), 0);
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = engine
+            .list_jobs_matching(queue, f, t, cursor.as_deref(), 50)
+            .await
+            .unwrap();
+        calls += 1;
+        ids.extend(page.jobs.iter().map(|j| j.id));
+        if !page.has_more {
+            return (ids, calls);
+        }
+        cursor = page.next;
+        assert!(calls < 1000, "no end");
+    }
+}
+
+#[tokio::test]
+async fn every_filter_reads_a_bounded_window_per_call() {
+    let s = common::setup().await;
+    // 30,000 finished jobs in one lane, claimed 1,000 at a time: kinds k0..k9, and kind
+    // "rare" (args "needle") on three of them far apart; one in 10 of another queue's
+    // jobs dead-lettered with an error text.
+    let mut rare = Vec::new();
+    for b in 0..BATCHES {
+        let jobs: Vec<_> = (0..BATCH)
+            .map(|i| {
+                let n = b * BATCH + i;
+                if n % 10_007 == 5 {
+                    NewJob::new("hist", "rare", json!({ "n": n, "tag": "Needle" }))
+                } else {
+                    NewJob::new("hist", format!("k{}", n % 10), json!({ "n": n }))
+                }
+            })
+            .collect();
+        let ids = s.engine.enqueue(&jobs).await.unwrap();
+        rare.extend(
+            ids.iter()
+                .zip(&jobs)
+                .filter(|(_, j)| j.kind == "rare")
+                .map(|(id, _)| *id),
+        );
+        s.tick().await;
+        let claimed = s.engine.claim("hist", BATCH, "w").await.unwrap();
+        assert_eq!(claimed.len(), BATCH);
+        s.complete_all(&claimed).await;
+    }
+    assert_eq!(rare.len(), 3);
+    rare.reverse(); // newest first
+
+    let mut dead_ids = Vec::new();
+    for b in 0..12 {
+        let jobs: Vec<_> = (0..BATCH)
+            .map(|i| {
+                let mut j = NewJob::new("graves", "g", json!({ "n": b * BATCH + i }));
+                j.max_attempts = Some(1);
+                j
+            })
+            .collect();
+        s.engine.enqueue(&jobs).await.unwrap();
+        s.tick().await;
+        let claimed = s.engine.claim("graves", BATCH, "w").await.unwrap();
+        let outcomes: Vec<_> = claimed
+            .iter()
+            .map(|c| c.fail(format!("upstream error {}", c.job_id % 7)))
+            .collect();
+        dead_ids.extend(claimed.iter().map(|c| c.job_id));
+        s.engine.complete(&outcomes).await.unwrap();
+    }
+    let dead = dead_ids.len();
+    assert_eq!(dead, 12 * BATCH);
+    s.db.connect().await.batch_execute("ANALYZE").await.unwrap();
+
+    let window = call_rows(s.engine.config().list_round_rows) as usize;
+    let history = BATCHES * BATCH;
+    let none = TextFilter::default();
+    let nothing = TextFilter {
+        contains: Some("no such text".into()),
+        ..Default::default()
+    };
+    let sparse: Vec<(&str, JobFilter, &TextFilter)> = vec![
+        (
+            "kind",
+            JobFilter {
+                kind: Some("nothing".into()),
+                ..Default::default()
+            },
+            &none,
+        ),
+        (
+            "state and kind",
+            JobFilter {
+                state: Some(JobState::Completed),
+                kind: Some("nothing".into()),
+                ..Default::default()
+            },
+            &none,
+        ),
+        (
+            "since",
+            JobFilter {
+                since: Some(SystemTime::now() + Duration::from_secs(3600)),
+                ..Default::default()
+            },
+            &none,
+        ),
+        ("args/meta text", JobFilter::default(), &nothing),
+    ];
+    for (name, f, t) in &sparse {
+        let (ids, calls) = walk(&s.engine, "hist", f, t).await;
+        assert!(ids.is_empty(), "{name}: {ids:?}");
+        // Each call reads at most its window of attempts: the walk over the history takes
+        // at least history / window calls (3 calls of 15,300 rows before the window), and
+        // every call but the phases' last ones moves a whole window on.
+        assert!(
+            calls >= history.div_ceil(window),
+            "{name}: {calls} calls for {history} attempts, window {window}"
+        );
+        assert!(
+            calls <= history.div_ceil(window / 2) + 4,
+            "{name}: {calls} calls for {history} attempts, window {window}"
+        );
+    }
+
+    // What matches is found exactly once, newest first, through the short pages.
+    let f = JobFilter {
+        kind: Some("rare".into()),
+        ..Default::default()
+    };
+    assert_eq!(walk(&s.engine, "hist", &f, &none).await.0, rare);
+    let needle = TextFilter {
+        contains: Some("needle".into()),
+        ..Default::default()
+    };
+    let f = JobFilter {
+        state: Some(JobState::Completed),
+        ..Default::default()
+    };
+    assert_eq!(walk(&s.engine, "hist", &f, &needle).await.0, rare);
+    // The queue alone, and a state most rows have: a page is answered from the first rows.
+    for f in [
+        JobFilter::default(),
+        JobFilter {
+            state: Some(JobState::Completed),
+            ..Default::default()
+        },
+        JobFilter {
+            kind: Some("k3".into()),
+            ..Default::default()
+        },
+    ] {
+        let page = s.engine.list_jobs("hist", &f, None, 50).await.unwrap();
+        assert_eq!(page.jobs.len(), 50, "{f:?}");
+        assert!(page.has_more, "{f:?}");
+    }
+
+    // Error text, on the dead-letter table (index dead_lane, newest first).
+    let f = JobFilter {
+        state: Some(JobState::Dead),
+        ..Default::default()
+    };
+    let no_error = TextFilter {
+        error_contains: Some("no such error".into()),
+        ..Default::default()
+    };
+    let (ids, calls) = walk(&s.engine, "graves", &f, &no_error).await;
+    assert!(ids.is_empty());
+    assert!(
+        calls >= dead.div_ceil(window),
+        "{calls} calls for {dead} dead jobs, window {window}"
+    );
+    let some_error = TextFilter {
+        error_contains: Some("UPSTREAM ERROR 3".into()),
+        ..Default::default()
+    };
+    let (ids, _) = walk(&s.engine, "graves", &f, &some_error).await;
+    let mut want: Vec<i64> = dead_ids.iter().copied().filter(|id| id % 7 == 3).collect();
+    want.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(ids, want);
+}
