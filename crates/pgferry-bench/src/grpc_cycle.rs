@@ -48,6 +48,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     );
     let mut server_config = ServerConfig::default();
     server_config.coalesce.adaptive = opts.group_commit_adaptive;
+    server_config.coalesce.caller_flush = opts.group_commit_caller_flush;
     let app = AppState::new(engine.clone(), server_config).await?;
     let grpc = GrpcState::from_app(&app, GrpcConfig::default()).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -55,6 +55,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     );
     let mut server_config = ServerConfig::default();
     server_config.coalesce.adaptive = opts.group_commit_adaptive;
+    server_config.coalesce.caller_flush = opts.group_commit_caller_flush;
     // The benchmark is the only client: no rate limit in the way.
     server_config.http.rate_per_sec = 1e9;
     server_config.http.rate_burst = 1e9;

@@ -71,6 +71,9 @@ pub struct BenchOpts {
     pub durability: Durability,
     /// gRPC and HTTP cycles: the server's adaptive group commit (on by default).
     pub group_commit_adaptive: bool,
+    /// gRPC and HTTP cycles, adaptive: a caller finding its lane idle runs its own flush
+    /// (on by default; `CoalesceConfig::caller_flush`).
+    pub group_commit_caller_flush: bool,
     /// Open loop: the producers together send this many jobs per second on a fixed
     /// schedule (batches of `enqueue_batch`), whatever the depth; None: closed loop, as
     /// fast as acknowledgements come while the queue is at most `max_depth` deep.
@@ -113,6 +116,7 @@ impl Default for BenchOpts {
             scheduled: None,
             durability: Durability::Sync,
             group_commit_adaptive: true,
+            group_commit_caller_flush: true,
             rate: None,
             insert_max_rows: EngineConfig::default().insert_max_rows,
             tick_on_demand: true,

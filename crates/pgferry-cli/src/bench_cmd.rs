@@ -78,6 +78,10 @@ pub struct BenchArgs {
     /// else is being written); false: always wait the group-commit window.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub group_commit_adaptive: bool,
+    /// gRPC/HTTP cycles, adaptive group commit: a request that finds its flush lane idle is
+    /// written by its own task (false: always handed to the collector task).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub group_commit_caller_flush: bool,
     /// Open loop: producers send this many jobs per second in total on a fixed schedule,
     /// whatever the depth (default: closed loop). `--shape open-loop` defaults it to 500.
     #[arg(long)]
@@ -266,6 +270,7 @@ impl BenchArgs {
                 DurabilityArg::Async => pgferry_core::Durability::Async,
             },
             group_commit_adaptive: self.group_commit_adaptive,
+            group_commit_caller_flush: self.group_commit_caller_flush,
             rate: self.rate,
             insert_max_rows: self.insert_max_rows,
             tick_on_demand: self.tick_on_demand,

@@ -11,6 +11,11 @@ use pgferry_core::leader::ticker::Ticker;
 use pgferry_core::{JobState, Leader, LeaderConfig, NewJob};
 use serde_json::json;
 
+/// The two tests below share this binary's cluster, and a ticker is due whenever any
+/// transaction in the cluster ends, in any database. The trigger test runs a whole leader
+/// (its duties end transactions all the time), so the idle check must not run beside it.
+static ONE_LEADER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[test]
 fn settings_are_validated_and_the_field_named() {
     assert!(LeaderConfig::default().validate().is_ok());
@@ -30,6 +35,7 @@ fn settings_are_validated_and_the_field_named() {
 
 #[tokio::test]
 async fn a_duty_pass_runs_apart_from_its_loop() {
+    let _alone = ONE_LEADER_AT_A_TIME.lock().await;
     let s = common::setup().await;
     let mut client = s.db.connect().await;
     // Nothing enqueued: the ticker finds nothing new.
@@ -74,6 +80,7 @@ async fn a_duty_pass_runs_apart_from_its_loop() {
 
 #[tokio::test]
 async fn a_trigger_runs_a_pass_now_and_passes_are_counted() {
+    let _alone = ONE_LEADER_AT_A_TIME.lock().await;
     let s = common::setup().await;
     // Promotion every hour: only the trigger can promote within this test.
     let config = LeaderConfig {
@@ -88,12 +95,22 @@ async fn a_trigger_runs_a_pass_now_and_passes_are_counted() {
     let promoter = duties.handle("promoter");
     let first = wait_for(|| promoter.stats.snapshot().passes >= 1).await;
     assert!(first, "the promoter made its first pass");
+    // The queue exists before the job is built: the job's run_at is taken when it is
+    // built, and a slow first enqueue (creating the queue) must not make it due already
+    // when it is written (it would then go straight to the ready log, correctly).
+    s.engine.ensure_queue("t").await.unwrap();
+    let delay = Duration::from_secs(1);
     let id = s
         .engine
-        .enqueue(&[NewJob::new("t", "k", json!({})).delay(Duration::from_millis(200))])
+        .enqueue(&[NewJob::new("t", "k", json!({})).delay(delay)])
         .await
         .unwrap()[0];
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        s.engine.get_job(id).await.unwrap().state,
+        JobState::Scheduled,
+        "written as scheduled (its run_at is {delay:?} ahead)"
+    );
+    tokio::time::sleep(delay + Duration::from_millis(400)).await;
     assert_eq!(
         s.engine.get_job(id).await.unwrap().state,
         JobState::Scheduled,

@@ -327,7 +327,7 @@ fn render_coalescers(out: &mut String, coalescers: &[(&str, BatchSnapshot)]) {
         let _ = writeln!(out, "{name}_count{{kind=\"{kind}\"}} {}", snap.flushes);
     }
     type Get = fn(&BatchSnapshot) -> u64;
-    let counters: [(&str, &str, Get); 4] = [
+    let counters: [(&str, &str, Get); 5] = [
         (
             "pgferry_coalescer_statements_total",
             "Engine statements run by the coalescer (flushes plus per-caller re-runs).",
@@ -347,6 +347,11 @@ fn render_coalescers(out: &mut String, coalescers: &[(&str, BatchSnapshot)]) {
             "pgferry_coalescer_split_requests_total",
             "Requests whose items went to several flush lanes (completions: by receipt).",
             |s| s.split,
+        ),
+        (
+            "pgferry_coalescer_caller_run_flushes_total",
+            "Flushes run by their caller on an idle lane (adaptive group commit).",
+            |s| s.caller_run,
         ),
     ];
     for (name, help, get) in counters {

@@ -284,11 +284,25 @@ async fn adaptive_a_lone_caller_is_flushed_without_waiting_for_company() {
             .expect("enqueue");
         assert_eq!(ids.len(), 2);
     }
+    let s = co.stats().snapshot();
+    assert_eq!(s.flushes, 3, "one flush per lone caller");
     assert_eq!(
-        co.stats().snapshot().flushes,
-        3,
-        "one flush per lone caller"
+        s.caller_run, 3,
+        "an idle lane's caller runs its own flush (no collector hand-off)"
     );
+    // Without the adaptive rule every flush goes through the collector.
+    let (_db2, engine) = setup().await;
+    let fixed = CoalesceConfig {
+        max_wait: Duration::from_millis(1),
+        adaptive: false,
+        ..wide()
+    };
+    let co = Coalescer::new(EnqueueWriter { engine }, fixed);
+    for round in 0..3 {
+        submit(&co, jobs_of(round, 2)).await.expect("enqueue");
+    }
+    let s = co.stats().snapshot();
+    assert_eq!((s.flushes, s.caller_run), (3, 0));
 }
 
 /// Adaptive, under load: callers that arrive while a flush is in the database join the next

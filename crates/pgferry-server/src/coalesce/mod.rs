@@ -7,7 +7,8 @@
 //! one, then runs the flush (at most `max_inflight` flushes at once, so the next batch
 //! accumulates while one is in the database) and answers every caller after the statement
 //! committed. A caller's batch is never split across flushes: each request stays
-//! all-or-nothing.
+//! all-or-nothing. With adaptive group commit, a caller that finds its lane idle runs its
+//! flush itself, skipping the collector's hand-offs ([`CoalesceConfig::caller_flush`]).
 //!
 //! A *partitioned* writer (completions) has `lanes` collectors instead, each running one
 //! flush at a time, and every item goes to the lane of its key (a completion's receipt).
@@ -30,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 mod receipts;
@@ -54,6 +55,14 @@ pub struct CoalesceConfig {
     /// changes: callers that arrive while a flush runs join the next one (the way
     /// Postgres's own WAL flush groups commits).
     pub adaptive: bool,
+    /// With `adaptive`, a caller that finds its lane idle (nothing queued, no flush of the
+    /// lane running) runs its flush itself instead of handing it to the collector task and
+    /// waiting for the flush task it would spawn: two task wake-ups fewer per
+    /// acknowledgement, which is most of a lone producer's latency on a busy machine
+    /// (docs/performance.md, "Caller-run flushes"). Only the caller's own items are in such
+    /// a flush, so a caller whose future is dropped (a client gone) drops only its own,
+    /// unacknowledged write.
+    pub caller_flush: bool,
     /// Flushes running at once (a writer that is not partitioned).
     pub max_inflight: usize,
     /// Flush lanes of a partitioned writer (completions, by receipt), each running one flush
@@ -73,6 +82,7 @@ impl Default for CoalesceConfig {
             max_rows: 1000,
             max_wait: Duration::from_millis(1),
             adaptive: true,
+            caller_flush: true,
             max_inflight: 4,
             lanes: 4,
             gather_wait: Duration::from_millis(10),
@@ -104,6 +114,8 @@ pub struct BatchStats {
     pub split: AtomicU64,
     /// Flush lanes (1 unless the writer is partitioned).
     pub lanes: AtomicU64,
+    /// Flushes run by their caller on an idle lane (see [`CoalesceConfig::caller_flush`]).
+    pub caller_run: AtomicU64,
     /// Flushes by rows, non-cumulative: `buckets[i]` counts flushes with
     /// `BATCH_BUCKETS[i-1] < rows <= BATCH_BUCKETS[i]`; the last entry is +Inf.
     pub buckets: [AtomicU64; BATCH_BUCKETS.len() + 1],
@@ -121,6 +133,8 @@ pub struct BatchSnapshot {
     pub split: u64,
     /// Flush lanes (1 unless the writer is partitioned).
     pub lanes: u64,
+    /// Flushes run by their caller on an idle lane.
+    pub caller_run: u64,
     /// Cumulative counts per `BATCH_BUCKETS` bound, then +Inf (Prometheus `le` buckets).
     pub cumulative: Vec<u64>,
 }
@@ -157,6 +171,7 @@ impl BatchStats {
             rejected: load(&self.rejected),
             split: load(&self.split),
             lanes: load(&self.lanes),
+            caller_run: load(&self.caller_run),
             cumulative,
         }
     }
@@ -242,12 +257,25 @@ struct Pending<I, O> {
     reply: Reply<O>,
 }
 
+/// One flush lane: its collector's queue and its flush slots.
+struct Lane<I, O> {
+    tx: mpsc::Sender<Pending<I, O>>,
+    /// Flush slots: the collector takes one per flush it starts (after it has a first
+    /// request), a caller running its own flush takes one too.
+    slots: Arc<Semaphore>,
+    size: usize,
+}
+
 /// Merges concurrent requests of one [`Writer`] into one statement per flush.
 pub struct Coalescer<W: Writer> {
     writer: Arc<W>,
     /// One collector per lane.
-    lanes: Vec<mpsc::Sender<Pending<W::Item, W::Output>>>,
+    lanes: Vec<Lane<W::Item, W::Output>>,
     stats: Arc<BatchStats>,
+    /// Callers may run their own flush on an idle lane (adaptive, with `caller_flush`).
+    adaptive: bool,
+    /// Partial receipts wait for their other parts (never flushed by their caller).
+    gathering: bool,
 }
 
 impl<W: Writer> Coalescer<W> {
@@ -265,15 +293,28 @@ impl<W: Writer> Coalescer<W> {
         let lanes = (0..lanes)
             .map(|_| {
                 let (tx, rx) = mpsc::channel(config.queue_depth.max(1));
+                let slots = Arc::new(Semaphore::new(inflight));
                 let (writer, stats) = (writer.clone(), stats.clone());
-                tokio::spawn(collect(writer, stats, config.clone(), inflight, rx));
-                tx
+                tokio::spawn(collect(
+                    writer,
+                    stats,
+                    config.clone(),
+                    (slots.clone(), inflight),
+                    rx,
+                ));
+                Lane {
+                    tx,
+                    slots,
+                    size: inflight,
+                }
             })
             .collect();
         Coalescer {
             writer,
             lanes,
             stats,
+            adaptive: config.adaptive && config.caller_flush,
+            gathering: W::PARTITIONED && !config.gather_wait.is_zero(),
         }
     }
 
@@ -297,6 +338,9 @@ impl<W: Writer> Coalescer<W> {
         let lane_of = |item: &W::Item| (self.writer.lane_key(item) % k as u64) as usize;
         let first = lane_of(&items[0]);
         if k == 1 || items.iter().all(|i| lane_of(i) == first) {
+            if let Some(slot) = self.idle_slot(first, &items) {
+                return self.run_own_flush(slot, items).await;
+            }
             return self.send(first, items).await?.await;
         }
         self.stats.split.fetch_add(1, Ordering::Relaxed);
@@ -339,6 +383,40 @@ impl<W: Writer> Coalescer<W> {
         Ok(out)
     }
 
+    /// A flush slot of `lane` for a caller to run its own flush, if the lane is idle: nothing
+    /// queued for its collector, none of its flushes running (so there is no company to
+    /// wait for), and not a partial receipt (which waits for its other parts).
+    fn idle_slot(&self, lane: usize, items: &[W::Item]) -> Option<OwnedSemaphorePermit> {
+        let lane = &self.lanes[lane];
+        if !self.adaptive
+            || lane.tx.capacity() != lane.tx.max_capacity()
+            || lane.slots.available_permits() != lane.size
+        {
+            return None;
+        }
+        if self.gathering {
+            let refs: Vec<&W::Item> = items.iter().collect();
+            if self.writer.missing(&refs).is_some_and(|n| n > 0) {
+                return None;
+            }
+        }
+        lane.slots.clone().try_acquire_owned().ok()
+    }
+
+    /// Runs a flush of the caller's own items, holding `slot` until it ends: callers that
+    /// arrive meanwhile go to the collector and gather for the lane's next flush.
+    async fn run_own_flush(
+        &self,
+        slot: OwnedSemaphorePermit,
+        items: Vec<W::Item>,
+    ) -> Result<Vec<W::Output>, SubmitError> {
+        self.stats.caller_run.fetch_add(1, Ordering::Relaxed);
+        let (reply, rx) = oneshot::channel();
+        flush(&*self.writer, &self.stats, vec![Pending { items, reply }]).await;
+        drop(slot);
+        rx.await.unwrap_or(Err(SubmitError::ShuttingDown))
+    }
+
     /// Queues one lane's part; the returned future is its answer.
     async fn send(
         &self,
@@ -347,6 +425,7 @@ impl<W: Writer> Coalescer<W> {
     ) -> Result<impl Future<Output = Result<Vec<W::Output>, SubmitError>>, SubmitError> {
         let (reply, rx) = oneshot::channel();
         self.lanes[lane]
+            .tx
             .send(Pending { items, reply })
             .await
             .map_err(|_| SubmitError::ShuttingDown)?;
@@ -366,26 +445,25 @@ async fn collect<W: Writer>(
     writer: Arc<W>,
     stats: Arc<BatchStats>,
     config: CoalesceConfig,
-    inflight: usize,
+    (inflight, slots): (Arc<Semaphore>, usize),
     mut rx: mpsc::Receiver<Pending<W::Item, W::Output>>,
 ) {
-    let slots = inflight;
-    let inflight = Arc::new(Semaphore::new(inflight));
     // Requests taken from the channel but left for a later flush, oldest first.
     let mut carry: VecDeque<Pending<W::Item, W::Output>> = VecDeque::new();
     let gathering = W::PARTITIONED && !config.gather_wait.is_zero();
     loop {
-        // Take the permit first: while every flush slot is busy, callers pile up in the
-        // channel and the next flush is larger.
-        let Ok(permit) = inflight.clone().acquire_owned().await else {
-            return;
-        };
+        // The first request, then a flush slot: while every slot is busy, callers pile up
+        // in the channel and the next flush is larger. (The slot is not held while the lane
+        // is idle, so that a caller may take it to run its own flush.)
         let first = match carry.pop_front() {
             Some(p) => p,
             None => match rx.recv().await {
                 Some(p) => p,
                 None => return,
             },
+        };
+        let Ok(permit) = inflight.clone().acquire_owned().await else {
+            return;
         };
         let deadline = Instant::now() + config.max_wait;
         let weight = |p: &Pending<W::Item, W::Output>| -> usize {
