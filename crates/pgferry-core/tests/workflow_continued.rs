@@ -34,9 +34,10 @@ fn three_steps() -> Machine {
         .step("two", |s: ClaimedStep| async move {
             Outcome::next("three", s.state)
         })
-        .step("three", |s: ClaimedStep| async move {
-            Outcome::done(s.state)
-        })
+        .step(
+            "three",
+            |s: ClaimedStep| async move { Outcome::done(s.state) },
+        )
 }
 
 /// Seconds from now to the instance's picker row's visible_at (its lease's end while it runs).
@@ -240,8 +241,16 @@ async fn a_continued_lease_is_renewed_below_half_and_lapses_like_a_claim() {
     tokio::time::sleep(Duration::from_millis(1700)).await;
     let again = wf.claim("q", 1, "w2", lease).await.unwrap().remove(0);
     assert_eq!((again.step.as_str(), again.attempt), ("three", 2));
-    assert!(!wf.finish(&[(c.reference(), Outcome::done(json!(1)))]).await.unwrap()[0]);
-    assert!(wf.finish(&[(again.reference(), Outcome::done(json!(2)))]).await.unwrap()[0]);
+    assert!(
+        !wf.finish(&[(c.reference(), Outcome::done(json!(1)))])
+            .await
+            .unwrap()[0]
+    );
+    assert!(
+        wf.finish(&[(again.reference(), Outcome::done(json!(2)))])
+            .await
+            .unwrap()[0]
+    );
 }
 
 #[tokio::test]
@@ -260,7 +269,13 @@ async fn one_worker_pass_runs_a_three_step_instance_to_its_end() {
         assert_eq!(info.status, "done");
         assert_eq!(info.result, Some(json!({"from": i})));
     }
-    assert_eq!(worker.stats().steps.load(std::sync::atomic::Ordering::Relaxed), 60);
+    assert_eq!(
+        worker
+            .stats()
+            .steps
+            .load(std::sync::atomic::Ordering::Relaxed),
+        60
+    );
 
     // With continued steps off, each pass runs one step per instance, as before.
     let id = start(&wf, "three", "q", 99).await;
