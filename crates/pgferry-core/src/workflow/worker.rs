@@ -1,7 +1,9 @@
 //! The in-process worker loop: claim a batch of due steps (one statement), run their
 //! handlers concurrently outside any transaction, record the batch's outcomes (one
 //! statement). A plain `next` costs nothing more: no inbox or children reads, no extra
-//! round trip.
+//! round trip. Its outcome's statement also claims the instance's next step for this
+//! worker (continued steps, ADR 0016 addendum), which runs at once: a 3-step instance is
+//! one claim and three outcome statements.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
