@@ -173,6 +173,32 @@ async fn hot_statement_plans_on_a_seeded_dataset() {
         checked(&mut notices);
     }
 
+    // A plain `next` that continues (continued steps): its next step comes back from the
+    // same statement, the picker row is reached through its primary key only.
+    let (id, seq) = rows[kinds.len()];
+    let mut item = Outcome::next("two", json!({})).to_wire(id, seq);
+    item["continue_lease_ms"] = json!(30_000);
+    common::drain(&mut notices);
+    let r = client
+        .query_one(
+            "SELECT applied, continued FROM pgferry.wf_finish($1)",
+            &[&serde_json::Value::Array(vec![item])],
+        )
+        .await
+        .unwrap();
+    assert!(r.get::<_, bool>("applied"));
+    let cont: serde_json::Value = r.get("continued");
+    assert_eq!(
+        (cont["id"].as_i64(), cont["step_seq"].as_i64()),
+        (Some(id), Some(i64::from(seq) + 1))
+    );
+    let plans = checked(&mut notices);
+    let fin = plans
+        .iter()
+        .find(|p| p.contains("renewed AS"))
+        .expect("the outcome statement's plan");
+    assert!(fin.contains("Index Scan using wf_ready_pkey"), "{fin}");
+
     // A child's `done` with its parent's join, and a signal delivered to an awaiting
     // instance, and a start deduplicated by correlation key.
     wf.start(&Start::new("parent", "pq", json!({})))

@@ -122,6 +122,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0020_workflow_active_index.sql",
         sql: include_str!("../../migrations/0020_workflow_active_index.sql"),
     },
+    Migration {
+        version: 23,
+        name: "0023_workflow_continued_steps.sql",
+        sql: include_str!("../../migrations/0023_workflow_continued_steps.sql"),
+    },
 ];
 
 /// The engine's live functions, callees before SQL-language callers.

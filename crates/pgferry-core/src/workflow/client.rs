@@ -413,6 +413,28 @@ impl Workflows {
     /// opposite orders), Postgres aborts one whole batch, and it is applied again one
     /// outcome per statement.
     pub async fn finish(&self, outcomes: &[(StepRef, Outcome)]) -> Result<Vec<bool>> {
+        let done = self.finish_with(outcomes, None).await?;
+        Ok(done.into_iter().map(|f| f.applied).collect())
+    }
+
+    /// [`Workflows::finish`], and each plain `next` (an instance without a concurrency or
+    /// rate key) continues: its next step is claimed by the same statement, for the same
+    /// worker, and comes back in [`Finished::continued`] instead of going through the
+    /// picker (ADR 0016, addendum "Continued steps"). The continued step holds at least
+    /// half of `lease` (the picker row's lease is renewed when less than half is left).
+    pub async fn finish_continuing(
+        &self,
+        outcomes: &[(StepRef, Outcome)],
+        lease: Duration,
+    ) -> Result<Vec<Finished>> {
+        self.finish_with(outcomes, Some(lease)).await
+    }
+
+    async fn finish_with(
+        &self,
+        outcomes: &[(StepRef, Outcome)],
+        lease: Option<Duration>,
+    ) -> Result<Vec<Finished>> {
         if outcomes.is_empty() {
             return Ok(Vec::new());
         }
@@ -425,28 +447,81 @@ impl Workflows {
         for &i in &order {
             let (r, o) = &outcomes[i];
             validate::outcome(o)?;
-            items.push(o.to_wire(r.id, r.seq));
+            let mut item = o.to_wire(r.id, r.seq);
+            if let (Some(lease), Outcome::Next { .. }) = (lease, o) {
+                item["continue_lease_ms"] =
+                    Value::from(lease.as_millis().min(i32::MAX as u128) as u64);
+            }
+            items.push(item);
         }
         let client = self.pool.get().await?;
         let stmt = client.prepare_cached(FINISH).await?;
-        let mut applied = vec![false; outcomes.len()];
+        let mut done: Vec<Finished> = (0..outcomes.len()).map(|_| Finished::default()).collect();
         match client.query(&stmt, &[&Value::Array(items.clone())]).await {
             Ok(rows) => {
                 for (&i, row) in order.iter().zip(rows.iter()) {
-                    applied[i] = row.try_get("applied")?;
+                    done[i] = finished(row)?;
                 }
             }
             Err(e) if e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) => {
                 tracing::debug!("workflow outcome batch deadlocked; applying one at a time");
                 for (&i, item) in order.iter().zip(items) {
                     let rows = client.query(&stmt, &[&Value::Array(vec![item])]).await?;
-                    applied[i] = rows[0].try_get("applied")?;
+                    done[i] = finished(&rows[0])?;
                 }
             }
             Err(e) => return Err(e.into()),
         }
-        Ok(applied)
+        Ok(done)
     }
+}
+
+/// One outcome's answer from [`Workflows::finish_continuing`].
+#[derive(Debug, Default)]
+pub struct Finished {
+    /// False: stale (the instance was cancelled or its step claimed again).
+    pub applied: bool,
+    /// The instance's next step, claimed for this worker (a plain `next` that continued).
+    pub continued: Option<ClaimedStep>,
+}
+
+/// The columns of a claim that a continued step has (wf_finish.sql's `continued`).
+#[derive(serde::Deserialize)]
+struct ContinuedStep {
+    id: i64,
+    kind: String,
+    step: String,
+    state: Value,
+    input: Value,
+    attempt: i32,
+    max_attempts: i32,
+    step_seq: i32,
+    parent_id: Option<i64>,
+}
+
+fn finished(r: &tokio_postgres::Row) -> Result<Finished> {
+    let continued: Option<Value> = r.try_get("continued")?;
+    let continued = continued
+        .map(|v| decode::<ContinuedStep>("continued", v))
+        .transpose()?
+        .map(|c| ClaimedStep {
+            id: c.id,
+            kind: c.kind,
+            step: c.step,
+            state: c.state,
+            input: c.input,
+            attempt: c.attempt,
+            max_attempts: c.max_attempts,
+            seq: c.step_seq,
+            wake: None,
+            parent_id: c.parent_id,
+            inbox: None,
+            children: None,
+        });
+    Ok(Finished {
+        applied: r.try_get("applied")?,
+        continued,
+    })
 }
 
 fn claimed(r: &tokio_postgres::Row) -> Result<ClaimedStep> {

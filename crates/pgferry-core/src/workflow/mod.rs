@@ -17,7 +17,8 @@ mod wake;
 mod worker;
 
 pub use client::{
-    ConcurrencyStrategy, SignalSent, Start, Started, StepRef, Target, Workflows, MAX_PAYLOAD_BYTES,
+    ConcurrencyStrategy, Finished, SignalSent, Start, Started, StepRef, Target, Workflows,
+    MAX_PAYLOAD_BYTES,
 };
 pub use inspect::{
     InstanceFilter, InstanceInfo, InstancePage, InstanceSummary, StepRecord, STATUSES,

@@ -1,7 +1,9 @@
 //! The in-process worker loop: claim a batch of due steps (one statement), run their
 //! handlers concurrently outside any transaction, record the batch's outcomes (one
 //! statement). A plain `next` costs nothing more: no inbox or children reads, no extra
-//! round trip.
+//! round trip. Its outcome's statement also claims the instance's next step for this
+//! worker (continued steps, ADR 0016 addendum), which runs at once: a 3-step instance is
+//! one claim and three outcome statements.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::client::Workflows;
+use super::client::{Finished, StepRef, Workflows};
 use super::machine::{ClaimedStep, Machine, Outcome};
 use super::validate;
 use crate::error::Result;
@@ -32,6 +34,11 @@ pub struct WorkerConfig {
     pub idle_poll: Duration,
     /// Delay before running a step again after its handler panicked.
     pub panic_backoff: Backoff,
+    /// How many times in a row a claimed instance's plain `next` continues on this worker:
+    /// its next step is claimed by the outcome's own statement and run at once, without
+    /// going back through the picker (ADR 0016, addendum "Continued steps"). 0: every
+    /// step goes through the picker.
+    pub continue_steps: u32,
 }
 
 impl WorkerConfig {
@@ -43,6 +50,7 @@ impl WorkerConfig {
             lease: Duration::from_secs(60),
             idle_poll: Duration::from_millis(20),
             panic_backoff: Backoff::default(),
+            continue_steps: 8,
         }
     }
 }
@@ -157,11 +165,59 @@ impl Worker {
 
     async fn run_once_inner(&self) -> Result<Ran> {
         let c = &self.config;
-        let steps = self.wf.claim(&c.queue, c.batch, &c.name, c.lease).await?;
-        if steps.is_empty() {
-            return Ok(Ran::default());
+        let mut steps = self.wf.claim(&c.queue, c.batch, &c.name, c.lease).await?;
+        let claimed = steps.len();
+        let mut ran = Ran {
+            steps: 0,
+            full: claimed >= c.batch,
+            again: false,
+        };
+        let mut round = 0;
+        while !steps.is_empty() {
+            let outcomes = self.run_steps(steps).await;
+            ran.steps += outcomes.len();
+            let lease = (round < c.continue_steps).then_some(c.lease);
+            round += 1;
+            let finished = match lease {
+                Some(lease) => self.wf.finish_continuing(&outcomes, lease).await?,
+                None => {
+                    let applied = self.wf.finish(&outcomes).await?;
+                    applied
+                        .into_iter()
+                        .map(|applied| Finished {
+                            applied,
+                            continued: None,
+                        })
+                        .collect()
+                }
+            };
+            let won = finished.iter().filter(|f| f.applied).count() as u64;
+            self.stats.steps.fetch_add(won, Ordering::Relaxed);
+            self.stats
+                .stale
+                .fetch_add(finished.len() as u64 - won, Ordering::Relaxed);
+            // Only a top-level instance's end, a failure, a sleep, or a step continued
+            // here make nothing runnable in the picker now.
+            steps = Vec::new();
+            for ((r, o), f) in outcomes.iter().zip(finished) {
+                match f.continued {
+                    Some(next) => steps.push(next),
+                    None => {
+                        ran.again |= match o {
+                            Outcome::Done { .. } | Outcome::Fail { .. } => r.parent_id.is_some(),
+                            Outcome::Sleep { .. } => false,
+                            _ => true,
+                        }
+                    }
+                }
+            }
         }
-        let n = steps.len();
+        Ok(ran)
+    }
+
+    /// Runs a batch of claimed steps' handlers concurrently; their outcomes in order.
+    async fn run_steps(&self, steps: Vec<ClaimedStep>) -> Vec<(StepRef, Outcome)> {
+        let c = &self.config;
         let tasks: Vec<_> = steps
             .into_iter()
             .map(|s| {
@@ -171,7 +227,7 @@ impl Worker {
                 (r, attempt, tokio::spawn(run))
             })
             .collect();
-        let mut outcomes = Vec::with_capacity(n);
+        let mut outcomes = Vec::with_capacity(tasks.len());
         for (r, attempt, task) in tasks {
             let outcome = match task.await {
                 Ok(o) => match validate::outcome(&o) {
@@ -185,23 +241,7 @@ impl Worker {
             };
             outcomes.push((r, outcome));
         }
-        // Only a top-level instance's end, a failure or a sleep make nothing runnable now.
-        let again = outcomes.iter().any(|(r, o)| match o {
-            Outcome::Done { .. } | Outcome::Fail { .. } => r.parent_id.is_some(),
-            Outcome::Sleep { .. } => false,
-            _ => true,
-        });
-        let applied = self.wf.finish(&outcomes).await?;
-        let won = applied.iter().filter(|a| **a).count() as u64;
-        self.stats.steps.fetch_add(won, Ordering::Relaxed);
-        self.stats
-            .stale
-            .fetch_add(applied.len() as u64 - won, Ordering::Relaxed);
-        Ok(Ran {
-            steps: n,
-            full: n >= c.batch,
-            again,
-        })
+        outcomes
     }
 
     /// The future that runs one step's handler (or the outcome that replaces it).

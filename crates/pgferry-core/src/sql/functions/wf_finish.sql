@@ -14,12 +14,21 @@
 -- its parent's join, a retry past max_attempts) goes through wf_apply one by one, in the
 -- given order, after the plain part (the engine orders a batch by parent, then instance,
 -- so that batches take their locks in one order).
+--
+-- A plain `next` that asks to continue ("continue_lease_ms": the worker's lease, ADR 0016
+-- addendum "Continued steps") is not put back in the picker: its next step is claimed by
+-- the same statement, for the same worker, and returned in `continued` (the columns a
+-- claim returns). It skips the picker row's two updates (due now, then leased) and the
+-- picker's walk and locks. Its picker row keeps the lease it has while at least half of
+-- the lease is left, and is renewed otherwise, so a continued step has at least half its
+-- lease; a worker that dies mid-chain leaves a row that comes due, as after any claim.
 CREATE OR REPLACE FUNCTION pgferry.wf_finish(p_outcomes jsonb)
-RETURNS TABLE (id bigint, applied boolean)
+RETURNS TABLE (id bigint, applied boolean, continued jsonb)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_plain bigint[];
+    v_cont  jsonb;
     o       jsonb;
     n       bigint;
 BEGIN
@@ -35,7 +44,8 @@ BEGIN
         -- Locked in id order; a row changed meanwhile (cancelled, claimed again) is
         -- re-checked on its new version by the lock and falls out (stale, in wf_apply).
         SELECT i.id, i.step_seq, i.step, i.attempt, i.worker, i.step_started_at, i.queue,
-               i.priority, b.kind, b.o, b.n
+               i.priority, b.kind, b.o, b.n,
+               CASE WHEN b.kind = 'next' THEN (b.o->>'continue_lease_ms')::float8 END AS lease_ms
           FROM pgferry.wf_instances i
           JOIN b ON b.id = i.id
          WHERE i.status = 'running' AND i.step_seq = b.seq AND NOT i.has_slot
@@ -65,8 +75,22 @@ BEGIN
                  ELSE to_timestamp((p.o->>'until_ms')::float8 / 1000)
                END
           FROM plain p
-         WHERE p.kind <> 'done'
+         WHERE p.kind <> 'done' AND p.lease_ms IS NULL
         ON CONFLICT (instance_id) DO UPDATE SET visible_at = EXCLUDED.visible_at
+    ), kept AS (
+        -- A continued step's lease: renewed only when less than half of it is left (a
+        -- picker row update is never HOT). A missing row (never, while running) is put back.
+        INSERT INTO pgferry.wf_ready (instance_id, queue, priority, visible_at)
+        SELECT p.id, p.queue, p.priority, now() + make_interval(secs => p.lease_ms / 1000)
+          FROM plain p
+         WHERE p.lease_ms IS NOT NULL
+        ON CONFLICT (instance_id) DO NOTHING
+    ), renewed AS (
+        UPDATE pgferry.wf_ready r
+           SET visible_at = now() + make_interval(secs => p.lease_ms / 1000)
+          FROM plain p
+         WHERE r.instance_id = p.id AND p.lease_ms IS NOT NULL
+           AND r.visible_at < now() + make_interval(secs => p.lease_ms / 2000)
     ), ended AS (
         DELETE FROM pgferry.wf_ready r USING plain p
          WHERE r.instance_id = p.id AND p.kind = 'done'
@@ -76,8 +100,15 @@ BEGIN
                state = CASE WHEN p.kind IN ('next', 'sleep')
                             THEN coalesce(nullif(p.o->'state', 'null'::jsonb), i.state)
                             ELSE i.state END,
-               status = CASE p.kind WHEN 'sleep' THEN 'sleeping' WHEN 'done' THEN 'done'
-                                    ELSE 'runnable' END,
+               status = CASE WHEN p.lease_ms IS NOT NULL THEN 'running'
+                             WHEN p.kind = 'sleep' THEN 'sleeping' WHEN p.kind = 'done' THEN 'done'
+                             ELSE 'runnable' END,
+               -- A continued step is claimed here: a late answer to the step just
+               -- finished is stale, as after any claim.
+               step_seq = CASE WHEN p.lease_ms IS NOT NULL THEN i.step_seq + 1
+                               ELSE i.step_seq END,
+               step_started_at = CASE WHEN p.lease_ms IS NOT NULL THEN now()
+                                      ELSE i.step_started_at END,
                attempt = CASE p.kind WHEN 'retry' THEN i.attempt + 1 WHEN 'done' THEN i.attempt
                                      ELSE 1 END,
                wake = CASE WHEN p.kind = 'retry' THEN i.wake END,
@@ -91,16 +122,25 @@ BEGIN
                updated_at = now()
           FROM plain p
          WHERE i.id = p.id
-        RETURNING p.n
+        RETURNING p.n,
+                  CASE WHEN p.lease_ms IS NOT NULL THEN
+                      jsonb_build_object('id', i.id, 'kind', i.kind, 'step', i.step,
+                                         'state', i.state, 'input', i.input,
+                                         'attempt', i.attempt, 'max_attempts', i.max_attempts,
+                                         'step_seq', i.step_seq, 'parent_id', i.parent_id)
+                  END AS cont
     )
-    SELECT coalesce(array_agg(m.n), '{}') INTO v_plain FROM moved m;
+    SELECT coalesce(array_agg(m.n), '{}'),
+           coalesce(jsonb_object_agg(m.n::text, m.cont) FILTER (WHERE m.cont IS NOT NULL), '{}')
+      INTO v_plain, v_cont FROM moved m;
 
     -- The rest, one by one in the given order; answers in the given order.
     FOR o, n IN SELECT t.e, t.n FROM jsonb_array_elements(p_outcomes) WITH ORDINALITY AS t(e, n)
                  ORDER BY t.n
     LOOP
         id := (o->>'id')::bigint;
-        IF n = ANY (v_plain) THEN
+        continued := v_cont -> n::text;
+        IF continued IS NOT NULL OR n = ANY (v_plain) THEN
             applied := true;
         ELSE
             applied := pgferry.wf_apply(o);
