@@ -178,7 +178,9 @@ impl Settings {
     /// The tenant's own allow list (without the server's); empty when none was set.
     pub async fn allow(&self, tenant: i64) -> Result<Allow> {
         let client = self.engine.pool().get().await?;
-        let Some(row) = client.query_opt(ALLOW_GET, &[&tenant]).await? else {
+        // Prepared once per pooled connection: read on every creation-check miss.
+        let stmt = client.prepare_cached(ALLOW_GET).await?;
+        let Some(row) = client.query_opt(&stmt, &[&tenant]).await? else {
             return Ok(Allow::none());
         };
         Ok(stored_allow(row.get("ranges"), row.get("cidrs")))
@@ -243,7 +245,10 @@ impl Settings {
     /// Secrets, allow list and rates of a tenant in one round trip.
     pub async fn load(&self, tenant: i64) -> Result<TenantSettings> {
         let client = self.engine.pool().get().await?;
-        let r = client.query_one(TENANT_SETTINGS, &[&tenant]).await?;
+        // Prepared once per pooled connection (read per batch): one round trip, no parse
+        // and no re-plan per call.
+        let stmt = client.prepare_cached(TENANT_SETTINGS).await?;
+        let r = client.query_one(&stmt, &[&tenant]).await?;
         let secrets: Vec<String> = r.get("secrets");
         let dests: Vec<String> = r.get("rate_destinations");
         let per_sec: Vec<f64> = r.get("rate_per_sec");

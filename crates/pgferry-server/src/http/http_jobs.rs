@@ -8,7 +8,8 @@
 //! before each attempt). Thin: storage and validation are `pgferry_http_jobs`.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::rejection::QueryRejection;
@@ -34,26 +35,95 @@ pub const QUEUE: &str = "http";
 const ALLOW_TTL: Duration = Duration::from_secs(2);
 
 /// Tenants' allow lists as creation checks last read them.
+///
+/// Misses of one tenant at the same moment share one lookup (issue 22: when the entry of a
+/// busy tenant expired, every create in flight — 64 in the benchmark — read the allow list
+/// at once, each holding one of the pool's connections, every `ALLOW_TTL`; as the auth
+/// cache's flights, auth/mod.rs).
 #[derive(Default)]
-pub struct AllowCache(Mutex<HashMap<i64, (Instant, Allow)>>);
+pub struct AllowCache {
+    entries: Mutex<HashMap<i64, (Instant, Allow)>>,
+    /// Lookups under way, by tenant; removed by the last caller out (see [`AllowFlight`]).
+    inflight: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
+    /// Allow-list reads sent to Postgres (tests count them).
+    lookups: AtomicU64,
+}
+
+/// A caller's part in the lookup of one tenant's allow list; the last one out (answered,
+/// failed or cancelled) removes the flight, so the map holds only lookups under way.
+struct AllowFlight<'a> {
+    cache: &'a AllowCache,
+    tenant: i64,
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Drop for AllowFlight<'_> {
+    fn drop(&mut self) {
+        let mut inflight = self.cache.inflight.lock().expect("not poisoned");
+        // Two references: the map's and this caller's — nobody else is waiting.
+        if inflight
+            .get(&self.tenant)
+            .is_some_and(|f| Arc::ptr_eq(f, &self.lock) && Arc::strong_count(f) == 2)
+        {
+            inflight.remove(&self.tenant);
+        }
+    }
+}
 
 impl AllowCache {
     fn get(&self, tenant: i64) -> Option<Allow> {
-        let c = self.0.lock().expect("not poisoned");
+        let c = self.entries.lock().expect("not poisoned");
         c.get(&tenant)
             .filter(|(at, _)| at.elapsed() < ALLOW_TTL)
             .map(|(_, a)| a.clone())
     }
 
     fn put(&self, tenant: i64, allow: Allow) {
-        self.0
+        self.entries
             .lock()
             .expect("not poisoned")
             .insert(tenant, (Instant::now(), allow));
     }
 
     fn forget(&self, tenant: i64) {
-        self.0.lock().expect("not poisoned").remove(&tenant);
+        self.entries.lock().expect("not poisoned").remove(&tenant);
+    }
+
+    /// Drops every cached allow list (tests: an expiry on demand).
+    pub fn clear(&self) {
+        self.entries.lock().expect("not poisoned").clear();
+    }
+
+    /// Allow-list reads sent to Postgres since this cache was made.
+    pub fn lookups(&self) -> u64 {
+        self.lookups.load(Ordering::Relaxed)
+    }
+
+    /// The tenant's allow list, from the cache or from one lookup shared by every caller
+    /// that misses meanwhile (a failed lookup is not cached: the next caller tries).
+    async fn allow(&self, state: &AppState, tenant: i64) -> ApiResult<Allow> {
+        if let Some(a) = self.get(tenant) {
+            return Ok(a);
+        }
+        let flight = AllowFlight {
+            cache: self,
+            tenant,
+            lock: self
+                .inflight
+                .lock()
+                .expect("not poisoned")
+                .entry(tenant)
+                .or_default()
+                .clone(),
+        };
+        let _turn = flight.lock.lock().await;
+        if let Some(a) = self.get(tenant) {
+            return Ok(a);
+        }
+        self.lookups.fetch_add(1, Ordering::Relaxed);
+        let a = settings(state).allow(tenant).await?;
+        self.put(tenant, a.clone());
+        Ok(a)
     }
 }
 
@@ -64,15 +134,7 @@ pub async fn allow_for(state: &AppState, p: &Principal, needed: bool) -> ApiResu
     if !needed {
         return Ok(server.clone());
     }
-    let cache = &state.http.http_jobs;
-    let tenant = match cache.get(p.tenant_id) {
-        Some(a) => a,
-        None => {
-            let a = settings(state).allow(p.tenant_id).await?;
-            cache.put(p.tenant_id, a.clone());
-            a
-        }
-    };
+    let tenant = state.http.http_jobs.allow(state, p.tenant_id).await?;
     Ok(server.union(&tenant))
 }
 
