@@ -83,12 +83,19 @@ pub(crate) fn name_ok(field: &'static str, name: &str) -> ApiResult<()> {
     validate_name(field, name).map_err(api)
 }
 
-/// 400 naming `field` unless the HTTP jobs' guard accepts `url` as a POST destination.
-pub(crate) fn url_allowed(state: &AppState, field: &str, url: &str) -> ApiResult<()> {
+/// 400 naming `field` unless the HTTP jobs' guard accepts `url` as a POST destination of
+/// the caller's tenant: the server's allow list plus the tenant's own, the list its
+/// deliveries (HTTP jobs of the tenant) are checked with before each attempt.
+pub(crate) async fn url_allowed(
+    state: &AppState,
+    p: &Principal,
+    field: &str,
+    url: &str,
+) -> ApiResult<()> {
     no_nul(field, url)?;
+    let allow = super::http_jobs::allow_for(state, p, true).await?;
     let args = json!({"method": "POST", "url": url});
-    super::http_jobs::check(&state.http.config.http_jobs_allow, &args)
-        .map_err(|e| ApiError::bad_request(field, e.message.clone()))
+    super::http_jobs::check(&allow, &args).map_err(|e| ApiError::bad_request(field, e.message.clone()))
 }
 
 // ---- monitors ----
@@ -458,7 +465,7 @@ pub async fn create_target(
     };
     events_ok(&t.events)?;
     t.validate().map_err(api)?;
-    url_allowed(&state, "url", &t.url)?;
+    url_allowed(&state, &p, "url", &t.url).await?;
     let t = targets(&state).create(p.tenant_id, &t).await.map_err(api)?;
     audit(&state, &p, "notification_target.create", &t.name).await?;
     Ok((StatusCode::CREATED, Json(target_json(&t))))
@@ -519,7 +526,7 @@ pub async fn update_target(
     }
     if let Some(u) = &b.url {
         pgferry_monitors::targets::validate_url(u).map_err(api)?;
-        url_allowed(&state, "url", u)?;
+        url_allowed(&state, &p, "url", u).await?;
     }
     let t = targets(&state)
         .update(

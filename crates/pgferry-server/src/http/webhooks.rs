@@ -92,7 +92,7 @@ pub async fn create(
     };
     spec.validate().map_err(api)?;
     for t in &spec.targets {
-        url_allowed(&state, "targets", t)?;
+        url_allowed(&state, &p, "targets", t).await?;
     }
     let e = store(&state)
         .create(p.tenant_id, &spec)
