@@ -58,6 +58,7 @@ fn wide() -> CoalesceConfig {
         max_wait: Duration::from_millis(50),
         // Merging itself is under test: always wait for company.
         adaptive: false,
+        caller_flush: true,
         max_inflight: 1,
         lanes: 1,
         gather_wait: Duration::ZERO,

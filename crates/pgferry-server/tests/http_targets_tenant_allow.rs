@@ -72,11 +72,7 @@ async fn targets_are_checked_with_the_tenants_own_allow_list() {
             Some(target_body),
         )
         .await;
-    assert_eq!(
-        (s, error_of(&e).1.as_deref()),
-        (400, Some("url")),
-        "{e}"
-    );
+    assert_eq!((s, error_of(&e).1.as_deref()), (400, Some("url")), "{e}");
     // An update is checked the same way: a range neither allows is refused for A too.
     let (s, e, _) = srv
         .call(
@@ -86,11 +82,7 @@ async fn targets_are_checked_with_the_tenants_own_allow_list() {
             Some(json!({"url": "http://10.0.0.1/alerts"})),
         )
         .await;
-    assert_eq!(
-        (s, error_of(&e).1.as_deref()),
-        (400, Some("url")),
-        "{e}"
-    );
+    assert_eq!((s, error_of(&e).1.as_deref()), (400, Some("url")), "{e}");
 
     // Webhook endpoints' fan-out targets: A's is accepted and delivered to, B's refused.
     let endpoint = json!({"slug": "gh", "targets": [format!("{hook}/fan")]});

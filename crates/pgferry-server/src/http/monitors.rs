@@ -95,7 +95,8 @@ pub(crate) async fn url_allowed(
     no_nul(field, url)?;
     let allow = super::http_jobs::allow_for(state, p, true).await?;
     let args = json!({"method": "POST", "url": url});
-    super::http_jobs::check(&allow, &args).map_err(|e| ApiError::bad_request(field, e.message.clone()))
+    super::http_jobs::check(&allow, &args)
+        .map_err(|e| ApiError::bad_request(field, e.message.clone()))
 }
 
 // ---- monitors ----
