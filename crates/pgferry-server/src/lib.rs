@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod proto;
 pub mod service;
+pub mod single_flight;
 pub mod trace;
 pub mod wfsteps;
 

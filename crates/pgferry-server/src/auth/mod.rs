@@ -12,11 +12,13 @@ pub mod token;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
+
+use crate::single_flight::Flights;
 
 pub use keys::{ApiKey, Scope, Scopes};
 pub use namespace::{engine_queue, user_queue};
@@ -101,27 +103,6 @@ impl Default for AuthConfig {
     }
 }
 
-/// A caller's part in the lookup of one digest; the last one out (answered, failed or
-/// cancelled) removes the flight, so the map holds only lookups under way.
-struct Flight<'a> {
-    auth: &'a Auth,
-    digest: [u8; 32],
-    lock: Arc<tokio::sync::Mutex<()>>,
-}
-
-impl Drop for Flight<'_> {
-    fn drop(&mut self) {
-        let mut inflight = self.auth.inflight.lock().expect("auth inflight");
-        // Two references: the map's and this caller's — nobody else is waiting.
-        if inflight
-            .get(&self.digest)
-            .is_some_and(|f| Arc::ptr_eq(f, &self.lock) && Arc::strong_count(f) == 2)
-        {
-            inflight.remove(&self.digest);
-        }
-    }
-}
-
 struct Entry {
     at: Instant,
     /// Rejections are cached as `Invalid` or `Malformed` only, never `Unavailable`.
@@ -138,7 +119,7 @@ pub struct Auth {
     /// one lookup (issue 22: when a busy key's entry expired, every request in flight — 64
     /// in the benchmark — looked it up at once, each holding one of the pool's connections,
     /// and stalled the API every `cache_ttl`).
-    inflight: Mutex<HashMap<[u8; 32], Arc<tokio::sync::Mutex<()>>>>,
+    inflight: Flights<[u8; 32]>,
     /// Key lookups sent to Postgres (tests count them).
     lookups: AtomicU64,
 }
@@ -149,7 +130,7 @@ impl Auth {
             pool,
             config,
             cache: Mutex::new(HashMap::new()),
-            inflight: Mutex::new(HashMap::new()),
+            inflight: Flights::default(),
             lookups: AtomicU64::new(0),
         }
     }
@@ -167,17 +148,7 @@ impl Auth {
         }
         // One lookup per key at a time: who finds one under way waits for it, then reads
         // its answer from the cache (an `Unavailable` one is not cached: then it tries).
-        let flight = Flight {
-            auth: self,
-            digest,
-            lock: self
-                .inflight
-                .lock()
-                .expect("auth inflight")
-                .entry(digest)
-                .or_default()
-                .clone(),
-        };
+        let flight = self.inflight.join(digest);
         let _turn = flight.lock.lock().await;
         if let Some(hit) = self.cached(&digest) {
             return hit;

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::extract::rejection::QueryRejection;
@@ -25,6 +25,7 @@ use serde_json::{json, Value};
 use super::error::{ApiError, ApiResult};
 use super::extract::{no_nul, Authed, JsonBody, Objects};
 use crate::auth::{admin, Principal, Scope};
+use crate::single_flight::Flights;
 use crate::AppState;
 
 /// The queue name whose jobs are HTTP jobs.
@@ -43,31 +44,10 @@ const ALLOW_TTL: Duration = Duration::from_secs(2);
 #[derive(Default)]
 pub struct AllowCache {
     entries: Mutex<HashMap<i64, (Instant, Allow)>>,
-    /// Lookups under way, by tenant; removed by the last caller out (see [`AllowFlight`]).
-    inflight: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
+    /// Lookups under way, by tenant.
+    inflight: Flights<i64>,
     /// Allow-list reads sent to Postgres (tests count them).
     lookups: AtomicU64,
-}
-
-/// A caller's part in the lookup of one tenant's allow list; the last one out (answered,
-/// failed or cancelled) removes the flight, so the map holds only lookups under way.
-struct AllowFlight<'a> {
-    cache: &'a AllowCache,
-    tenant: i64,
-    lock: Arc<tokio::sync::Mutex<()>>,
-}
-
-impl Drop for AllowFlight<'_> {
-    fn drop(&mut self) {
-        let mut inflight = self.cache.inflight.lock().expect("not poisoned");
-        // Two references: the map's and this caller's — nobody else is waiting.
-        if inflight
-            .get(&self.tenant)
-            .is_some_and(|f| Arc::ptr_eq(f, &self.lock) && Arc::strong_count(f) == 2)
-        {
-            inflight.remove(&self.tenant);
-        }
-    }
 }
 
 impl AllowCache {
@@ -105,17 +85,7 @@ impl AllowCache {
         if let Some(a) = self.get(tenant) {
             return Ok(a);
         }
-        let flight = AllowFlight {
-            cache: self,
-            tenant,
-            lock: self
-                .inflight
-                .lock()
-                .expect("not poisoned")
-                .entry(tenant)
-                .or_default()
-                .clone(),
-        };
+        let flight = self.inflight.join(tenant);
         let _turn = flight.lock.lock().await;
         if let Some(a) = self.get(tenant) {
             return Ok(a);
