@@ -75,8 +75,9 @@ pub fn call_rows(max_rows: i64) -> i64 {
     max_rows.saturating_mul(3) / 2
 }
 
-/// The budgets of a call's rounds, in order: [`round_rows`] of each round, the last one cut
-/// so that they add up to at most [`call_rows`].
+/// The budgets of one phase's rounds in a call, in order: [`round_rows`] of each round,
+/// the last one cut so that they add up to at most [`call_rows`] (a phase exhausted early
+/// hands what is left to the next one, which starts again at the page's size).
 pub fn round_budgets(max_rows: i64, want: i64) -> Vec<i64> {
     let total = call_rows(max_rows);
     let mut spent = 0i64;
@@ -420,7 +421,22 @@ impl Engine {
     ) -> Result<Ids> {
         let phases = phases(f.state);
         let mut jobs: Vec<(i64, JobState, Cursor)> = Vec::new();
-        for rows in round_budgets(self.config().list_round_rows, limit as i64 + 1) {
+        let max_rows = self.config().list_round_rows;
+        let (total, mut spent) = (call_rows(max_rows), 0i64);
+        // A phase's rounds grow from the page's size (round_budgets); a phase found empty
+        // or exhausted hands the rest of the call's budget to the next phase, starting
+        // again at the page's size, so a short history is walked through every phase in
+        // one call (an unfiltered search of a small queue answers "no match", not "search
+        // older"), while the call still reads at most `call_rows` rows in at most
+        // MAX_ROUNDS statements.
+        let mut r = 0;
+        for _ in 0..MAX_ROUNDS {
+            let rows = round_rows(max_rows, limit as i64 + 1, r).min(total - spent);
+            if rows <= 0 {
+                break;
+            }
+            spent += rows;
+            r += 1;
             let want = (limit + 1 - jobs.len()) as i64;
             let round = self
                 .list_round(client, queue, f, text, &cur, Budget { want, rows })
@@ -441,6 +457,7 @@ impl Engine {
                     let i = phases.iter().position(|p| *p == cur.phase).expect("listed");
                     match phases.get(i + 1) {
                         Some(p) => {
+                            r = 0;
                             cur = Cursor {
                                 phase: *p,
                                 pos: Pos::Start,
