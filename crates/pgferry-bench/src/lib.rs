@@ -3,6 +3,7 @@
 //! with a no-op handler) and the same client concurrency, each on a fresh database of one
 //! cluster, reported in one JSON shape.
 
+mod cpu;
 mod cycle;
 mod grpc_cycle;
 mod http_cycle;

@@ -26,6 +26,10 @@ pub struct Report {
     pub dead_tuples: i64,
     pub rows_updated_or_deleted: i64,
     pub wal_bytes_per_job: f64,
+    /// CPU per job in the window: this process and the cluster (cpu.rs); `None` when the
+    /// cluster is not a local process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_per_job: Option<crate::cpu::PerJob>,
     /// cycle --scheduled: far-future jobs waiting during the run, and how late due jobs
     /// were handed out meanwhile.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -198,6 +202,7 @@ pub async fn window(
     bar.set_prefix(variant.to_string());
     tokio::time::sleep(warmup).await;
     let wal0 = wal_lsn(&admin).await?;
+    let cpu0 = crate::cpu::Sample::take(&admin).await;
     counters.measuring.store(true, Ordering::SeqCst);
     let start = Instant::now();
     while start.elapsed() < duration {
@@ -212,6 +217,7 @@ pub async fn window(
     counters.measuring.store(false, Ordering::SeqCst);
     let elapsed = start.elapsed().as_secs_f64();
     let wal1 = wal_lsn(&admin).await?;
+    let cpu1 = crate::cpu::Sample::take(&admin).await;
     counters.stop.store(true, Ordering::SeqCst);
     for t in tasks {
         t.await??;
@@ -236,6 +242,7 @@ pub async fn window(
         } else {
             f64::NAN
         },
+        cpu_per_job: cpu0.zip(cpu1).and_then(|(a, b)| a.per_job(&b, jobs)),
         scheduled_waiting: None,
         promotion_lag: None,
     })

@@ -28,6 +28,16 @@ pub fn shape(opts: &BenchOpts) -> BenchOpts {
     }
 }
 
+/// The peer shape over gRPC the way the runtime runs it: one worker process (one Worker
+/// stream) with the 64 handler slots, as River's, Oban's and pg-boss's clients run, where
+/// [`shape`] over gRPC is 64 streams of one slot each (64 processes of one handler).
+pub fn one_worker(opts: &BenchOpts) -> BenchOpts {
+    BenchOpts {
+        workers: 1,
+        ..opts.clone()
+    }
+}
+
 /// The light-load workload of issue 21: the peer shape's consumers, one producer sending
 /// single jobs on a fixed schedule of `rate` jobs/s (open loop).
 pub fn open_loop(opts: &BenchOpts, rate: f64) -> BenchOpts {
@@ -114,7 +124,7 @@ async fn run_probed(
 }
 
 /// `compare --shape peer`: in process (a hand-written claim loop, and the worker runtime),
-/// over gRPC, the SKIP LOCKED and acknowledged-log
+/// over gRPC (64 single-slot streams, and one worker of 64 slots), the SKIP LOCKED and acknowledged-log
 /// references, and a bare commit, one after the other on one cluster, with the ratios the
 /// issue's targets are stated in.
 pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_json::Value> {
@@ -140,6 +150,13 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
         "bench_cycle_grpc",
         &opts,
         &probe_db,
+    )
+    .await?;
+    let grpc_one = run(
+        Variant::CycleGrpc,
+        base,
+        "bench_cycle_grpc",
+        &one_worker(&opts),
     )
     .await?;
     let skiplocked = run(Variant::Skiplocked, base, "bench_skiplocked", &opts).await?;
@@ -177,9 +194,18 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
         &probe_db,
     )
     .await?;
+    let grpc_one_light = run(
+        Variant::CycleGrpc,
+        base,
+        "bench_cycle_grpc",
+        &one_worker(&light),
+    )
+    .await?;
     let skiplocked_light = run(Variant::Skiplocked, base, "bench_skiplocked", &light).await?;
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     let ack = |r: &measure::Report| r.enqueue_ack_p50_ms.unwrap_or(f64::NAN);
+    // CPU per job (bench process + cluster): what the paths cost whatever else ran.
+    let cpu = |r: &measure::Report| r.cpu_per_job.map_or(f64::NAN, |c| c.total_us);
     Ok(serde_json::json!({
         "shape": "peer",
         "options": opts,
@@ -193,6 +219,7 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
         "inprocess": inprocess,
         "runtime": runtime,
         "grpc": grpc,
+        "grpc_one_worker": grpc_one,
         "skiplocked": skiplocked,
         "log_acked": log_acked,
         "half_saturation": { "runtime": runtime_half, "grpc": grpc_half },
@@ -200,12 +227,16 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
             "rate": OPEN_LOOP_RATE,
             "runtime": runtime_light,
             "grpc": grpc_light,
+            "grpc_one_worker": grpc_one_light,
             "skiplocked": skiplocked_light,
         },
         "ratios": {
             "runtime_vs_log_acked_jobs_per_s": ratio(runtime.jobs_per_s, log_acked.jobs_per_s),
             "runtime_vs_skiplocked_jobs_per_s": ratio(runtime.jobs_per_s, skiplocked.jobs_per_s),
             "grpc_vs_runtime_jobs_per_s": ratio(grpc.jobs_per_s, runtime.jobs_per_s),
+            "grpc_one_worker_vs_runtime_jobs_per_s": ratio(grpc_one.jobs_per_s, runtime.jobs_per_s),
+            "runtime_vs_grpc_cpu_per_job": ratio(cpu(&runtime), cpu(&grpc)),
+            "runtime_vs_grpc_one_worker_cpu_per_job": ratio(cpu(&runtime), cpu(&grpc_one)),
             "runtime_ack_p50_vs_bare_commit_p50": ratio(ack(&runtime), commit.p50_ms),
             "inprocess_vs_log_acked_jobs_per_s": ratio(inprocess.jobs_per_s, log_acked.jobs_per_s),
             "inprocess_vs_skiplocked_jobs_per_s": ratio(inprocess.jobs_per_s, skiplocked.jobs_per_s),
@@ -225,6 +256,10 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
             "open_loop_runtime_p99_vs_skiplocked_p99": ratio(runtime_light.p99_ms, skiplocked_light.p99_ms),
             "open_loop_grpc_p50_vs_skiplocked_p50": ratio(grpc_light.p50_ms, skiplocked_light.p50_ms),
             "open_loop_grpc_p99_vs_skiplocked_p99": ratio(grpc_light.p99_ms, skiplocked_light.p99_ms),
+            "open_loop_grpc_one_worker_p50_vs_skiplocked_p50":
+                ratio(grpc_one_light.p50_ms, skiplocked_light.p50_ms),
+            "open_loop_grpc_one_worker_p99_vs_skiplocked_p99":
+                ratio(grpc_one_light.p99_ms, skiplocked_light.p99_ms),
         },
     }))
 }

@@ -70,7 +70,8 @@ pub struct BenchArgs {
     pub durability: DurabilityArg,
     /// Workload shape. `peer`: one producer of batches of 100 waiting for each
     /// acknowledgement, depth at most 5,000, 64 single-job handlers, 256-byte payloads
-    /// (overrides those flags); `compare --shape peer` runs in process, gRPC, skiplocked,
+    /// (overrides those flags); `compare --shape peer` runs in process, gRPC (64 one-slot
+    /// streams, and one worker stream of 64 slots), skiplocked,
     /// log_acked and a bare commit, with the ratios of issue 21.
     #[arg(long, value_enum, default_value_t = Shape::Default)]
     pub shape: Shape,
