@@ -77,8 +77,8 @@ export async function render(root, { arg }) {
         h("td", {}, m.state === "paused" ? "—" : when(m.due_at)),
         h("td", { class: "num" }, `${m.consecutive_failures} / ${m.failure_threshold}`),
         h("td", {}, m.targets ? m.targets.join(", ") : "every matching target"),
-        admin ? h("td", { class: "actions" }, h("button", { type: "button", class: "ghost", "data-action": m.state === "paused" ? "resume" : "pause", onclick: () => setPaused(m, m.state !== "paused") }, m.state === "paused" ? "Resume" : "Pause"),
-          deleteButton(m.name, () => remove(m.name))) : null)))));
+        admin ? h("td", {}, h("div", { class: "actions" }, h("button", { type: "button", class: "ghost", "data-action": m.state === "paused" ? "resume" : "pause", onclick: () => setPaused(m, m.state !== "paused") }, m.state === "paused" ? "Resume" : "Pause"),
+          deleteButton(m.name, () => remove(m.name)))) : null)))));
     if (!page.monitors.length) table.append(h("p", { class: "muted" }, admin ? "No monitors yet: create one below." : "No monitors yet."));
     clear(pager).append(
       h("button", { type: "button", class: "ghost", disabled: cursors.length === 1, onclick: () => { cursors.pop(); load(); } }, "Previous"),
@@ -106,9 +106,9 @@ export async function render(root, { arg }) {
         h("td", {}, x.name), h("td", { class: "mono" }, x.url),
         h("td", { class: "mono" }, x.events.length ? x.events.join(", ") : "all"),
         h("td", {}, x.enabled ? "yes" : "no"),
-        admin ? h("td", { class: "actions" },
+        admin ? h("td", {}, h("div", { class: "actions" },
           h("button", { type: "button", class: "ghost", "data-action": "edit", "aria-label": `Edit ${x.name}`, onclick: () => targetForm.edit(x) }, "Edit"),
-          deleteButton(x.name, () => removeTarget(x.name))) : null)))) : h("p", { class: "muted" }, "No notification targets: alerts are recorded here but sent nowhere."));
+          deleteButton(x.name, () => removeTarget(x.name)))) : null)))) : h("p", { class: "muted" }, "No notification targets: alerts are recorded here but sent nowhere."));
   };
 
   // One monitor: its pings and alerts (alerts keyset-paged by id, newest first).

@@ -57,8 +57,8 @@ export async function render(root, { arg }) {
         h("td", {}, s.paused ? "—" : when(s.next_fire_at)),
         h("td", {}, s.last_job_id ? h("a", { href: `#/job/${s.last_job_id}` }, when(s.last_fire_at)) : when(s.last_fire_at)),
         h("td", {}, `${s.missed} / ${s.overlap}`),
-        admin ? h("td", { class: "actions" }, h("button", { type: "button", class: "ghost", "data-action": s.paused ? "resume" : "pause", onclick: () => setPaused(s, !s.paused) }, s.paused ? "Resume" : "Pause"),
-          deleteButton(s.name, () => remove(s.name))) : null)))));
+        admin ? h("td", {}, h("div", { class: "actions" }, h("button", { type: "button", class: "ghost", "data-action": s.paused ? "resume" : "pause", onclick: () => setPaused(s, !s.paused) }, s.paused ? "Resume" : "Pause"),
+          deleteButton(s.name, () => remove(s.name)))) : null)))));
     if (!page.schedules.length) table.append(h("p", { class: "muted" }, admin ? "No schedules yet: create one below." : "No schedules yet."));
     clear(pager).append(
       h("button", { type: "button", class: "ghost", disabled: cursors.length === 1, onclick: () => { cursors.pop(); load(); } }, "Previous"),
