@@ -207,7 +207,7 @@ async fn operator_creates_an_endpoint_that_fans_out_and_deletes_it() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(got.lock().unwrap().as_slice(), [body.clone()]);
+    assert_eq!(*got.lock().unwrap(), vec![body.clone()]);
 
     // The same slug again: the API's conflict, shown on the slug.
     fill(&c, "#ep-slug", "github").await;
