@@ -179,6 +179,12 @@ async fn operator_creates_an_endpoint_that_fans_out_and_deletes_it() {
     assert_eq!(st, 200, "{ep}");
     let path = ep["path"].as_str().unwrap().to_string();
     assert!(created.contains(&path), "{created}");
+    // Made in the signed-in key's tenant only.
+    let other = s.key("globex", &["admin"]).await;
+    let (st, _) = s
+        .api("GET", "/v1/webhook-endpoints/github", &other, None)
+        .await;
+    assert_eq!(st, 404);
     screenshot(&c, "webhook-created").await;
 
     // The endpoint works: the signature set in the page is enforced, and a signed event is
