@@ -19,6 +19,7 @@ const FILES: &[(&str, &str, &str)] = &[
     ("js/live.js", JS, include_str!("../assets/js/live.js")),
     ("js/chart.js", JS, include_str!("../assets/js/chart.js")),
     ("js/bulk.js", JS, include_str!("../assets/js/bulk.js")),
+    ("js/forms.js", JS, include_str!("../assets/js/forms.js")),
     (
         "js/timeline.js",
         JS,

@@ -326,6 +326,9 @@ async fn operator_sees_events_and_deliveries_and_replays_them() {
     go(&c, &s.base, &format!("webhooks/github?event={closed}")).await;
     wait_text(&c, "#deliveries-table tbody", |t| t.contains("completed")).await;
     assert_eq!(count(&c, "#event-replay").await, 0);
+    // No stray "null" where the admin's button would be (Node.append writes null as text).
+    let main = wait_for(&c, "#main").await.text().await.unwrap();
+    assert!(!main.lines().any(|l| l.trim() == "null"), "{main}");
     go(&c, &s.base, "webhooks/github").await;
     wait_text(&c, "#events-table tbody", |t| t.contains("closed")).await;
     assert_eq!(count(&c, "#events-table button").await, 0);

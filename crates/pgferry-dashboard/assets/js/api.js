@@ -41,6 +41,7 @@ export async function call(method, path, body) {
 export const get = (path) => call("GET", path);
 export const post = (path, body) => call("POST", path, body === undefined ? {} : body);
 export const patch = (path, body) => call("PATCH", path, body);
+export const del = (path) => call("DELETE", path);
 
 // Query string from an object, skipping empty values.
 export function qs(params) {

@@ -1,12 +1,14 @@
 // Inbound webhooks (docs/monitors.md): the tenant's endpoints; `#/webhooks/SLUG` one
 // endpoint's stored events, newest first, with replay of one event or of every event
-// since a time (admin); `#/webhooks/SLUG?event=ID` one event's headers and body and the
+// since a time (admin); admins create endpoints (slug, signature, dedup header, targets)
+// and delete them (two clicks); `#/webhooks/SLUG?event=ID` one event's headers and body and the
 // HTTP jobs it was fanned out to (its deliveries: first sending and replays), each with
 // every attempt's response status. Listing endpoints and replays are the /v1 API; the
 // events newest first and an event's deliveries are the dashboard's own reads.
 
 import { h, clear, time, toast, field, stateBadge } from "../dom.js";
-import { get, post, qs, can, ApiError } from "../api.js";
+import { get, post, del, qs, can, ApiError } from "../api.js";
+import { formErrors, items, deleteButton, group } from "../forms.js";
 import { delivery } from "./http.js";
 
 const when = (t) => (t ? t.replace("T", " ").replace(/\.\d+/, "") : "—");
@@ -27,7 +29,7 @@ async function renderList(root) {
   const pager = h("div", { class: "actions" });
   root.append(h("h1", {}, "Webhooks"), status, h("section", { class: "card" },
     h("p", { class: "muted" }, "Inbound endpoints: a provider posts to the address, the event is stored and sent on to each target as an HTTP job. Open one for its events and deliveries."),
-    table, pager));
+    table, pager), ...(can("admin") ? [createEndpoint(() => load())] : []));
   const cursors = [""];
   let page = { endpoints: [], next: null }, shown = "";
   const load = async () => {
@@ -38,17 +40,26 @@ async function renderList(root) {
     const fp = JSON.stringify(page);
     if (fp !== shown) { shown = fp; draw(); }
   };
+  const remove = async (slug) => {
+    try {
+      await del(`v1/webhook-endpoints/${encodeURIComponent(slug)}`);
+      toast(`Webhook endpoint ${slug} deleted`);
+      await load();
+    } catch (e) { toast(describe(e), true); }
+  };
   const draw = () => {
+    const admin = can("admin");
     clear(table).append(h("table", { id: "webhooks-table" },
-      h("thead", {}, h("tr", {}, ...["Endpoint", "Address", "Signature", "Dedup header", "Targets", "Created"].map((t) => h("th", { scope: "col" }, t)))),
+      h("thead", {}, h("tr", {}, ...["Endpoint", "Address", "Signature", "Dedup header", "Targets", "Created", admin ? "Actions" : null].filter(Boolean).map((t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, ...page.endpoints.map((e) => h("tr", { "data-endpoint": e.slug },
         h("td", {}, h("a", { href: `#/webhooks/${encodeURIComponent(e.slug)}` }, e.slug)),
         h("td", { class: "mono" }, `POST ${e.path}`),
         h("td", {}, e.signature ? `${e.signature.scheme} (${e.signature.header})` : "none"),
         h("td", { class: "mono" }, e.event_id_header || "—"),
         h("td", { class: "mono" }, e.targets.join("\n")),
-        h("td", {}, when(e.created_at)))))));
-    if (!page.endpoints.length) table.append(h("p", { class: "muted" }, "No webhook endpoints yet (see docs/monitors.md to create one)."));
+        h("td", {}, when(e.created_at)),
+        admin ? h("td", {}, deleteButton(e.slug, () => remove(e.slug))) : null)))));
+    if (!page.endpoints.length) table.append(h("p", { class: "muted" }, can("admin") ? "No webhook endpoints yet: create one below." : "No webhook endpoints yet."));
     clear(pager).append(
       h("button", { type: "button", class: "ghost", disabled: cursors.length === 1, onclick: () => { cursors.pop(); load(); } }, "Previous"),
       h("button", { type: "button", class: "ghost", disabled: !page.next, onclick: () => { cursors.push(page.next); load(); } }, "Next"));
@@ -56,6 +67,53 @@ async function renderList(root) {
   await load();
   let tick = 0;
   return { onLive() { if (++tick % 5 === 0) load().catch(() => {}); } };
+}
+
+// "New endpoint" (admin): POST /v1/webhook-endpoints as typed; the API checks the slug,
+// the scheme, the headers and each target URL (its SSRF guard) and names the field.
+function createEndpoint(reload) {
+  const i = {
+    slug: h("input", { type: "text", required: true, autocomplete: "off", placeholder: "acme-github" }),
+    "signature.scheme": h("select", {}, h("option", { value: "" }, "none"), h("option", { value: "hmac_sha256" }, "hmac_sha256"), h("option", { value: "stripe" }, "stripe")),
+    "signature.header": h("input", { type: "text", autocomplete: "off", placeholder: "X-Hub-Signature-256" }),
+    "signature.secret": h("input", { type: "password", autocomplete: "new-password" }),
+    event_id_header: h("input", { type: "text", autocomplete: "off", placeholder: "X-GitHub-Delivery" }),
+    targets: h("textarea", { spellcheck: "false", placeholder: "https://app.example.com/hooks/github" }),
+  };
+  const { err, reset, bad, fail } = formErrors(i, "endpoint-error", "slug");
+  const out = h("p", { role: "status", id: "endpoint-created", class: "created" });
+  const form = h("form", { class: "card create", id: "endpoint-form", novalidate: true, "aria-label": "Create a webhook endpoint" },
+    h("h2", {}, "New endpoint"),
+    h("div", { class: "filters" }, field("ep-slug", "Slug (a-z 0-9 _ . -)", i.slug),
+      field("ep-dedup", "Dedup header (provider's event id; optional)", i.event_id_header)),
+    group("Signature",
+      field("ep-scheme", "Scheme", i["signature.scheme"]),
+      field("ep-sig-header", "Header", i["signature.header"]),
+      field("ep-secret", "Secret (never shown again)", i["signature.secret"])),
+    field("ep-targets", "Targets (one URL per line; each event is POSTed to each)", i.targets),
+    err, h("button", { type: "submit" }, "Create endpoint"), out);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    reset(); out.textContent = "";
+    const body = { slug: i.slug.value.trim(), targets: items(i.targets) };
+    if (!body.slug) return bad(i.slug, "slug: required");
+    const scheme = i["signature.scheme"].value;
+    if (scheme) {
+      body.signature = { scheme, header: i["signature.header"].value.trim(), secret: i["signature.secret"].value };
+    } else if (i["signature.header"].value.trim() || i["signature.secret"].value) {
+      return bad(i["signature.scheme"], "signature.scheme: choose one to use a header and secret");
+    }
+    const dedup = i.event_id_header.value.trim();
+    if (dedup) body.event_id_header = dedup;
+    try {
+      const r = await post("v1/webhook-endpoints", body);
+      form.reset();
+      out.textContent = `Created ${r.slug}: providers POST to ${location.origin}${r.path}`;
+      toast(`Webhook endpoint ${r.slug} created`);
+      await reload();
+    } catch (e) { fail(e); }
+  });
+  return form;
 }
 
 // ---- one endpoint: its events ----
@@ -75,7 +133,7 @@ async function renderEndpoint(root, slug) {
       h("dt", {}, "Dedup header"), h("dd", { class: "mono" }, ep.event_id_header || "— (no deduplication)"),
       h("dt", {}, "Targets"), h("dd", { class: "mono" }, ep.targets.join("\n")),
       h("dt", {}, "Created"), h("dd", {}, when(ep.created_at)))),
-    can("admin") ? replaySince(slug) : null,
+    ...(can("admin") ? [replaySince(slug)] : []),
     h("section", { class: "card" }, h("h2", {}, "Events (newest first)"), status, table, pager));
   const befores = [null];
   let page = { events: [] }, shown = "";
@@ -176,7 +234,8 @@ async function renderEvent(root, slug, idText) {
     const received = e.received_at_unix_ms;
     clear(body).append(
       h("h1", {}, `Event ${e.id} of ${slug}`),
-      can("admin") ? h("div", { class: "actions" }, h("button", { type: "button", id: "event-replay", onclick: replay }, "Replay this event")) : null,
+      // (Node.append writes a null as the text "null": spread instead.)
+      ...(can("admin") ? [h("div", { class: "actions" }, h("button", { type: "button", id: "event-replay", onclick: replay }, "Replay this event"))] : []),
       h("section", { class: "card" }, h("h2", {}, "Deliveries"),
         h("p", { class: "muted" }, "The HTTP jobs this event was sent on as (one per target, again on every replay), newest first. Open one for every response body."),
         page.deliveries.length ? h("div", { class: "scroll" }, h("table", { id: "deliveries-table" },
