@@ -82,4 +82,4 @@ chaos: build
 # Re-takes the dashboard screenshots in docs/screenshots (the browser tests save them under
 # the target dir otherwise; they run in `make test` as part of test-rust).
 screenshots: setup
-	PGFERRY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(CARGO) test -p pgferry-dashboard --test browser --test workflows_browser --test schedules_browser --test ash_browser --test bulk_browser --test http_browser --test queues_browser --test search_browser --test webhooks_browser --test monitors_browser
+	PGFERRY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(CARGO) test -p pgferry-dashboard --test browser --test workflows_browser --test schedules_browser --test ash_browser --test bulk_browser --test http_browser --test queues_browser --test search_browser --test webhooks_browser --test monitors_browser --test manage_browser
