@@ -2,7 +2,10 @@
 //! (scripts/setup.sh installs protobuf-compiler); PROTOC overrides the path.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // Read when the script runs, not baked in when it is compiled: cargo reuses a compiled
+    // build script across checkouts that share a target directory (a CI clone and a
+    // worktree), and a baked path would point at the checkout it was first built in.
+    let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let files: Vec<_> = [
         "common",
         "producer",

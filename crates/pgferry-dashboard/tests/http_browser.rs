@@ -56,16 +56,7 @@ async fn http_jobs_show_each_delivery_with_its_response() {
     config.http.http_jobs_allow = allow.clone();
     let s = TestServer::start_with(config).await;
     let admin = s.key("acme", &["admin"]).await;
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let service = tokio::spawn(pgferry_http_jobs::service::run(
-        s.state.engine.clone(),
-        pgferry_http_jobs::ExecutorConfig {
-            allow,
-            ..Default::default()
-        },
-        pgferry_http_jobs::worker::WorkerConfig::default(),
-        stop_rx,
-    ));
+    let http_jobs = s.start_http_jobs(allow);
     let target = endpoint().await;
 
     let (st, b) = s
@@ -123,6 +114,5 @@ async fn http_jobs_show_each_delivery_with_its_response() {
     })
     .await;
     close(c).await;
-    let _ = stop.send(true);
-    let _ = service.await;
+    http_jobs.stop().await;
 }

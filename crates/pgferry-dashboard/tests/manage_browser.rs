@@ -109,16 +109,7 @@ async fn operator_creates_an_endpoint_that_fans_out_and_deletes_it() {
     let allow = config.http.http_jobs_allow.clone();
     let s = TestServer::start_with(config).await;
     let admin = s.key("acme", &["admin"]).await;
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let service = tokio::spawn(pgferry_http_jobs::service::run(
-        s.state.engine.clone(),
-        pgferry_http_jobs::ExecutorConfig {
-            allow,
-            ..Default::default()
-        },
-        pgferry_http_jobs::worker::WorkerConfig::default(),
-        stop_rx,
-    ));
+    let http_jobs = s.start_http_jobs(allow);
     let got = Arc::new(Mutex::new(Vec::new()));
     let base = target(got.clone()).await;
 
@@ -243,8 +234,7 @@ async fn operator_creates_an_endpoint_that_fans_out_and_deletes_it() {
     let res = post_in(Some(sign("s3cret", &body))).await.unwrap();
     assert_eq!(res.status().as_u16(), 404, "its address is gone");
     close(c).await;
-    let _ = stop.send(true);
-    let _ = service.await;
+    http_jobs.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -120,16 +120,7 @@ async fn operator_sees_events_and_deliveries_and_replays_them() {
     let admin = s.key("acme", &["admin"]).await;
     let read = s.key("acme", &["read"]).await;
     let other = s.key("globex", &["admin"]).await;
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let service = tokio::spawn(pgferry_http_jobs::service::run(
-        s.state.engine.clone(),
-        pgferry_http_jobs::ExecutorConfig {
-            allow,
-            ..Default::default()
-        },
-        pgferry_http_jobs::worker::WorkerConfig::default(),
-        stop_rx,
-    ));
+    let http_jobs = s.start_http_jobs(allow);
     let got = Arc::new(Received::default());
     let target = targets(got.clone()).await;
 
@@ -358,8 +349,7 @@ async fn operator_sees_events_and_deliveries_and_replays_them() {
         6,
         "a refused replay sent nothing"
     );
-    let _ = stop.send(true);
-    let _ = service.await;
+    http_jobs.stop().await;
 }
 
 /// The text of the first row of `rows` containing `needle`.

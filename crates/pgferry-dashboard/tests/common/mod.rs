@@ -260,6 +260,36 @@ fn free_port() -> u16 {
 
 /// A headless Chromium session (1280×800). Panics, naming the fix, when Chromium or
 /// chromedriver is missing: these tests are part of `make test`, never skipped.
+/// The server's HTTP-job service (what `pgferry serve` runs beside the API) with `allow`,
+/// running until [`HttpJobs::stop`].
+pub struct HttpJobs {
+    stop: watch::Sender<bool>,
+    service: tokio::task::JoinHandle<()>,
+}
+
+impl HttpJobs {
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.service.await;
+    }
+}
+
+impl TestServer {
+    pub fn start_http_jobs(&self, allow: pgferry_http_jobs::Allow) -> HttpJobs {
+        let (stop, stop_rx) = watch::channel(false);
+        let service = tokio::spawn(pgferry_http_jobs::service::run(
+            self.state.engine.clone(),
+            pgferry_http_jobs::ExecutorConfig {
+                allow,
+                ..Default::default()
+            },
+            pgferry_http_jobs::worker::WorkerConfig::default(),
+            stop_rx,
+        ));
+        HttpJobs { stop, service }
+    }
+}
+
 pub async fn browser() -> (Driver, Client) {
     let port = free_port();
     let child = Command::new("chromedriver")
