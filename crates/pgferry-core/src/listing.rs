@@ -14,8 +14,9 @@
 //! its own, the dead-letter table (index dead_lane), since a job is dead exactly when it
 //! has a row there: a few dead jobs among millions of claimed attempts are read directly. Each phase statement
 //! derives states set-based, filters and pages in the database, and reads a bounded number
-//! of rows (see list_pending.sql for the "mark" that keeps that exact); then two statements
-//! fetch the page's jobs (`jobs_detail.sql` and `jobs_extras.sql`, as `get_job`). A page
+//! of rows (see list_pending.sql for the "mark" that keeps that exact); then the page's jobs
+//! are read as `get_job` reads one, on the same connection (`jobs_detail.sql`, and for
+//! claimed attempts `jobs_outcomes.sql` and `jobs_extras.sql`). A page
 //! may come back short with `has_more` when the scan budget of a call ran out.
 //!
 //! Jobs move between phases while someone pages (a pending job gets claimed): a listing is a
@@ -38,8 +39,9 @@ const SET_GENERIC: &str = include_str!("sql/list_generic_plans.sql");
 
 /// Largest page of `list_jobs`.
 pub const MAX_LIST_PAGE: u32 = 100;
-/// Phase statements one call may run: with the page's two detail statements
-/// (jobs_detail.sql, jobs_extras.sql), the most statements a page costs.
+/// Phase statements one call may run: with the page's detail statements (jobs_detail.sql;
+/// jobs_outcomes.sql and jobs_extras.sql when some attempt was claimed), the most
+/// statements a page costs.
 pub const MAX_ROUNDS: usize = 5;
 /// Growth of a call's scan from one round to the next (see [`round_rows`]).
 const ROUND_GROWTH: i64 = 64;
@@ -338,15 +340,19 @@ impl Engine {
             .filter(|c| !c.is_empty())
             .map(Cursor::decode)
             .transpose()?;
+        // One pooled connection for the whole call: the ids, then the details. Taking one
+        // per statement queued each list behind the pool again between its statements
+        // (16 connections for 64 clients in `bench http-jobs`).
+        let mut client = self.pool().get().await?;
         let ids = self
-            .list_ids(queue, f, &text, cursor, limit as usize)
+            .list_ids_on(&mut client, queue, f, &text, cursor, limit as usize)
             .await?;
         let wanted: Vec<i64> = ids.jobs.iter().map(|(id, _)| *id).collect();
         let mut found: HashMap<i64, JobInfo> = if wanted.is_empty() {
             HashMap::new()
         } else {
-            let mut details = self.jobs_detail(&wanted).await?;
-            self.add_extras(&mut details).await?;
+            let mut details = self.jobs_detail_on(&client, &wanted).await?;
+            self.add_extras_on(&client, &mut details).await?;
             details.into_iter().map(|d| (d.info.id, d.info)).collect()
         };
         // The details are read after the ids: a job that changed state in between (or was
@@ -374,6 +380,21 @@ impl Engine {
         cursor: Option<Cursor>,
         limit: usize,
     ) -> Result<Ids> {
+        let mut client = self.pool().get().await?;
+        self.list_ids_on(&mut client, queue, f, text, cursor, limit)
+            .await
+    }
+
+    /// [`Engine::list_ids`] on a connection the caller holds.
+    async fn list_ids_on(
+        &self,
+        client: &mut deadpool_postgres::Client,
+        queue: &str,
+        f: &JobFilter,
+        text: &TextFilter,
+        cursor: Option<Cursor>,
+        limit: usize,
+    ) -> Result<Ids> {
         let phases = phases(f.state);
         let cur = match cursor {
             Some(c) if phases.contains(&c.phase) => c,
@@ -388,7 +409,6 @@ impl Engine {
                 pos: Pos::Start,
             },
         };
-        let mut client = self.pool().get().await?;
         // Generic plans for the phase statements. Left to itself the plan cache keeps
         // planning list_claimed.sql per call (its generic plan's estimate is above the custom
         // ones'), and planning these CTEs over every partition took 10–50 ms, more than

@@ -4,6 +4,7 @@
 //! their outcomes in `completions`, the lane cursor (claimed or not), and the small mutable
 //! tables (`scheduled`, `dead`, `cancels`).
 
+use std::collections::HashMap;
 use std::time::SystemTime;
 
 use serde_json::Value;
@@ -16,6 +17,7 @@ use crate::job::outcome_code as oc;
 
 const JOBS_DETAIL: &str = include_str!("sql/jobs_detail.sql");
 const JOBS_EXTRAS: &str = include_str!("sql/jobs_extras.sql");
+const JOBS_OUTCOMES: &str = include_str!("sql/jobs_outcomes.sql");
 const CANCEL: &str = include_str!("sql/cancel.sql");
 
 /// Where a job is in its life.
@@ -115,52 +117,134 @@ pub(crate) struct Detail {
     claimed: Vec<(usize, Option<i64>, bool)>,
 }
 
-/// Builds a job from its rows of `jobs_detail.sql` (one per attempt, attempts ascending);
-/// None when the job is unknown (or its history was truncated away).
-fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
-    let first = rows.first()?;
-    let id: i64 = first.get("job_id");
-    let run_at: Option<SystemTime> = first.get("run_at");
-    let dead_attempt: Option<i32> = first.get("dead_attempt");
-    let cancel_requested: bool = first.get("cancel_requested");
-    let lane: Option<i32> = first.get("lane");
-    let attempt: Option<i32> = first.get("attempt");
-    let unique_key: Option<String> = first.get("unique_key");
+/// Positions of a statement's columns, looked up by name once per statement: reading a
+/// row by name (`Row::get(&str)`) compares the name with every column's until it matches,
+/// and a page of `jobs_detail.sql` is ~30 columns, ~20 reads per row, 50 to 100 rows.
+macro_rules! columns {
+    ($(#[$doc:meta])* $name:ident { $($col:ident),* $(,)? }) => {
+        $(#[$doc])*
+        struct $name {
+            $($col: usize,)*
+        }
+
+        impl $name {
+            fn of(cols: &[tokio_postgres::Column]) -> Result<Self> {
+                let at = |name: &str| {
+                    cols.iter().position(|c| c.name() == name).ok_or_else(|| {
+                        Error::Conflict(format!(
+                            "a lookup statement has no column {name} (a bug: the statement \
+                             and lookup.rs disagree)"
+                        ))
+                    })
+                };
+                Ok($name {
+                    $($col: at(stringify!($col))?,)*
+                })
+            }
+        }
+    };
+}
+
+columns!(
+    /// The columns of `jobs_detail.sql` that lookup.rs reads.
+    DetailCols {
+        job_id, attempt, claimed, last, handed, segment, xid, seq, lane, kind, args, meta,
+        max_attempts, enqueued_at, run_at, side_kind, side_args, side_meta,
+        side_max_attempts, side_enqueued_at, cancelled_run_at, d_error, d_died_at, queue,
+        priority, dead_attempt, cancel_requested, unique_key,
+    }
+);
+
+columns!(
+    /// How an attempt ended, in `jobs_detail.sql` and `jobs_outcomes.sql` alike.
+    EndedCols {
+        outcome, error, duration_ms, finished_at, receipt_id,
+    }
+);
+
+columns!(
+    /// The attempt a row of `jobs_outcomes.sql` is about.
+    OutcomeKey { job_id, attempt }
+);
+
+/// How an attempt ended: from `jobs_detail.sql` for an attempt handed over to long_leases,
+/// from `jobs_outcomes.sql` for any other claimed attempt; none while it runs or waits.
+#[derive(Debug, Clone, Default)]
+struct Ended {
+    outcome: Option<i16>,
+    error: Option<String>,
+    duration_ms: Option<i32>,
+    finished_at: Option<SystemTime>,
+    receipt_id: Option<i64>,
+}
+
+impl Ended {
+    fn from_row(r: &Row, c: &EndedCols) -> Self {
+        Ended {
+            outcome: r.get(c.outcome),
+            error: r.get(c.error),
+            duration_ms: r.get(c.duration_ms),
+            finished_at: r.get(c.finished_at),
+            receipt_id: r.get(c.receipt_id),
+        }
+    }
+}
+
+/// A claimed attempt whose outcome `jobs_outcomes.sql` finds: claimed, in the log (not
+/// handed over).
+fn needs_outcome(r: &Row, c: &DetailCols) -> bool {
+    r.get::<_, Option<i32>>(c.attempt).is_some()
+        && r.get::<_, Option<bool>>(c.claimed) == Some(true)
+        && r.get::<_, Option<bool>>(c.handed) != Some(true)
+}
+
+/// Builds a job from its rows of `jobs_detail.sql` (one per attempt, attempts ascending),
+/// each with how that attempt ended; None when the job is unknown (or its history was
+/// truncated away).
+fn job_from_rows(rows: &[(&Row, Ended)], c: &DetailCols) -> Option<Detail> {
+    let (first, _) = rows.first()?;
+    let id: i64 = first.get(c.job_id);
+    let run_at: Option<SystemTime> = first.get(c.run_at);
+    let dead_attempt: Option<i32> = first.get(c.dead_attempt);
+    let cancel_requested: bool = first.get(c.cancel_requested);
+    let lane: Option<i32> = first.get(c.lane);
+    let attempt: Option<i32> = first.get(c.attempt);
+    let unique_key: Option<String> = first.get(c.unique_key);
     if attempt.is_none() {
         // No row in the log: scheduled, cancelled while scheduled, dead-lettered with its
         // segments reused since, or unknown. The side row carries the job and its times.
-        let kind: String = first.get::<_, Option<String>>("side_kind")?;
+        let kind: String = first.get::<_, Option<String>>(c.side_kind)?;
         let (state, run_at, attempts) = if run_at.is_some() {
             (JobState::Scheduled, run_at, Vec::new())
         } else if let Some(attempt) = dead_attempt {
             let last = AttemptInfo {
                 attempt,
                 outcome: "dead",
-                error: first.get("d_error"),
+                error: first.get(c.d_error),
                 duration_ms: None,
                 claimed_at: None,
                 worker: None,
-                finished_at: first.get("d_died_at"),
+                finished_at: first.get(c.d_died_at),
             };
             (JobState::Dead, None, vec![last])
         } else {
             (
                 JobState::Cancelled,
-                first.get("cancelled_run_at"),
+                first.get(c.cancelled_run_at),
                 Vec::new(),
             )
         };
         return Some(Detail {
             info: JobInfo {
                 id,
-                queue: first.get("queue"),
+                queue: first.get(c.queue),
                 kind,
                 state,
-                args: first.get("side_args"),
-                meta: first.get("side_meta"),
-                priority: first.get("priority"),
-                max_attempts: first.get("side_max_attempts"),
-                enqueued_at: first.get("side_enqueued_at"),
+                args: first.get(c.side_args),
+                meta: first.get(c.side_meta),
+                priority: first.get(c.priority),
+                max_attempts: first.get(c.side_max_attempts),
+                enqueued_at: first.get(c.side_enqueued_at),
                 run_at,
                 attempts,
                 cancel_requested,
@@ -171,22 +255,20 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
             claimed: Vec::new(),
         });
     }
-    let last = rows.last().expect("not empty");
+    let (last, last_ended) = rows.last().expect("not empty");
     let mut attempts: Vec<AttemptInfo> = rows
         .iter()
-        .map(|r| AttemptInfo {
-            attempt: r.get("attempt"),
-            outcome: r
-                .get::<_, Option<i16>>("outcome")
-                .map_or("pending", outcome_name),
-            error: r.get("error"),
-            duration_ms: r.get("duration_ms"),
+        .map(|(r, e)| AttemptInfo {
+            attempt: r.get(c.attempt),
+            outcome: e.outcome.map_or("pending", outcome_name),
+            error: e.error.clone(),
+            duration_ms: e.duration_ms,
             claimed_at: None,
             worker: None,
-            finished_at: r.get("finished_at"),
+            finished_at: e.finished_at,
         })
         .collect();
-    let last_outcome: Option<i16> = last.get("outcome");
+    let last_outcome: Option<i16> = last_ended.outcome;
     let state = match last_outcome {
         Some(oc::COMPLETED) => JobState::Completed,
         Some(oc::CANCELLED) => JobState::Cancelled,
@@ -199,7 +281,7 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
         // Cancelled while waiting for its retry (cancel removed it from `scheduled`).
         Some(_) if cancel_requested => JobState::Cancelled,
         Some(_) => JobState::Scheduled,
-        None if last.get::<_, bool>("claimed") => {
+        None if last.get::<_, bool>(c.claimed) => {
             if let Some(a) = attempts.last_mut() {
                 a.outcome = "running";
             }
@@ -211,10 +293,10 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
     };
     // Cancelled while waiting for a delayed retry: it keeps the time it was due.
     let run_at = match state {
-        JobState::Cancelled => run_at.or(first.get("cancelled_run_at")),
+        JobState::Cancelled => run_at.or(first.get(c.cancelled_run_at)),
         _ => run_at,
     };
-    if last_outcome.is_none() && !last.get::<_, bool>("claimed") {
+    if last_outcome.is_none() && !last.get::<_, bool>(c.claimed) {
         // The last row is an attempt waiting in the log, not started: not an attempt yet
         // (a never-claimed job has none). Only the last row can be unclaimed, so the
         // indices of claimed attempts below stay valid.
@@ -223,14 +305,14 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
     Some(Detail {
         info: JobInfo {
             id,
-            queue: last.get("queue"),
-            kind: last.get("kind"),
+            queue: last.get(c.queue),
+            kind: last.get(c.kind),
             state,
-            args: last.get("args"),
-            meta: last.get("meta"),
-            priority: last.get("priority"),
-            max_attempts: last.get("max_attempts"),
-            enqueued_at: Some(first.get("enqueued_at")),
+            args: last.get(c.args),
+            meta: last.get(c.meta),
+            priority: last.get(c.priority),
+            max_attempts: last.get(c.max_attempts),
+            enqueued_at: Some(first.get(c.enqueued_at)),
             run_at,
             attempts,
             cancel_requested,
@@ -241,14 +323,10 @@ fn job_from_rows(rows: &[&Row]) -> Option<Detail> {
         claimed: rows
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.get::<_, bool>("claimed"))
-            .map(|(i, r)| {
-                let completed = r.get::<_, Option<i16>>("outcome") == Some(oc::COMPLETED);
-                (
-                    i,
-                    r.get("receipt_id"),
-                    completed && r.get::<_, bool>("last"),
-                )
+            .filter(|(_, (r, _))| r.get::<_, bool>(c.claimed))
+            .map(|(i, (r, e))| {
+                let completed = e.outcome == Some(oc::COMPLETED);
+                (i, e.receipt_id, completed && r.get::<_, bool>(c.last))
             })
             .collect(),
     })
@@ -258,14 +336,28 @@ impl Engine {
     /// The job with this id, its state and attempts. `NotFound` for an unknown id (or one
     /// whose history was truncated away after its retention). One statement.
     pub async fn get_job(&self, id: i64) -> Result<JobInfo> {
-        let mut one = self.job_detail(id).await?;
-        self.add_extras(std::slice::from_mut(&mut one)).await?;
+        let client = self.pool().get().await?;
+        let mut one = self
+            .jobs_detail_on(&client, &[id])
+            .await?
+            .pop()
+            .ok_or_else(|| Error::NotFound {
+                what: "job",
+                id: id.to_string(),
+            })?;
+        self.add_extras_on(&client, std::slice::from_mut(&mut one))
+            .await?;
         Ok(one.info)
     }
 
     /// Fills in each claimed attempt's claim time and worker, and the completed job's
     /// result: one statement for any number of jobs (none when nothing was claimed).
-    pub(crate) async fn add_extras(&self, jobs: &mut [Detail]) -> Result<()> {
+    /// [`Engine::add_extras`] on a connection the caller holds (a listing's).
+    pub(crate) async fn add_extras_on(
+        &self,
+        client: &deadpool_postgres::Client,
+        jobs: &mut [Detail],
+    ) -> Result<()> {
         let (mut ids, mut atts, mut lanes, mut receipts, mut want) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut at: Vec<(usize, usize)> = Vec::new();
@@ -283,7 +375,6 @@ impl Engine {
         if ids.is_empty() {
             return Ok(());
         }
-        let client = self.pool().get().await?;
         let stmt = client.prepare_cached(JOBS_EXTRAS).await?;
         let rows = client
             .query(&stmt, &[&ids, &atts, &lanes, &receipts, &want])
@@ -300,7 +391,8 @@ impl Engine {
     }
 
     pub(crate) async fn job_detail(&self, id: i64) -> Result<Detail> {
-        self.jobs_detail(&[id])
+        let client = self.pool().get().await?;
+        self.jobs_detail_on(&client, &[id])
             .await?
             .pop()
             .ok_or_else(|| Error::NotFound {
@@ -309,24 +401,87 @@ impl Engine {
             })
     }
 
-    /// Several jobs in one statement, ordered by id; unknown ids are left out.
-    pub(crate) async fn jobs_detail(&self, ids: &[i64]) -> Result<Vec<Detail>> {
-        let client = self.pool().get().await?;
+    /// Several jobs, ordered by id; unknown ids are left out. One statement
+    /// (`jobs_detail.sql`), and a second (`jobs_outcomes.sql`) only when some attempt was
+    /// claimed: the receipt search and its scans of every receipts and completions
+    /// partition are not started for jobs that are scheduled or pending.
+    pub(crate) async fn jobs_detail_on(
+        &self,
+        client: &deadpool_postgres::Client,
+        ids: &[i64],
+    ) -> Result<Vec<Detail>> {
         let stmt = client.prepare_cached(JOBS_DETAIL).await?;
+        let (c, ec) = (
+            DetailCols::of(stmt.columns())?,
+            EndedCols::of(stmt.columns())?,
+        );
         let rows = client.query(&stmt, &[&ids]).await?;
+        let mut ended = self.outcomes_on(client, &rows, &c).await?;
         let mut out = Vec::new();
-        let mut group: Vec<&Row> = Vec::new();
+        let mut group: Vec<(&Row, Ended)> = Vec::new();
         for row in &rows {
+            let id: i64 = row.get(c.job_id);
             if group
                 .first()
-                .is_some_and(|g| g.get::<_, i64>("job_id") != row.get::<_, i64>("job_id"))
+                .is_some_and(|(g, _)| g.get::<_, i64>(c.job_id) != id)
             {
-                out.extend(job_from_rows(&group));
+                out.extend(job_from_rows(&group, &c));
                 group.clear();
             }
-            group.push(row);
+            let e = match row.get::<_, Option<i32>>(c.attempt) {
+                Some(attempt) if needs_outcome(row, &c) => {
+                    ended.remove(&(id, attempt)).unwrap_or_default()
+                }
+                _ => Ended::from_row(row, &ec),
+            };
+            group.push((row, e));
         }
-        out.extend(job_from_rows(&group));
+        out.extend(job_from_rows(&group, &c));
+        Ok(out)
+    }
+
+    /// The outcomes of the claimed attempts among `rows` (of `jobs_detail.sql`), by job
+    /// and attempt; no statement when there is none.
+    async fn outcomes_on(
+        &self,
+        client: &deadpool_postgres::Client,
+        rows: &[Row],
+        c: &DetailCols,
+    ) -> Result<HashMap<(i64, i32), Ended>> {
+        let (mut ids, mut atts, mut lanes, mut segs, mut xids, mut seqs) = (
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+        );
+        for r in rows.iter().filter(|r| needs_outcome(r, c)) {
+            ids.push(r.get::<_, i64>(c.job_id));
+            atts.push(r.get::<_, i32>(c.attempt));
+            lanes.push(r.get::<_, i32>(c.lane));
+            segs.push(r.get::<_, i16>(c.segment));
+            xids.push(r.get::<_, String>(c.xid));
+            seqs.push(r.get::<_, i64>(c.seq));
+        }
+        let mut out = HashMap::new();
+        if ids.is_empty() {
+            return Ok(out);
+        }
+        let stmt = client.prepare_cached(JOBS_OUTCOMES).await?;
+        let (oc_cols, ec) = (
+            OutcomeKey::of(stmt.columns())?,
+            EndedCols::of(stmt.columns())?,
+        );
+        let found = client
+            .query(&stmt, &[&ids, &atts, &lanes, &segs, &xids, &seqs])
+            .await?;
+        for r in &found {
+            // One outcome per attempt (a hand-back, outcome 8, is never one); the first
+            // if a pass found two.
+            out.entry((r.get(oc_cols.job_id), r.get(oc_cols.attempt)))
+                .or_insert_with(|| Ended::from_row(r, &ec));
+        }
         Ok(out)
     }
 

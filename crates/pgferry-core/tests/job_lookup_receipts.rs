@@ -1,6 +1,7 @@
 //! get_job / list_jobs find each attempt's outcome through the receipt that claimed it
-//! (jobs_detail.sql): the completions read follow the jobs asked for, not the history of
-//! their segment; an attempt whose receipt is gone still gets its outcome (the overlap pass).
+//! (jobs_outcomes.sql, after jobs_detail.sql): the completions read follow the jobs asked
+//! for, not the history of their segment; an attempt whose receipt is gone still gets its
+//! outcome (the overlap pass). jobs_detail.sql itself reads no completions at all.
 
 mod common;
 
@@ -10,6 +11,36 @@ use pgferry_core::{JobState, NewJob};
 use serde_json::json;
 
 const DETAIL: &str = include_str!("../src/sql/jobs_detail.sql");
+const OUTCOMES: &str = include_str!("../src/sql/jobs_outcomes.sql");
+
+/// The arguments of jobs_outcomes.sql for the claimed attempts among rows of
+/// jobs_detail.sql, as lookup.rs passes them.
+#[allow(clippy::type_complexity)]
+fn claimed_attempts(
+    rows: &[tokio_postgres::Row],
+) -> (
+    Vec<i64>,
+    Vec<i32>,
+    Vec<i32>,
+    Vec<i16>,
+    Vec<String>,
+    Vec<i64>,
+) {
+    let mut out = (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for r in rows {
+        if r.get::<_, Option<bool>>("claimed") == Some(true)
+            && r.get::<_, Option<bool>>("handed") != Some(true)
+        {
+            out.0.push(r.get("job_id"));
+            out.1.push(r.get("attempt"));
+            out.2.push(r.get("lane"));
+            out.3.push(r.get("segment"));
+            out.4.push(r.get("xid"));
+            out.5.push(r.get("seq"));
+        }
+    }
+    out
+}
 
 #[tokio::test]
 async fn outcomes_come_through_the_claiming_receipt() {
@@ -68,15 +99,33 @@ async fn outcomes_come_through_the_claiming_receipt() {
     let (client, mut notices) = common::connect_with_notices(&s.db).await;
     common::enable_auto_explain(&client).await;
     let asked = vec![ids[0], ids[1500], ids[2999], retried, ids[6999]];
-    // Prepared once and run as lookup.rs runs it (prepare_cached): from the sixth
-    // execution on, the generic plan; that is the plan checked.
-    let stmt = client.prepare(DETAIL).await.unwrap();
+    // Prepared once and run as lookup.rs runs them (prepare_cached): from the sixth
+    // execution on, the generic plans; those are the plans checked.
+    let detail = client.prepare(DETAIL).await.unwrap();
+    let outcomes = client.prepare(OUTCOMES).await.unwrap();
     for _ in 0..6 {
-        client.query(&stmt, &[&asked]).await.unwrap();
+        client.query(&detail, &[&asked]).await.unwrap();
     }
     common::drain(&mut notices);
-    let rows = client.query(&stmt, &[&asked]).await.unwrap();
+    let rows = client.query(&detail, &[&asked]).await.unwrap();
     assert_eq!(rows.len(), 6, "one row per attempt");
+    let plans = common::drain(&mut notices);
+    // The details name no completions partition: a set of jobs with no claimed attempt
+    // (scheduled, pending) never starts those scans.
+    assert!(
+        plans.iter().all(|p| !p.contains(" on completions")),
+        "jobs_detail.sql reads completions:\n{}",
+        plans.join("\n")
+    );
+    let (ids_a, atts, lanes, segs, xids, seqs) = claimed_attempts(&rows);
+    assert_eq!(ids_a.len(), 6, "every attempt was claimed");
+    let args: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+        [&ids_a, &atts, &lanes, &segs, &xids, &seqs];
+    for _ in 0..6 {
+        client.query(&outcomes, &args).await.unwrap();
+    }
+    common::drain(&mut notices);
+    let found = client.query(&outcomes, &args).await.unwrap();
     let plans = common::drain(&mut notices);
     let plan = common::plans_with(&plans, "Recursive Union")
         .into_iter()
@@ -84,7 +133,8 @@ async fn outcomes_come_through_the_claiming_receipt() {
         .unwrap_or_else(|| panic!("no plan with the receipt search:\n{}", plans.join("\n")));
     let read = common::rows_read(plan, "completions");
     assert!(read <= 6, "read {read} completion rows:\n{plan}");
-    for r in &rows {
+    assert_eq!(found.len(), 6, "every attempt has its outcome: {found:?}");
+    for r in &found {
         let outcome: Option<i16> = r.get("outcome");
         assert!(outcome.is_some(), "every attempt has its outcome: {r:?}");
     }
@@ -99,9 +149,16 @@ async fn outcomes_come_through_the_claiming_receipt() {
         )
         .await
         .unwrap();
-    let rows = client.query(&stmt, &[&vec![victim]]).await.unwrap();
+    let rows = client.query(&detail, &[&vec![victim]]).await.unwrap();
     assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].get::<_, Option<i16>>("outcome"), Some(1));
+    let (ids_a, atts, lanes, segs, xids, seqs) = claimed_attempts(&rows);
+    common::drain(&mut notices);
+    let found = client
+        .query(&outcomes, &[&ids_a, &atts, &lanes, &segs, &xids, &seqs])
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].get::<_, Option<i16>>("outcome"), Some(1));
     let plans = common::drain(&mut notices);
     let plan = common::plans_with(&plans, "Recursive Union")[0];
     assert!(common::rows_read(plan, "completions") >= 60, "{plan}");

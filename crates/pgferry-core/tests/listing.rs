@@ -218,7 +218,7 @@ async fn bad_cursors_and_limits_are_refused() {
     assert!(s.engine.list_jobs("Bad", &all, None, 10).await.is_err());
 }
 
-/// A page costs at most MAX_ROUNDS phase statements and two detail statements, however few
+/// A page costs at most MAX_ROUNDS phase statements and three detail statements, however few
 /// jobs match; a state whose jobs sit at the lane's cursor (pending) is found without
 /// walking the queue's history.
 #[tokio::test]
@@ -251,7 +251,7 @@ async fn statements_per_page_are_bounded() {
         },
     );
     let admin = s.db.connect().await;
-    let bound = pgferry_core::listing::MAX_ROUNDS as i64 + 2;
+    let bound = pgferry_core::listing::MAX_ROUNDS as i64 + 3;
 
     for engine in [&s.engine, &small] {
         // Warm the statement cache: steady state is what is counted.
@@ -270,7 +270,36 @@ async fn statements_per_page_are_bounded() {
         assert_eq!(
             reads(&admin).await,
             2,
-            "pending: one phase statement and the details (nothing claimed: no extras): {:?}",
+            "pending: one phase statement and the details (nothing claimed: no outcomes, \
+             no extras): {:?}",
+            common::statements(&admin).await
+        );
+        assert!(
+            !common::statements(&admin)
+                .await
+                .iter()
+                .any(|(q, _)| q.contains("FROM pgferry.completions")),
+            "a page of pending jobs reads no completions: {:?}",
+            common::statements(&admin).await
+        );
+
+        // Completed jobs: the phase, the details, their outcomes, their claims (extras).
+        let f = JobFilter {
+            state: Some(JobState::Completed),
+            ..Default::default()
+        };
+        common::reset_statements(&admin).await;
+        let page = engine.list_jobs("big", &f, None, 100).await.unwrap();
+        assert_eq!(page.jobs.len(), 100);
+        assert!(page
+            .jobs
+            .iter()
+            .all(|j| j.attempts[0].outcome == "completed"
+                && j.attempts[0].worker.as_deref() == Some("w")));
+        assert_eq!(
+            reads(&admin).await,
+            4,
+            "completed: phase, details, outcomes, extras: {:?}",
             common::statements(&admin).await
         );
 
@@ -512,6 +541,47 @@ async fn listing_statements_use_the_logs_indexes() {
             .await
             .unwrap(),
     );
+    // The outcomes of 100 completed jobs' attempts, from their details' rows.
+    let done_ids: Vec<i64> = admin
+        .query(
+            "SELECT u.job_id FROM pgferry.completions c, unnest(c.job_ids) AS u(job_id)
+              ORDER BY u.job_id DESC LIMIT 100",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let rows = admin
+        .query(include_str!("../src/sql/jobs_detail.sql"), &[&done_ids])
+        .await
+        .unwrap();
+    let tried: Vec<_> = rows
+        .iter()
+        .filter(|r| r.get::<_, Option<bool>>("claimed") == Some(true))
+        .collect();
+    assert_eq!(tried.len(), 100, "every attempt claimed");
+    let col_i64 = |c: &str| tried.iter().map(|r| r.get::<_, i64>(c)).collect::<Vec<_>>();
+    let col_i32 = |c: &str| tried.iter().map(|r| r.get::<_, i32>(c)).collect::<Vec<_>>();
+    let segs: Vec<i16> = tried.iter().map(|r| r.get("segment")).collect();
+    let xids: Vec<String> = tried.iter().map(|r| r.get("xid")).collect();
+    let outcomes = plan(
+        admin
+            .query(
+                &explain(include_str!("../src/sql/jobs_outcomes.sql")),
+                &[
+                    &col_i64("job_id"),
+                    &col_i32("attempt"),
+                    &col_i32("lane"),
+                    &segs,
+                    &xids,
+                    &col_i64("seq"),
+                ],
+            )
+            .await
+            .unwrap(),
+    );
     // Extras of 100 completed attempts: receipts by (lane, receipt id), results by job id.
     let done = admin
         .query(
@@ -543,6 +613,7 @@ async fn listing_statements_use_the_logs_indexes() {
         ("pending", &pending),
         ("claimed", &claimed),
         ("detail", &detail),
+        ("outcomes", &outcomes),
         ("extras", &extras),
     ] {
         assert_log_read_by_index(name, p);

@@ -1,26 +1,25 @@
-//! Jobs: enqueue (single and batch), lookups, cancel/retry, and the dead-letter queue.
+//! Jobs: enqueue (single and batch), lookups, cancel/retry, and the dead-letter queue. A
+//! job's JSON form is in `job_view.rs`, the listing (`GET /v1/jobs`) in `job_list.rs`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
-use axum::http::header::CONTENT_TYPE;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
 use axum::Json;
-use pgferry_core::listing::MAX_LIST_PAGE;
-use pgferry_core::{Acked, EnqueueRequest, IdempotencyKey, JobFilter, JobInfo, JobState, NewJob};
-use serde::ser::SerializeMap;
-use serde::{Deserialize, Serialize};
+use pgferry_core::{Acked, EnqueueRequest, IdempotencyKey, JobInfo, NewJob};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{no_nul, no_nul_json, Authed, JsonBody, Objects};
 use crate::auth::namespace::tenant_scope;
-use crate::auth::{user_queue, Principal, Scope};
+use crate::auth::{Principal, Scope};
 use crate::service::admin;
 use crate::AppState;
+
+pub use super::job_list::list;
+pub(crate) use super::job_view::{job_json, unix_ms};
 
 /// A job as submitted. Unknown fields are rejected (a typo must not be silently ignored).
 #[derive(Debug, Deserialize)]
@@ -46,9 +45,6 @@ pub struct JobSpec {
     #[serde(default)]
     unique_key: Option<String>,
 }
-
-/// 9999-12-31T23:59:59.999Z: timestamps past it are refused (Postgres and SystemTime bounds).
-const MAX_UNIX_MS: u64 = 253_402_300_799_999;
 
 /// Longest delay / furthest run_at accepted (about ten years): beyond it is a client bug.
 const MAX_DELAY_MS: u64 = 10 * 366 * 24 * 3600 * 1000;
@@ -153,11 +149,6 @@ fn to_new_job(
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-pub(crate) fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
@@ -314,89 +305,6 @@ fn job_error(e: pgferry_core::Error) -> ApiError {
     }
 }
 
-pub(crate) fn job_json(p: &Principal, j: &JobInfo) -> Value {
-    serde_json::to_value(JobView::new(p, j)).unwrap_or(Value::Null)
-}
-
-/// A job as the API shows it, serialized straight from the engine's [`JobInfo`]: a page of
-/// 50 jobs is written to the response without a `Value` tree per job (nor a copy of each
-/// job's args and meta), which was the largest share of a listing's time in this process
-/// (issue 22's profile). Fields are declared in name order: the same bytes as the `Value`
-/// form (serde_json's maps keep their keys sorted).
-#[derive(Serialize)]
-pub(crate) struct JobView<'a> {
-    args: &'a Value,
-    attempts: Vec<AttemptView<'a>>,
-    cancel_requested: bool,
-    enqueued_at_unix_ms: Option<u64>,
-    id: i64,
-    kind: &'a str,
-    max_attempts: i32,
-    meta: MetaView<'a>,
-    priority: i16,
-    queue: &'a str,
-    result: &'a Option<Value>,
-    run_at_unix_ms: Option<u64>,
-    state: &'static str,
-    unique_key: &'a Option<String>,
-}
-
-/// A job's meta: `{}` when it has none.
-struct MetaView<'a>(Option<&'a Value>);
-
-impl Serialize for MetaView<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self.0 {
-            Some(v) => v.serialize(s),
-            None => s.serialize_map(Some(0))?.end(),
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct AttemptView<'a> {
-    attempt: i32,
-    claimed_at_unix_ms: Option<u64>,
-    duration_ms: Option<i32>,
-    error: &'a Option<String>,
-    finished_at_unix_ms: Option<u64>,
-    outcome: &'static str,
-    worker: &'a Option<String>,
-}
-
-impl<'a> JobView<'a> {
-    pub(crate) fn new(p: &Principal, j: &'a JobInfo) -> Self {
-        JobView {
-            args: &j.args,
-            attempts: j
-                .attempts
-                .iter()
-                .map(|a| AttemptView {
-                    attempt: a.attempt,
-                    claimed_at_unix_ms: a.claimed_at.map(unix_ms),
-                    duration_ms: a.duration_ms,
-                    error: &a.error,
-                    finished_at_unix_ms: a.finished_at.map(unix_ms),
-                    outcome: a.outcome,
-                    worker: &a.worker,
-                })
-                .collect(),
-            cancel_requested: j.cancel_requested,
-            enqueued_at_unix_ms: j.enqueued_at.map(unix_ms),
-            id: j.id,
-            kind: &j.kind,
-            max_attempts: j.max_attempts,
-            meta: MetaView(j.meta.as_ref()),
-            priority: j.priority,
-            queue: user_queue(p.tenant_id, &j.queue).unwrap_or_default(),
-            result: &j.result,
-            run_at_unix_ms: j.run_at.map(unix_ms),
-            state: j.state.as_str(),
-            unique_key: &j.unique_key,
-        }
-    }
-}
-
 pub async fn get(
     State(state): State<AppState>,
     Authed(p): Authed,
@@ -405,99 +313,6 @@ pub async fn get(
     p.require(Scope::Read)?;
     let job = own_job(&state, &p, job_id(&id)?).await?;
     Ok(Json(job_json(&p, &job)))
-}
-
-/// A queue's jobs, newest first, filtered by state, kind and age; keyset pages (a page may
-/// come back short with `has_more` when the engine's scan budget ran out).
-pub async fn list(
-    State(state): State<AppState>,
-    Authed(p): Authed,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> ApiResult<Response> {
-    p.require(Scope::Read)?;
-    let Query(pairs) = query.map_err(|e| ApiError::bad_request("query", e.body_text()))?;
-    let (mut queue, mut cursor, mut limit) = (None, None, 50u32);
-    let mut filter = JobFilter::default();
-    for (k, v) in pairs {
-        match k.as_str() {
-            "queue" => queue = Some(v),
-            "state" => {
-                filter.state = Some(parse_state(&v).ok_or_else(|| {
-                    ApiError::bad_request(
-                        "state",
-                        "one of pending, scheduled, running, completed, dead, cancelled",
-                    )
-                })?)
-            }
-            "kind" => {
-                pgferry_core::job::validate_kind(&v)?;
-                filter.kind = Some(v);
-            }
-            "since_unix_ms" => {
-                let ms: u64 = v
-                    .parse()
-                    .ok()
-                    .filter(|ms| *ms <= MAX_UNIX_MS)
-                    .ok_or_else(|| {
-                        ApiError::bad_request("since_unix_ms", "Unix milliseconds up to year 9999")
-                    })?;
-                filter.since = Some(UNIX_EPOCH + Duration::from_millis(ms));
-            }
-            "cursor" if v.len() > 512 => {
-                return Err(ApiError::bad_request("cursor", "at most 512 characters"))
-            }
-            "cursor" => cursor = Some(v),
-            "limit" => {
-                limit = v
-                    .parse()
-                    .ok()
-                    .filter(|l| (1..=MAX_LIST_PAGE).contains(l))
-                    .ok_or_else(|| ApiError::bad_request("limit", "must be 1 to 100"))?
-            }
-            _ => return Err(ApiError::bad_request(k, "unknown query parameter")),
-        }
-    }
-    let queue = queue.ok_or_else(|| ApiError::bad_request("queue", "required"))?;
-    let engine_queue = p.queue(&queue)?;
-    let page = state
-        .engine
-        .list_jobs(&engine_queue, &filter, cursor.as_deref(), limit)
-        .await?;
-    let out = ListPage {
-        has_more: page.has_more,
-        jobs: page.jobs.iter().map(|j| JobView::new(&p, j)).collect(),
-        next_cursor: page.next.as_deref(),
-    };
-    let body = serde_json::to_vec(&out)
-        .map_err(|e| ApiError::internal(format!("job list not serializable: {e}")))?;
-    Ok((
-        [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-        body,
-    )
-        .into_response())
-}
-
-/// A page of `GET /v1/jobs`, written without building a `Value` of it (fields in name
-/// order, as the `Value` form had them).
-#[derive(Serialize)]
-struct ListPage<'a> {
-    has_more: bool,
-    jobs: Vec<JobView<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    next_cursor: Option<&'a str>,
-}
-
-fn parse_state(s: &str) -> Option<JobState> {
-    [
-        JobState::Pending,
-        JobState::Scheduled,
-        JobState::Running,
-        JobState::Completed,
-        JobState::Dead,
-        JobState::Cancelled,
-    ]
-    .into_iter()
-    .find(|st| st.as_str() == s)
 }
 
 pub async fn cancel(
@@ -527,117 +342,4 @@ pub async fn retry(
         .await
         .map_err(job_error)?;
     Ok(Json(job_json(&p, &job)))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::{Duration, UNIX_EPOCH};
-
-    use pgferry_core::{AttemptInfo, JobInfo, JobState};
-    use serde_json::json;
-
-    use super::{job_json, unix_ms, JobView};
-    use crate::auth::{Principal, Scopes};
-
-    /// The form `job_json` had as a `json!` tree, field for field.
-    fn as_tree(p: &Principal, j: &JobInfo) -> serde_json::Value {
-        let attempts: Vec<serde_json::Value> = j
-            .attempts
-            .iter()
-            .map(|a| {
-                json!({
-                    "attempt": a.attempt,
-                    "outcome": a.outcome,
-                    "error": a.error,
-                    "duration_ms": a.duration_ms,
-                    "claimed_at_unix_ms": a.claimed_at.map(unix_ms),
-                    "worker": a.worker,
-                    "finished_at_unix_ms": a.finished_at.map(unix_ms),
-                })
-            })
-            .collect();
-        json!({
-            "id": j.id,
-            "queue": crate::auth::user_queue(p.tenant_id, &j.queue).unwrap_or_default(),
-            "kind": j.kind,
-            "state": j.state.as_str(),
-            "args": j.args,
-            "meta": j.meta.clone().unwrap_or_else(|| json!({})),
-            "priority": j.priority,
-            "max_attempts": j.max_attempts,
-            "enqueued_at_unix_ms": j.enqueued_at.map(unix_ms),
-            "run_at_unix_ms": j.run_at.map(unix_ms),
-            "cancel_requested": j.cancel_requested,
-            "attempts": attempts,
-            "result": j.result,
-            "unique_key": j.unique_key,
-        })
-    }
-
-    #[test]
-    fn the_view_writes_the_bytes_the_value_tree_wrote() {
-        let p = Principal {
-            tenant_id: 7,
-            tenant: "acme".into(),
-            key_id: 1,
-            scopes: Scopes::all(),
-        };
-        let at = |ms: u64| Some(UNIX_EPOCH + Duration::from_millis(ms));
-        let full = JobInfo {
-            id: 42,
-            queue: "t7.http".into(),
-            kind: "http".into(),
-            state: JobState::Completed,
-            args: json!({"url": "http://x/", "z": [1, 2.5, null], "a": {"b": "c"}}),
-            meta: Some(json!({"traceparent": "00-x", "k": "v"})),
-            priority: 2,
-            max_attempts: 5,
-            enqueued_at: at(1_700_000_000_123),
-            run_at: at(1_700_000_001_000),
-            attempts: vec![
-                AttemptInfo {
-                    attempt: 1,
-                    outcome: "failed",
-                    error: Some("boom \"quoted\"".into()),
-                    duration_ms: Some(12),
-                    claimed_at: at(1_700_000_002_000),
-                    worker: Some("w1".into()),
-                    finished_at: at(1_700_000_002_012),
-                },
-                AttemptInfo {
-                    attempt: 2,
-                    outcome: "completed",
-                    error: None,
-                    duration_ms: None,
-                    claimed_at: None,
-                    worker: None,
-                    finished_at: None,
-                },
-            ],
-            cancel_requested: true,
-            result: Some(json!({"ok": true})),
-            unique_key: Some("u-1".into()),
-        };
-        let bare = JobInfo {
-            queue: "t8.other".into(),
-            state: JobState::Scheduled,
-            meta: None,
-            enqueued_at: None,
-            run_at: None,
-            attempts: vec![],
-            cancel_requested: false,
-            result: None,
-            unique_key: None,
-            ..full.clone()
-        };
-        for j in [&full, &bare] {
-            let tree = serde_json::to_vec(&as_tree(&p, j)).unwrap();
-            let view = serde_json::to_vec(&JobView::new(&p, j)).unwrap();
-            assert_eq!(
-                String::from_utf8(view).unwrap(),
-                String::from_utf8(tree).unwrap()
-            );
-            assert_eq!(job_json(&p, j), as_tree(&p, j));
-        }
-    }
 }

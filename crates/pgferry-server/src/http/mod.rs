@@ -10,6 +10,8 @@ mod dead;
 pub mod error;
 pub mod extract;
 pub mod http_jobs;
+mod job_list;
+mod job_view;
 pub(crate) mod jobs;
 mod monitors;
 pub mod openapi;
