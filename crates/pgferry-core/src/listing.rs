@@ -248,19 +248,6 @@ pub(crate) fn phases(state: Option<JobState>) -> &'static [Phase] {
     }
 }
 
-fn parse_state(s: &str) -> Option<JobState> {
-    [
-        JobState::Pending,
-        JobState::Scheduled,
-        JobState::Running,
-        JobState::Completed,
-        JobState::Dead,
-        JobState::Cancelled,
-    ]
-    .into_iter()
-    .find(|st| st.as_str() == s)
-}
-
 /// Job ids of one listing call, with the state each phase derived and where to go on.
 pub(crate) struct Ids {
     pub jobs: Vec<(i64, JobState)>,
@@ -641,7 +628,7 @@ impl Engine {
 }
 
 fn state_of(s: Option<String>) -> Result<JobState> {
-    s.as_deref().and_then(parse_state).ok_or_else(|| {
+    s.as_deref().and_then(JobState::from_name).ok_or_else(|| {
         Error::Conflict(format!(
             "listing produced an unknown state {s:?} (a bug: the phase statements and \
              JobState disagree)"

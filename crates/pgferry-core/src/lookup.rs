@@ -36,6 +36,21 @@ pub enum JobState {
 }
 
 impl JobState {
+    pub const ALL: [JobState; 6] = [
+        JobState::Pending,
+        JobState::Scheduled,
+        JobState::Running,
+        JobState::Completed,
+        JobState::Dead,
+        JobState::Cancelled,
+    ];
+
+    /// The state named `s` ([`JobState::as_str`]'s names); `None` for any other text. Every
+    /// API (HTTP, gRPC, the dashboard, listing cursors) parses states through this.
+    pub fn from_name(s: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
     pub fn as_str(&self) -> &'static str {
         match self {
             JobState::Pending => "pending",

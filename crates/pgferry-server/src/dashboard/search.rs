@@ -17,19 +17,6 @@ use crate::AppState;
 /// Latest instant `since_unix_ms` takes (the API's bound: the end of year 9999).
 const MAX_UNIX_MS: u64 = 253_402_300_799_999;
 
-fn parse_state(s: &str) -> Option<JobState> {
-    [
-        JobState::Pending,
-        JobState::Scheduled,
-        JobState::Running,
-        JobState::Completed,
-        JobState::Dead,
-        JobState::Cancelled,
-    ]
-    .into_iter()
-    .find(|st| st.as_str() == s)
-}
-
 fn engine_error(e: pgferry_core::Error) -> BackendError {
     match e {
         pgferry_core::Error::InvalidArgument { field, reason } => {
@@ -52,7 +39,7 @@ pub(super) async fn search_jobs(
     let empty = |v: Option<String>| v.filter(|s| !s.is_empty());
     let mut filter = JobFilter::default();
     if let Some(s) = empty(q.state) {
-        filter.state = Some(parse_state(&s).ok_or_else(|| {
+        filter.state = Some(JobState::from_name(&s).ok_or_else(|| {
             BackendError::bad_request(
                 "state",
                 "one of pending, scheduled, running, completed, dead, cancelled",

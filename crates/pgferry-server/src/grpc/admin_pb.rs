@@ -145,21 +145,15 @@ pub(super) fn durability_setting(v: Option<&str>) -> Result<Option<Durability>, 
 }
 
 pub(super) fn parse_state(s: &str) -> Result<Option<JobState>, Status> {
-    Ok(Some(match s {
-        "" => return Ok(None),
-        "pending" => JobState::Pending,
-        "scheduled" => JobState::Scheduled,
-        "running" => JobState::Running,
-        "completed" => JobState::Completed,
-        "dead" => JobState::Dead,
-        "cancelled" => JobState::Cancelled,
-        _ => {
-            return Err(invalid(
-                "state",
-                "must be pending, scheduled, running, completed, dead or cancelled",
-            ))
-        }
-    }))
+    if s.is_empty() {
+        return Ok(None);
+    }
+    JobState::from_name(s).map(Some).ok_or_else(|| {
+        invalid(
+            "state",
+            "must be pending, scheduled, running, completed, dead or cancelled",
+        )
+    })
 }
 
 pub(super) fn page_limit(limit: u32, max: u32) -> Result<u32, Status> {

@@ -36,7 +36,7 @@ pub async fn list(
         match k.as_str() {
             "queue" => queue = Some(v),
             "state" => {
-                filter.state = Some(parse_state(&v).ok_or_else(|| {
+                filter.state = Some(JobState::from_name(&v).ok_or_else(|| {
                     ApiError::bad_request(
                         "state",
                         "one of pending, scheduled, running, completed, dead, cancelled",
@@ -102,17 +102,4 @@ struct ListPage<'a> {
     jobs: Vec<JobView<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     next_cursor: Option<&'a str>,
-}
-
-fn parse_state(s: &str) -> Option<JobState> {
-    [
-        JobState::Pending,
-        JobState::Scheduled,
-        JobState::Running,
-        JobState::Completed,
-        JobState::Dead,
-        JobState::Cancelled,
-    ]
-    .into_iter()
-    .find(|st| st.as_str() == s)
 }
