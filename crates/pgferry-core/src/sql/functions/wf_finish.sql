@@ -27,8 +27,10 @@ RETURNS TABLE (id bigint, applied boolean, continued jsonb)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    v_plain bigint[];
-    v_cont  jsonb;
+    v_n     bigint[];
+    v_ids   bigint[];
+    v_cont  jsonb[];
+    v_k     int := 1;
     o       jsonb;
     n       bigint;
 BEGIN
@@ -122,7 +124,7 @@ BEGIN
                updated_at = now()
           FROM plain p
          WHERE i.id = p.id
-        RETURNING p.n,
+        RETURNING p.n, i.id,
                   CASE WHEN p.lease_ms IS NOT NULL THEN
                       jsonb_build_object('id', i.id, 'kind', i.kind, 'step', i.step,
                                          'state', i.state, 'input', i.input,
@@ -130,20 +132,30 @@ BEGIN
                                          'step_seq', i.step_seq, 'parent_id', i.parent_id)
                   END AS cont
     )
-    SELECT coalesce(array_agg(m.n), '{}'),
-           coalesce(jsonb_object_agg(m.n::text, m.cont) FILTER (WHERE m.cont IS NOT NULL), '{}')
-      INTO v_plain, v_cont FROM moved m;
+    -- The plain outcomes' answers, in the given order (aligned arrays: a jsonb object keyed
+    -- by position, as before, copied every continued step into it and out again).
+    SELECT coalesce(array_agg(m.n ORDER BY m.n), '{}'), coalesce(array_agg(m.id ORDER BY m.n), '{}'),
+           coalesce(array_agg(m.cont ORDER BY m.n), '{}')
+      INTO v_n, v_ids, v_cont FROM moved m;
+
+    -- The common batch is all plain: its answers are those arrays, with no loop.
+    IF cardinality(v_n) = jsonb_array_length(p_outcomes) THEN
+        RETURN QUERY SELECT u.id, true, u.cont FROM unnest(v_ids, v_cont) AS u(id, cont);
+        RETURN;
+    END IF;
 
     -- The rest, one by one in the given order; answers in the given order.
     FOR o, n IN SELECT t.e, t.n FROM jsonb_array_elements(p_outcomes) WITH ORDINALITY AS t(e, n)
                  ORDER BY t.n
     LOOP
         id := (o->>'id')::bigint;
-        continued := v_cont -> n::text;
-        IF continued IS NOT NULL OR n = ANY (v_plain) THEN
+        IF v_k <= cardinality(v_n) AND v_n[v_k] = n THEN
             applied := true;
+            continued := v_cont[v_k];
+            v_k := v_k + 1;
         ELSE
             applied := pgferry.wf_apply(o);
+            continued := NULL;
         END IF;
         RETURN NEXT;
     END LOOP;
