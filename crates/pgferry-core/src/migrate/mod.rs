@@ -127,6 +127,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0023_workflow_continued_steps.sql",
         sql: include_str!("../../migrations/0023_workflow_continued_steps.sql"),
     },
+    Migration {
+        version: 24,
+        name: "0024_workflow_hot_step_updates.sql",
+        sql: include_str!("../../migrations/0024_workflow_hot_step_updates.sql"),
+    },
 ];
 
 /// The engine's live functions, callees before SQL-language callers.

@@ -22,13 +22,20 @@
 -- picker's walk and locks. Its picker row keeps the lease it has while at least half of
 -- the lease is left, and is renewed otherwise, so a continued step has at least half its
 -- lease; a worker that dies mid-chain leaves a row that comes due, as after any claim.
+--
+-- The answers of the plain part are aligned arrays in the given order, returned as they
+-- are when the whole batch was plain (docs/adr/0016-set-based-outcomes.md, addendum "HOT
+-- step updates"; a jsonb object keyed by position used to copy every continued step in
+-- and out again).
 CREATE OR REPLACE FUNCTION pgferry.wf_finish(p_outcomes jsonb)
 RETURNS TABLE (id bigint, applied boolean, continued jsonb)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    v_plain bigint[];
-    v_cont  jsonb;
+    v_n     bigint[];
+    v_ids   bigint[];
+    v_cont  jsonb[];
+    v_k     int := 1;
     o       jsonb;
     n       bigint;
 BEGIN
@@ -77,20 +84,30 @@ BEGIN
           FROM plain p
          WHERE p.kind <> 'done' AND p.lease_ms IS NULL
         ON CONFLICT (instance_id) DO UPDATE SET visible_at = EXCLUDED.visible_at
-    ), kept AS (
-        -- A continued step's lease: renewed only when less than half of it is left (a
-        -- picker row update is never HOT). A missing row (never, while running) is put back.
-        INSERT INTO pgferry.wf_ready (instance_id, queue, priority, visible_at)
-        SELECT p.id, p.queue, p.priority, now() + make_interval(secs => p.lease_ms / 1000)
+    ), lease AS (
+        -- A continued step's picker row, read once: the lease it has (NULL: no row, never
+        -- while running; it is put back below).
+        SELECT p.id, p.queue, p.priority, p.lease_ms, r.visible_at
           FROM plain p
+          LEFT JOIN pgferry.wf_ready r ON r.instance_id = p.id
          WHERE p.lease_ms IS NOT NULL
+    ), kept AS (
+        -- A missing picker row is put back with the continued step's lease.
+        INSERT INTO pgferry.wf_ready (instance_id, queue, priority, visible_at)
+        SELECT l.id, l.queue, l.priority, now() + make_interval(secs => l.lease_ms / 1000)
+          FROM lease l
+         WHERE l.visible_at IS NULL
         ON CONFLICT (instance_id) DO NOTHING
     ), renewed AS (
+        -- The lease is renewed only when less than half of it is left (a picker row update
+        -- is never HOT), decided on the row as `lease` read it: one index probe per step,
+        -- where the put-back's conflict check and this update's own read made two. Only a
+        -- heartbeat (extend.sql) moves it meanwhile, to a lease end of the same kind.
         UPDATE pgferry.wf_ready r
-           SET visible_at = now() + make_interval(secs => p.lease_ms / 1000)
-          FROM plain p
-         WHERE r.instance_id = p.id AND p.lease_ms IS NOT NULL
-           AND r.visible_at < now() + make_interval(secs => p.lease_ms / 2000)
+           SET visible_at = now() + make_interval(secs => l.lease_ms / 1000)
+          FROM lease l
+         WHERE r.instance_id = l.id
+           AND l.visible_at < now() + make_interval(secs => l.lease_ms / 2000)
     ), ended AS (
         DELETE FROM pgferry.wf_ready r USING plain p
          WHERE r.instance_id = p.id AND p.kind = 'done'
@@ -122,7 +139,7 @@ BEGIN
                updated_at = now()
           FROM plain p
          WHERE i.id = p.id
-        RETURNING p.n,
+        RETURNING p.n, i.id,
                   CASE WHEN p.lease_ms IS NOT NULL THEN
                       jsonb_build_object('id', i.id, 'kind', i.kind, 'step', i.step,
                                          'state', i.state, 'input', i.input,
@@ -130,20 +147,30 @@ BEGIN
                                          'step_seq', i.step_seq, 'parent_id', i.parent_id)
                   END AS cont
     )
-    SELECT coalesce(array_agg(m.n), '{}'),
-           coalesce(jsonb_object_agg(m.n::text, m.cont) FILTER (WHERE m.cont IS NOT NULL), '{}')
-      INTO v_plain, v_cont FROM moved m;
+    -- The plain outcomes' answers, in the given order (aligned arrays: a jsonb object keyed
+    -- by position, as before, copied every continued step into it and out again).
+    SELECT coalesce(array_agg(m.n ORDER BY m.n), '{}'), coalesce(array_agg(m.id ORDER BY m.n), '{}'),
+           coalesce(array_agg(m.cont ORDER BY m.n), '{}')
+      INTO v_n, v_ids, v_cont FROM moved m;
+
+    -- The common batch is all plain: its answers are those arrays, with no loop.
+    IF cardinality(v_n) = jsonb_array_length(p_outcomes) THEN
+        RETURN QUERY SELECT u.id, true, u.cont FROM unnest(v_ids, v_cont) AS u(id, cont);
+        RETURN;
+    END IF;
 
     -- The rest, one by one in the given order; answers in the given order.
     FOR o, n IN SELECT t.e, t.n FROM jsonb_array_elements(p_outcomes) WITH ORDINALITY AS t(e, n)
                  ORDER BY t.n
     LOOP
         id := (o->>'id')::bigint;
-        continued := v_cont -> n::text;
-        IF continued IS NOT NULL OR n = ANY (v_plain) THEN
+        IF v_k <= cardinality(v_n) AND v_n[v_k] = n THEN
             applied := true;
+            continued := v_cont[v_k];
+            v_k := v_k + 1;
         ELSE
             applied := pgferry.wf_apply(o);
+            continued := NULL;
         END IF;
         RETURN NEXT;
     END LOOP;

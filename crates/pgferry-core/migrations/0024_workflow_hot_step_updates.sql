@@ -1,0 +1,15 @@
+-- Every step updates its instance row, and a batch of steps updates every row of a page in
+-- one transaction (claims and outcomes take consecutive instances); the versions that
+-- transaction and the one before it leave cannot be pruned until no snapshot sees them.
+-- At fillfactor 50 (0015) a page has room for one new version of each row: the second
+-- update of a row before the page is pruned found no room, was not HOT, moved the row to
+-- another page (extending the table) and inserted it into wf_instances_pkey,
+-- wf_instances_queue and wf_instances_active; about half of all step updates (ADR 0016,
+-- addendum "HOT step updates"; docs/performance.md). At 25 a page keeps room for three
+-- more versions of every row, and every update that changes no indexed column (every
+-- outcome but the terminal one, which changes `active`) is HOT.
+--
+-- Applies to pages filled from now on (no rewrite, no lock beyond SHARE UPDATE
+-- EXCLUSIVE): an existing installation's rows keep their pages until retention removes
+-- them; VACUUM FULL pgferry.wf_instances rewrites them at once where that is wanted.
+ALTER TABLE pgferry.wf_instances SET (fillfactor = 25);
