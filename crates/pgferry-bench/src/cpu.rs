@@ -78,11 +78,13 @@ fn stat(pid: u32) -> Option<Stat> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &text[text.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state): ppid is field 4, utime..cstime fields 14..17.
-    let n = |i: usize| f.get(i - 3)?.parse::<f64>().ok();
+    // Fields by their number in proc(5): `rest` starts at field 3 (state); ppid is field 4,
+    // utime..cstime fields 14..17.
+    let field = |i: usize| f.get(i - 3).copied();
+    let n = |i: usize| field(i)?.parse::<f64>().ok();
     let tick = ticks_per_s();
     Some(Stat {
-        ppid: f.get(1)?.parse().ok()?,
+        ppid: field(4)?.parse().ok()?,
         own_s: (n(14)? + n(15)?) / tick,
         reaped_s: (n(16)? + n(17)?) / tick,
     })
