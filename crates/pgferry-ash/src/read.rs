@@ -249,9 +249,35 @@ async fn query(
     client.query(sql, params).await.map_err(AshError::from_db)
 }
 
-/// Average active sessions over `w` by `by`, largest first.
+/// The key of a tenant-scoped breakdown ([`aas_by_tenant`]) under which every other
+/// tenant's attributed load is summed.
+pub const OTHER_TENANTS: &str = "(other tenants)";
+
+/// Average active sessions over `w` by `by`, largest first: the database-wide view (every
+/// tenant's queues and job kinds by name), for operators.
 pub async fn aas_by(client: &Client, by: Dimension, w: Window) -> Result<Vec<Slice>> {
-    let rows = query(client, AAS_BY, &[&by.as_str(), &w.since, &w.until]).await?;
+    aas_by_scoped(client, by, w, None).await
+}
+
+/// [`aas_by`] as one tenant may see it: by queue, job kind or tenant, only `tenant_id`'s
+/// own load keeps its names (queues stay engine names, `t<id>.<queue>`); all other
+/// attributed load is one [`OTHER_TENANTS`] slice. The other dimensions are unchanged.
+pub async fn aas_by_tenant(
+    client: &Client,
+    by: Dimension,
+    w: Window,
+    tenant_id: i64,
+) -> Result<Vec<Slice>> {
+    aas_by_scoped(client, by, w, Some(tenant_id.to_string())).await
+}
+
+async fn aas_by_scoped(
+    client: &Client,
+    by: Dimension,
+    w: Window,
+    tenant: Option<String>,
+) -> Result<Vec<Slice>> {
+    let rows = query(client, AAS_BY, &[&by.as_str(), &w.since, &w.until, &tenant]).await?;
     Ok(rows
         .iter()
         .map(|r| Slice {

@@ -117,6 +117,47 @@ async fn engine_backends_are_attributed_to_their_queue_kind_and_tenant() {
         ]
     );
 
+    // As tenant 7 may see it: its own queues, kinds and id by name; tenant 9's claim is
+    // '(other tenants)'; unattributed load ('') stays as it is.
+    let scoped = |by, tenant| {
+        let control = &control;
+        async move {
+            let mut v = read::aas_by_tenant(control, by, w, tenant)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|s| (s.key, s.aas.unwrap()))
+                .collect::<Vec<_>>();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        }
+    };
+    let other = read::OTHER_TENANTS.to_string();
+    assert_eq!(
+        scoped(Dimension::Queue, 7).await,
+        vec![
+            (String::new(), 1.0),
+            (other.clone(), 1.0),
+            ("t7.emails".into(), 1.0),
+            ("t7.reports".into(), 1.0),
+        ]
+    );
+    assert_eq!(
+        scoped(Dimension::Tenant, 9).await,
+        vec![
+            (String::new(), 1.0),
+            (other.clone(), 2.0),
+            ("9".into(), 1.0)
+        ]
+    );
+    // Tenant 9's claim serves no single kind (''); tenant 7's kinds are not tenant 9's to see.
+    assert_eq!(
+        scoped(Dimension::JobKind, 9).await,
+        vec![(String::new(), 2.0), (other.clone(), 2.0)]
+    );
+    // Dimensions that name no tenant's objects are the same in every view.
+    assert_eq!(scoped(Dimension::PgferryRole, 9).await, roles);
+
     // What was running: each lock waiter with its role and queue; the idle one too.
     let now = read::activity_at(&control, moment).await.unwrap();
     let find = |role: &str| {

@@ -20,7 +20,7 @@ fn authed<T>(key: &str, msg: T) -> Request<T> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ash_readers_need_admin_and_report_real_waits_by_queue() {
     let db = pgferry_testkit::test_db().await;
-    let (_, admin) = common::tenant_key(&db, "a").await;
+    let (a_id, admin) = common::tenant_key(&db, "a").await;
     let mut control = db.connect().await;
     let (_, read_key) = pgferry_server::auth::admin::create_key(
         &mut control,
@@ -34,13 +34,20 @@ async fn ash_readers_need_admin_and_report_real_waits_by_queue() {
     let server = common::Server::start(&db, common::loopback(), Default::default()).await;
     let mut c = AshClient::connect(server.url.clone()).await.unwrap();
 
-    // A pooled pgferry connection serving tenant 7's `reports` queue sleeps; sampled twice.
-    let pool = pgferry_core::db::pool(&db.config, "api", 1);
+    // A pooled pgferry connection serving tenant a's `reports` queue sleeps, one serving
+    // another tenant's `secret` queue is idle in its transaction; sampled twice.
+    let pool = pgferry_core::db::pool(&db.config, "api", 2);
     let sleeper = pool.get().await.unwrap();
+    let own_queue = format!("t{a_id}.reports");
     let sleeping = tokio::spawn(async move {
-        let _serving = pgferry_core::serving::serve(&sleeper, "completer", "t7.reports", "render");
+        let _serving = pgferry_core::serving::serve(&sleeper, "completer", &own_queue, "render");
         let _ = sleeper.query("SELECT pg_sleep(60)", &[]).await;
     });
+    let idle_other = pool.get().await.unwrap();
+    let other_queue = format!("t{}.secret", a_id + 1);
+    let _serving_other =
+        pgferry_core::serving::serve(&idle_other, "enqueuer", &other_queue, "classified");
+    idle_other.batch_execute("BEGIN; SELECT 1").await.unwrap();
     for _ in 0..400 {
         let n: i64 = control
             .query_one(
@@ -85,12 +92,23 @@ async fn ash_readers_need_admin_and_report_real_waits_by_queue() {
         }
     );
     assert_eq!(by_queue.by, "queue");
+    // Tenant a's queue by the name a uses; the other tenant's as one anonymous slice.
     let reports = by_queue
         .slices
         .iter()
-        .find(|s| s.key == "t7.reports")
+        .find(|s| s.key == "reports")
         .unwrap_or_else(|| panic!("{by_queue:?}"));
     assert_eq!((reports.seconds, reports.aas), (2.0, Some(1.0)));
+    let others = by_queue
+        .slices
+        .iter()
+        .find(|s| s.key == "(other tenants)")
+        .unwrap_or_else(|| panic!("{by_queue:?}"));
+    assert_eq!((others.seconds, others.aas), (2.0, Some(1.0)));
+    assert!(
+        !format!("{by_queue:?}").contains("secret"),
+        "another tenant's queue: {by_queue:?}"
+    );
     let waits = gated!(
         top_waits,
         pb::AshTopRequest {
@@ -140,8 +158,19 @@ async fn ash_readers_need_admin_and_report_real_waits_by_queue() {
         .find(|a| a.wait_event == "PgSleep")
         .unwrap_or_else(|| panic!("{at:?}"));
     assert_eq!(row.pgferry_role.as_deref(), Some("completer"));
-    assert_eq!(row.queue.as_deref(), Some("t7.reports"));
+    assert_eq!(row.queue.as_deref(), Some("reports"));
     assert_eq!(row.job_kind.as_deref(), Some("render"));
+    let other = at
+        .activity
+        .iter()
+        .find(|a| a.pgferry_role.as_deref() == Some("enqueuer") && a.wait_type == "IdleTx")
+        .unwrap_or_else(|| panic!("{at:?}"));
+    assert_eq!(other.queue.as_deref(), Some("(other tenants)"));
+    assert_eq!(other.job_kind, None);
+    assert!(
+        !format!("{at:?}").contains("secret") && !format!("{at:?}").contains("classified"),
+        "another tenant's names: {at:?}"
+    );
 
     // Bad input: INVALID_ARGUMENT naming the field.
     let window = |since, until| {

@@ -1,8 +1,9 @@
 //! The overview's database-load panel in a real headless Chromium: the real ASH sampler
 //! (pgferry-ash, as the leader runs it) samples a test database on which sessions sleep,
 //! and the panel draws their load by wait type with the vCPU line and names the
-//! application that carried it. A read-only key gets no panel, and the API refuses it the
-//! data (ASH is database-wide: admin only).
+//! application and the tenant's queue that carried it (another tenant's queue only as
+//! "(other tenants)"). A read-only key gets no panel, and the API refuses it the data (ASH
+//! is database-wide: admin only).
 
 mod common;
 
@@ -36,6 +37,21 @@ async fn overview_shows_database_load_by_wait_type_for_admins_only() {
             client.simple_query("SELECT pg_sleep(4)").await.unwrap();
         }));
     }
+    // Two pgferry connections sleeping as they serve queues: acme's `reports`, and another
+    // tenant's `payroll`, whose name acme's admin must not see.
+    let control = s.db.connect().await;
+    let acme = pgferry_server::auth::admin::tenant_id(&control, "acme")
+        .await
+        .unwrap()
+        .unwrap();
+    let pool = pgferry_core::db::pool(&s.db.config, "api", 2);
+    for queue in [format!("t{acme}.reports"), format!("t{}.payroll", acme + 1)] {
+        let conn = pool.get().await.unwrap();
+        sleepers.push(tokio::spawn(async move {
+            let _serving = pgferry_core::serving::serve(&conn, "completer", &queue, "render");
+            conn.simple_query("SELECT pg_sleep(4)").await.unwrap();
+        }));
+    }
     for t in sleepers {
         t.await.unwrap();
     }
@@ -46,7 +62,14 @@ async fn overview_shows_database_load_by_wait_type_for_admins_only() {
         t.contains("Timeout") && t.contains("vCPU")
     })
     .await;
-    wait_text(&c, "#ash-carriers", |t| t.contains("nightly-report")).await;
+    let carriers = wait_text(&c, "#ash-carriers", |t| {
+        t.contains("nightly-report") && t.contains("reports") && t.contains("(other tenants)")
+    })
+    .await;
+    assert!(
+        !carriers.contains("payroll") && !carriers.contains(&format!("t{acme}.")),
+        "queues by the tenant's names only: {carriers}"
+    );
     let label = c
         .find(Locator::Css("#chart-ash"))
         .await

@@ -1,6 +1,7 @@
 //! pgferry-server: the network front of the engine. This crate owns HTTP (and, later, gRPC);
 //! it holds no state of its own — everything durable is in Postgres.
 
+pub mod ash_scope;
 pub mod auth;
 pub mod coalesce;
 pub mod dashboard;

@@ -1,5 +1,6 @@
 //! `/v1/ash/*`: admin scope only (database-wide data), readers answer from real samples,
-//! bad input is a 400 naming the parameter.
+//! another tenant's queue and job names are never shown, bad input is a 400 naming the
+//! parameter.
 
 mod http_common;
 
@@ -35,11 +36,22 @@ async fn ash_readers_need_admin_and_report_real_waits() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // A pooled pgferry connection serving tenant 3's `mail` queue, idle in its transaction.
-    let pool = pgferry_core::db::pool(&srv.db.config, "api", 1);
+    // Pooled pgferry connections idle in their transactions: one serving tenant-a's `mail`
+    // queue, one serving another tenant's `secret` queue (whose names tenant-a must not see).
+    let a_id = pgferry_server::auth::admin::tenant_id(&c, "tenant-a")
+        .await
+        .unwrap()
+        .unwrap();
+    let other_queue = format!("t{}.secret", a_id + 1);
+    let pool = pgferry_core::db::pool(&srv.db.config, "api", 2);
     let idle = pool.get().await.unwrap();
-    let _serving = pgferry_core::serving::serve(&idle, "enqueuer", "t3.mail", "send");
+    let _serving =
+        pgferry_core::serving::serve(&idle, "enqueuer", &format!("t{a_id}.mail"), "send");
     idle.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let idle_other = pool.get().await.unwrap();
+    let _serving_other =
+        pgferry_core::serving::serve(&idle_other, "claimer", &other_queue, "classified");
+    idle_other.batch_execute("BEGIN; SELECT 1").await.unwrap();
     let mut sampler = pgferry_ash::Sampler::connect(
         &srv.db.config,
         pgferry_ash::SamplerConfig {
@@ -92,30 +104,53 @@ async fn ash_readers_need_admin_and_report_real_waits() {
             .any(|s| s["key"] == "completer" && s["aas"] == 1.0),
         "{roles}"
     );
-    for (by, key) in [("queue", "t3.mail"), ("tenant", "3"), ("job_kind", "send")] {
+    // Tenant-a's own load by its names (its queue as it names it); the other tenant's as
+    // one anonymous slice.
+    let own_tenant = a_id.to_string();
+    for (by, own) in [
+        ("queue", "mail"),
+        ("tenant", own_tenant.as_str()),
+        ("job_kind", "send"),
+    ] {
         let (s, body, _) = srv
             .call("GET", &format!("/v1/ash/aas?by={by}"), Some(&admin), None)
             .await;
         assert_eq!(s, 200, "{body}");
-        assert!(
-            body["slices"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|s| s["key"] == key && s["aas"] == 1.0),
-            "{by}: {body}"
-        );
+        let slices = body["slices"].as_array().unwrap();
+        for key in [own, "(other tenants)"] {
+            assert!(
+                slices.iter().any(|s| s["key"] == key && s["aas"] == 1.0),
+                "{by}: {key} missing: {body}"
+            );
+        }
+        let text = body.to_string();
+        for secret in ["secret", "classified", &format!("\"{}\"", a_id + 1)] {
+            assert!(
+                !text.contains(secret),
+                "{by}: another tenant's {secret}: {body}"
+            );
+        }
     }
     let (_, at, _) = srv.call("GET", "/v1/ash/at", Some(&admin), None).await;
+    let activity = at["activity"].as_array().unwrap();
     assert!(
-        at["activity"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|a| a["wait_type"] == "IdleTx"
-                && a["pgferry_role"] == "enqueuer"
-                && a["queue"] == "t3.mail"),
+        activity.iter().any(|a| a["wait_type"] == "IdleTx"
+            && a["pgferry_role"] == "enqueuer"
+            && a["queue"] == "mail"
+            && a["job_kind"] == "send"),
         "{at}"
+    );
+    assert!(
+        activity.iter().any(|a| a["wait_type"] == "IdleTx"
+            && a["pgferry_role"] == "claimer"
+            && a["queue"] == "(other tenants)"
+            && a["job_kind"].is_null()),
+        "{at}"
+    );
+    let text = at.to_string();
+    assert!(
+        !text.contains("secret") && !text.contains("classified"),
+        "another tenant's names: {at}"
     );
     assert!(
         at["activity"]

@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 
 use super::admin_pb::invalid;
 use super::GrpcState;
-use crate::auth::Scope;
+use crate::auth::{Principal, Scope};
 use crate::proto::v1 as pb;
 
 /// Latest time a request may name (the year 9999).
@@ -61,12 +61,17 @@ fn window_pb(w: Window) -> pb::AshWindow {
 }
 
 impl AshService {
-    async fn client<T>(&self, req: &Request<T>) -> Result<deadpool_postgres::Object, Status> {
-        self.state.authorize(req, Scope::Admin).await?;
-        self.state.engine.pool().get().await.map_err(|e| {
+    /// The caller (admin scope) and a pooled connection.
+    async fn client<T>(
+        &self,
+        req: &Request<T>,
+    ) -> Result<(Principal, deadpool_postgres::Object), Status> {
+        let who = self.state.authorize(req, Scope::Admin).await?;
+        let c = self.state.engine.pool().get().await.map_err(|e| {
             tracing::warn!(error = %e, "ash: no database connection");
             Status::unavailable("unavailable: no database connection")
-        })
+        })?;
+        Ok((who, c))
     }
 }
 
@@ -76,14 +81,17 @@ impl pb::ash_server::Ash for AshService {
         &self,
         req: Request<pb::AshAasRequest>,
     ) -> Result<Response<pb::AshAasResponse>, Status> {
-        let c = self.client(&req).await?;
+        let (who, c) = self.client(&req).await?;
         let r = req.into_inner();
         let by: Dimension = match r.by.as_str() {
             "" => Dimension::WaitType,
             s => s.parse().map_err(ash_status)?,
         };
         let w = window(r.window)?;
-        let slices = read::aas_by(&c, by, w).await.map_err(ash_status)?;
+        let slices = read::aas_by_tenant(&c, by, w, who.tenant_id)
+            .await
+            .map_err(ash_status)?;
+        let slices = crate::ash_scope::slices(who.tenant_id, by, slices);
         Ok(Response::new(pb::AshAasResponse {
             window: Some(window_pb(w)),
             by: by.as_str().to_string(),
@@ -103,7 +111,7 @@ impl pb::ash_server::Ash for AshService {
         &self,
         req: Request<pb::AshTopRequest>,
     ) -> Result<Response<pb::AshTopWaitsResponse>, Status> {
-        let c = self.client(&req).await?;
+        let (_, c) = self.client(&req).await?;
         let r = req.into_inner();
         let w = window(r.window)?;
         let waits = read::top_waits(&c, w, r.limit.unwrap_or(10))
@@ -128,7 +136,7 @@ impl pb::ash_server::Ash for AshService {
         &self,
         req: Request<pb::AshTopRequest>,
     ) -> Result<Response<pb::AshTopQueriesResponse>, Status> {
-        let c = self.client(&req).await?;
+        let (_, c) = self.client(&req).await?;
         let r = req.into_inner();
         let w = window(r.window)?;
         let queries = read::top_queries(&c, w, r.limit.unwrap_or(10))
@@ -154,7 +162,7 @@ impl pb::ash_server::Ash for AshService {
         &self,
         req: Request<pb::AshWindow>,
     ) -> Result<Response<pb::AshCpuVsWaitingResponse>, Status> {
-        let c = self.client(&req).await?;
+        let (_, c) = self.client(&req).await?;
         let w = window(Some(req.into_inner()))?;
         let s = read::cpu_vs_waiting(&c, w).await.map_err(ash_status)?;
         Ok(Response::new(pb::AshCpuVsWaitingResponse {
@@ -171,7 +179,7 @@ impl pb::ash_server::Ash for AshService {
         &self,
         req: Request<pb::AshTimelineRequest>,
     ) -> Result<Response<pb::AshTimelineResponse>, Status> {
-        let c = self.client(&req).await?;
+        let (_, c) = self.client(&req).await?;
         let r = req.into_inner();
         let w = window(r.window)?;
         let bucket_s = r.bucket_s.unwrap_or(60);
@@ -204,7 +212,7 @@ impl pb::ash_server::Ash for AshService {
         &self,
         req: Request<pb::AshAtRequest>,
     ) -> Result<Response<pb::AshAtResponse>, Status> {
-        let c = self.client(&req).await?;
+        let (who, c) = self.client(&req).await?;
         let t = req
             .into_inner()
             .time_ms
@@ -214,6 +222,7 @@ impl pb::ash_server::Ash for AshService {
         }
         let moment = UNIX_EPOCH + Duration::from_millis(t as u64);
         let activity = read::activity_at(&c, moment).await.map_err(ash_status)?;
+        let activity = crate::ash_scope::activity(who.tenant_id, activity);
         let blocking = read::blocking_at(&c, moment).await.map_err(ash_status)?;
         Ok(Response::new(pb::AshAtResponse {
             time_ms: t,

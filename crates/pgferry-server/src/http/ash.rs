@@ -1,6 +1,7 @@
 //! `/v1/ash/*`: active session history of the database (docs/ash.md). The data is
 //! database-wide (every tenant's backends, and any other application's), so every route
-//! needs the admin scope; a key without it gets 403 before anything is read.
+//! needs the admin scope; a key without it gets 403 before anything is read. Another
+//! tenant's queue and job names are never shown ([`crate::ash_scope`]).
 //!
 //! Times are unix milliseconds; a window defaults to the last hour up to now.
 
@@ -114,9 +115,10 @@ pub async fn aas(
             .parse()
             .map_err(api_error)?;
     let w = q.window()?;
-    let rows = read::aas_by(&**client(&state).await?, by, w)
+    let rows = read::aas_by_tenant(&**client(&state).await?, by, w, p.tenant_id)
         .await
         .map_err(api_error)?;
+    let rows = crate::ash_scope::slices(p.tenant_id, by, rows);
     Ok(Json(
         json!({ "by": by, "window": window_json(w), "slices": rows }),
     ))
@@ -213,6 +215,7 @@ pub async fn at(
     let moment = UNIX_EPOCH + Duration::from_millis(t as u64);
     let c = client(&state).await?;
     let activity = read::activity_at(&c, moment).await.map_err(api_error)?;
+    let activity = crate::ash_scope::activity(p.tenant_id, activity);
     let blocking = read::blocking_at(&c, moment).await.map_err(api_error)?;
     Ok(Json(
         json!({ "time_ms": t, "activity": activity, "blocking": blocking }),

@@ -1,7 +1,8 @@
 // The database-load panel of the overview (admin: ASH data is database-wide): average
 // active sessions per bucket stacked by wait type with the vCPU line, over the last 15
-// minutes, and the roles and applications that carried the load. Read from `/v1/ash/*`
-// (docs/ash.md) every 10 s.
+// minutes, and the queues, pgferry roles and applications that carried the load (the
+// tenant's own queues by name; other tenants' load is one "(other tenants)" row). Read from
+// `/v1/ash/*` (docs/ash.md) every 10 s.
 
 import { h, clear, toast } from "../dom.js";
 import { get, qs, can, ApiError } from "../api.js";
@@ -21,7 +22,7 @@ export function ashPanel() {
   let last = null;
   const draw = () => {
     if (!last) return;
-    const { t, roles, apps } = last;
+    const { t, queues, roles, apps } = last;
     const types = [...new Set(t.points.filter((p) => p.wait_type).map((p) => p.wait_type))].sort((a, b) => (a === "CPU" ? -1 : b === "CPU" ? 1 : a.localeCompare(b)));
     const byBucket = new Map();
     for (const p of t.points) {
@@ -36,7 +37,8 @@ export function ashPanel() {
       line: t.vcpus,
       label: `Database load by wait type: ${types.join(", ") || "none"}; ${t.vcpus} vCPU line; peak ${peak.toFixed(2)} average active sessions`,
     });
-    const rows = [...roles.slices.map((s) => ["role", s]), ...apps.slices.map((s) => ["application", s])].filter(([, s]) => s.aas > 0);
+    // '' is load no queue, role or application is named for (not pgferry's, or not one queue).
+    const rows = [...queues.slices.map((s) => ["queue", s]), ...roles.slices.map((s) => ["pgferry role", s]), ...apps.slices.map((s) => ["application", s])].filter(([, s]) => s.aas > 0 && s.key !== "");
     clear(who).append(rows.length ? h("table", { id: "ash-carriers" },
       h("thead", {}, h("tr", {}, ...["By", "Who", "AAS", "DB time %"].map((x, i) => h("th", { scope: "col", class: i > 1 ? "num" : null }, x)))),
       h("tbody", {}, ...rows.map(([by, s]) => h("tr", {}, h("td", {}, by), h("td", {}, s.key || "(none)"),
@@ -49,12 +51,13 @@ export function ashPanel() {
     const now = Date.now();
     const w = { since_ms: now - WINDOW_MS, until_ms: now };
     try {
-      const [t, roles, apps] = await Promise.all([
+      const [t, queues, roles, apps] = await Promise.all([
         get(`v1/ash/timeline${qs({ ...w, bucket_s: 10 })}`),
-        get(`v1/ash/aas${qs({ ...w, by: "user" })}`),
+        get(`v1/ash/aas${qs({ ...w, by: "queue" })}`),
+        get(`v1/ash/aas${qs({ ...w, by: "pgferry_role" })}`),
         get(`v1/ash/aas${qs({ ...w, by: "application" })}`),
       ]);
-      last = { t, roles, apps };
+      last = { t, queues, roles, apps };
       failed = false;
       draw();
     } catch (e) {
