@@ -28,6 +28,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0003_monitor_alerts.sql",
         sql: include_str!("../migrations/0003_monitor_alerts.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_endpoint_old_addresses.sql",
+        sql: include_str!("../migrations/0004_endpoint_old_addresses.sql"),
+    },
 ];
 
 /// Applies the monitors component alone (after the engine's and the schedules'). Returns

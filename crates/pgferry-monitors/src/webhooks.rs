@@ -25,6 +25,11 @@ const GET: &str = include_str!("../sql/endpoint_get.sql");
 const BY_ADDRESS: &str = include_str!("../sql/endpoint_by_address.sql");
 const LIST: &str = include_str!("../sql/endpoint_list.sql");
 const DELETE: &str = include_str!("../sql/endpoint_delete.sql");
+const LOCK: &str = include_str!("../sql/endpoint_lock.sql");
+const SET_ADDRESS: &str = include_str!("../sql/endpoint_set_address.sql");
+const OLD_CAP: &str = include_str!("../sql/old_address_cap.sql");
+const OLD_PRUNE: &str = include_str!("../sql/old_address_prune.sql");
+const OLD_INSERT: &str = include_str!("../sql/old_address_insert.sql");
 const EVENT_INSERT: &str = include_str!("../sql/event_insert.sql");
 const EVENT_BY_PROVIDER_ID: &str = include_str!("../sql/event_by_provider_id.sql");
 const EVENT_LIST: &str = include_str!("../sql/event_list.sql");
@@ -42,6 +47,9 @@ pub const MAX_TARGETS: usize = 10;
 pub const MAX_REPLAY: i64 = 1000;
 /// Attempts of a fan-out HTTP job.
 pub const FANOUT_ATTEMPTS: i32 = 10;
+/// Longest grace of a rotated-out address (7 days): long enough to change a provider's
+/// configuration by hand, short enough that a leaked address does not stay usable for long.
+pub const MAX_ROTATE_GRACE_MS: i64 = 7 * 24 * 3600 * 1000;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Signature {
@@ -177,6 +185,17 @@ fn new_address(slug: &str) -> String {
 /// Longest address: a slug (at most 128 characters), '-', 32 hex digits.
 const MAX_ADDRESS: usize = 128 + 1 + 32;
 
+/// The outcome of [`Webhooks::rotate_address`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rotated {
+    /// The endpoint with its new address.
+    pub endpoint: Endpoint,
+    /// The address it had.
+    pub old_address: String,
+    /// Until when the old address is still accepted; None: not at all (grace 0).
+    pub old_accepted_until: Option<SystemTime>,
+}
+
 /// What `POST /in/{address}` answers (after COMMIT).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Received {
@@ -244,6 +263,50 @@ impl Webhooks {
             0 => Err(MonitorError::not_found("webhook endpoint")),
             _ => Ok(()),
         }
+    }
+
+    /// Gives the endpoint a new address. The old one is accepted for `grace_ms` more (0:
+    /// refused from the commit on), as are earlier old addresses, each no longer than its
+    /// own grace and this one's. Events to any of them are stored against this endpoint.
+    pub async fn rotate_address(
+        &self,
+        tenant_id: i64,
+        slug: &str,
+        grace_ms: i64,
+    ) -> Result<Rotated> {
+        if !(0..=MAX_ROTATE_GRACE_MS).contains(&grace_ms) {
+            return Err(MonitorError::invalid(
+                "grace_ms",
+                format!("0 to {MAX_ROTATE_GRACE_MS} (7 days)"),
+            ));
+        }
+        let mut c = self.engine.pool().get().await?;
+        let tx = c.transaction().await?;
+        let Some(row) = tx.query_opt(LOCK, &[&tenant_id, &slug]).await? else {
+            return Err(MonitorError::not_found("webhook endpoint"));
+        };
+        let id: i64 = row.try_get("id")?;
+        let old_address: String = row.try_get("address")?;
+        tx.execute(OLD_CAP, &[&id, &grace_ms]).await?;
+        tx.execute(OLD_PRUNE, &[&id]).await?;
+        let old_accepted_until = if grace_ms > 0 {
+            let r = tx
+                .query_one(OLD_INSERT, &[&old_address, &id, &grace_ms])
+                .await?;
+            Some(r.try_get("accepted_until")?)
+        } else {
+            None
+        };
+        let row = tx
+            .query_one(SET_ADDRESS, &[&id, &new_address(slug)])
+            .await?;
+        let endpoint = Endpoint::from_row(&row)?;
+        tx.commit().await?;
+        Ok(Rotated {
+            endpoint,
+            old_address,
+            old_accepted_until,
+        })
     }
 
     /// Receives an inbound request: verifies, stores (or recognises a duplicate), fans

@@ -219,6 +219,12 @@ impl pb::scheduler_admin_server::SchedulerAdmin for SchedulerAdminService {
         })
         .await
     }
+    async fn rotate_webhook_endpoint_address(&self, req: Request<pb::ObjectBody>) -> Reply {
+        self.call(req, Scope::Admin, |r| {
+            post(named(ENDPOINTS, &r.name, "/rotate-address")).body(r.json)
+        })
+        .await
+    }
 
     async fn create_signing_secret(&self, req: Request<pb::NoArguments>) -> Reply {
         self.call(req, Scope::Admin, |_| post("/v1/http-jobs/secrets".into()))

@@ -66,6 +66,24 @@ impl<T: DeserializeOwned + Objects, S: Send + Sync> FromRequest<S> for JsonBody<
     }
 }
 
+/// A JSON body that may be left out: an empty body is `None` (operations whose every field
+/// has a default, e.g. rotating an address at once); otherwise as [`JsonBody`].
+pub struct OptionalJsonBody<T>(pub Option<T>);
+
+impl<T: DeserializeOwned + Objects, S: Send + Sync> FromRequest<S> for OptionalJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(body_rejection)?;
+        if bytes.is_empty() {
+            return Ok(OptionalJsonBody(None));
+        }
+        parse_json(&bytes).map(|b| OptionalJsonBody(Some(b)))
+    }
+}
+
 fn body_rejection(r: BytesRejection) -> ApiError {
     if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::new(

@@ -335,6 +335,11 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             "/v1/webhook-endpoints/{slug}/replay",
             post(webhooks::replay_since),
         ),
+        (
+            Method::POST,
+            "/v1/webhook-endpoints/{slug}/rotate-address",
+            post(webhooks::rotate_address),
+        ),
         // Unauthenticated: the token or slug is the address (docs/monitors.md).
         (Method::GET, "/ping/{token}", get(monitors::ping)),
         (Method::POST, "/ping/{token}", post(monitors::ping)),

@@ -62,21 +62,27 @@ pub(crate) async fn audit(
     action: &str,
     name: &str,
 ) -> ApiResult<()> {
+    audit_with(state, p, action, name, json!({})).await
+}
+
+/// [`audit`] with more detail (`detail` an object; `via` is added).
+pub(crate) async fn audit_with(
+    state: &AppState,
+    p: &Principal,
+    action: &str,
+    name: &str,
+    mut detail: Value,
+) -> ApiResult<()> {
+    detail["via"] = json!(crate::service::transport::current_name());
     let client = state
         .engine
         .pool()
         .get()
         .await
         .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))?;
-    admin::audit_api(
-        &**client,
-        p,
-        action,
-        name,
-        json!({"via": crate::service::transport::current_name()}),
-    )
-    .await
-    .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))
+    admin::audit_api(&**client, p, action, name, detail)
+        .await
+        .map_err(|e| ApiError::from(pgferry_core::Error::from(e)))
 }
 
 pub(crate) fn name_ok(field: &'static str, name: &str) -> ApiResult<()> {

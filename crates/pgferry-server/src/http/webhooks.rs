@@ -16,8 +16,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{no_nul, Authed, JsonBody, Objects};
-use super::monitors::{api, audit, name_ok, present, url_allowed};
+use super::extract::{no_nul, Authed, JsonBody, Objects, OptionalJsonBody};
+use super::monitors::{api, audit, audit_with, name_ok, present, url_allowed};
 use super::paging::{name_page, page, pairs};
 use crate::auth::Scope;
 use crate::AppState;
@@ -144,6 +144,48 @@ pub async fn delete(
         .map_err(api)?;
     audit(&state, &p, "webhook_endpoint.delete", &slug).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RotateBody {
+    #[serde(default, deserialize_with = "present")]
+    grace_ms: Option<i64>,
+}
+
+impl Objects for RotateBody {}
+
+/// `POST …/{slug}/rotate-address`, body optional (`{"grace_ms"}`, default 0): a new
+/// address, shown in full as at creation, with the old one's path and until when it is
+/// still accepted (null: not at all). The addresses are not written to the audit log (they
+/// are the secret); the grace is.
+pub async fn rotate_address(
+    State(state): State<AppState>,
+    Authed(p): Authed,
+    Path(slug): Path<String>,
+    OptionalJsonBody(b): OptionalJsonBody<RotateBody>,
+) -> ApiResult<Json<Value>> {
+    p.require(Scope::Admin)?;
+    name_ok("slug", &slug)?;
+    // No body is the same as `{}`: rotating at once needs no arguments.
+    let b = b.unwrap_or_default();
+    let grace_ms = b.grace_ms.unwrap_or(0);
+    let r = store(&state)
+        .rotate_address(p.tenant_id, &slug, grace_ms)
+        .await
+        .map_err(api)?;
+    audit_with(
+        &state,
+        &p,
+        "webhook_endpoint.rotate_address",
+        &slug,
+        json!({"grace_ms": grace_ms}),
+    )
+    .await?;
+    let mut out = endpoint_json(&r.endpoint);
+    out["previous_path"] = json!(format!("/in/{}", r.old_address));
+    out["previous_path_accepted_until"] = json!(r.old_accepted_until.map(format_time));
+    Ok(Json(out))
 }
 
 /// `?after=<event id>&limit=<1..1000>`: stored events, oldest first; `next` is the cursor.
