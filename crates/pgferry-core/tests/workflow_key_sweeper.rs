@@ -9,12 +9,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use pgferry_core::leader::duty::{Duty, Next};
 use pgferry_core::workflow::sweeper::{sweep, KeySweeper};
 use pgferry_core::workflow::{ClaimedStep, ConcurrencyStrategy, Outcome, Start, Workflows};
 use pgferry_core::{Leader, LeaderConfig};
 use serde_json::json;
-use tokio_postgres::Client;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_postgres::{AsyncMessage, Client, NoTls};
 
 const LEASE: Duration = Duration::from_secs(30);
 
@@ -84,11 +86,31 @@ async fn strand(
     b
 }
 
+/// A connection LISTENing on `pgferry_wf_ready`; the payloads it hears.
+async fn listen_ready(db: &pgferry_testkit::TestDb) -> (Client, UnboundedReceiver<String>) {
+    let (client, mut conn) = db.config.connect(NoTls).await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(Ok(m)) = stream.next().await {
+            if let AsyncMessage::Notification(n) = m {
+                let _ = tx.send(n.payload().to_string());
+            }
+        }
+    });
+    client
+        .batch_execute("LISTEN pgferry_wf_ready")
+        .await
+        .unwrap();
+    (client, rx)
+}
+
 #[tokio::test]
 async fn a_waiter_held_while_its_slot_was_given_back_is_promoted_by_the_sweeper() {
     let s = common::setup().await;
     let wf = Workflows::of(&s.engine);
     let mut c = s.db.connect().await;
+    let (_listener, mut ready) = listen_ready(&s.db).await;
     let mut sweeper = KeySweeper::new(&LeaderConfig::default());
     for (key, strategy) in [
         ("plain", ConcurrencyStrategy::Queue),
@@ -99,9 +121,13 @@ async fn a_waiter_held_while_its_slot_was_given_back_is_promoted_by_the_sweeper(
         assert_eq!(status(&wf, b).await, "queued", "{key}");
         assert_eq!(slots(&c, key).await, (0, 0), "{key}");
         assert!(claim(&wf).await.is_empty(), "{key}");
+        while ready.try_recv().is_ok() {}
 
         assert_eq!(sweeper.run_once(&mut c).await.unwrap(), Next::Idle);
         assert_eq!(status(&wf, b).await, "runnable", "{key}");
+        // Idle workers of the queue are woken, not left to their next poll.
+        let heard = tokio::time::timeout(Duration::from_secs(5), ready.recv()).await;
+        assert_eq!(heard.ok().flatten().as_deref(), Some("q"), "{key}");
         assert_eq!(slots(&c, key).await, (1, 1), "{key}");
         let steps = claim(&wf).await;
         assert_eq!(steps.iter().map(|s| s.id).collect::<Vec<_>>(), [b], "{key}");

@@ -7,9 +7,10 @@
 //! waiter would wait for the key's next outcome or start, which may never come. The leader
 //! walks the keys that have waiters (a loose scan of `wf_key_waiters`, which holds only the
 //! waiting, so an idle pass is one index probe and reads no instance) and hands each free
-//! slot nobody took back through `wf_free_slot` (`wf_sweep_key`). It also promotes
-//! waiters after a key's limit was raised. Never on the hot path: claims and outcomes do
-//! nothing for it, and a key row someone else holds is skipped.
+//! slot nobody took back through `wf_free_slot` (`wf_sweep_key`, which NOTIFYs idle
+//! workers of the queue as a delivered signal does). It also promotes waiters after a
+//! key's limit was raised. Never on the hot path: claims and outcomes do nothing for it,
+//! and a key row someone else holds is skipped.
 
 use std::time::Duration;
 

@@ -17,6 +17,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     k record;
     v_seq bigint;
+    v_queue text;
     n int := 0;
 BEGIN
     SELECT kk.strategy INTO k FROM pgferry.wf_keys kk WHERE kk.key = p_key
@@ -25,7 +26,7 @@ BEGIN
         RETURN 0;
     END IF;
     LOOP
-        SELECT kw.seq INTO v_seq
+        SELECT kw.seq, i.queue INTO v_seq, v_queue
           FROM pgferry.wf_key_waiters kw
           JOIN pgferry.wf_instances i ON i.id = kw.instance_id
          WHERE kw.key = p_key
@@ -39,6 +40,9 @@ BEGIN
         EXIT WHEN EXISTS (SELECT 1 FROM pgferry.wf_key_waiters kw
                            WHERE kw.key = p_key AND kw.seq = v_seq);
         n := n + 1;
+        -- Idle workers of the queue claim at once (as after wf_signal), not at their next
+        -- poll: delivered at COMMIT, one per (transaction, queue).
+        PERFORM pg_notify('pgferry_wf_ready', v_queue);
         -- A round_robin key keeps one step in the picker: the one just promoted.
         EXIT WHEN k.strategy = 'round_robin';
     END LOOP;
