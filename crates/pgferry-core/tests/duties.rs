@@ -135,6 +135,8 @@ async fn a_trigger_runs_a_pass_now_and_passes_are_counted() {
         "rescuer",
         "rotator",
         "ticker",
+        "workflow-key-sweeper",
+        "workflow-retention",
     ] {
         assert!(names.contains(&d), "{d} registered: {names:?}");
     }

@@ -2,7 +2,7 @@
 //!
 //! Leadership is a session advisory lock on a dedicated connection. Each duty is one small
 //! type with one shape ([`duty::Duty`]: ticker, promoter, rescuer, rotator, janitor,
-//! recounter, workflow retention), run by the same loop; they run only while the lock is
+//! recounter, workflow retention, workflow key sweeper), run by the same loop; they run only while the lock is
 //! held and are aborted within a second of losing it (the lock connection is checked every
 //! second), after which another server's leader takes over.
 
@@ -64,6 +64,11 @@ pub struct LeaderConfig {
     pub idempotency_retention: Duration,
     /// Ended workflow instances are kept this long (workflow/retention.rs).
     pub workflow_retention: Duration,
+    /// Pause between two walks of the concurrency keys that have waiters, looking for a
+    /// free slot no waiter took (workflow/sweeper.rs): the longest such a waiter waits.
+    pub key_sweep_interval: Duration,
+    /// Keys with waiters looked at per key sweeper statement.
+    pub key_sweep_batch: i64,
 }
 
 impl LeaderConfig {
@@ -79,6 +84,7 @@ impl LeaderConfig {
             ("segment_duration", self.segment_duration),
             ("recount_interval", self.recount_interval),
             ("prune_interval", self.prune_interval),
+            ("key_sweep_interval", self.key_sweep_interval),
         ];
         for (field, d) in positive {
             if d.is_zero() {
@@ -91,6 +97,7 @@ impl LeaderConfig {
         for (field, n) in [
             ("promote_batch", self.promote_batch),
             ("prune_batch", self.prune_batch),
+            ("key_sweep_batch", self.key_sweep_batch),
         ] {
             if !(1..=100_000).contains(&n) {
                 return Err(crate::Error::InvalidArgument {
@@ -125,6 +132,10 @@ impl Default for LeaderConfig {
             prune_batch: 1000,
             idempotency_retention: Duration::from_secs(24 * 3600),
             workflow_retention: Duration::from_secs(7 * 24 * 3600),
+            // A stranded waiter is rare (a stale outcome holding it as its slot is given
+            // back); an idle walk is one index probe.
+            key_sweep_interval: Duration::from_secs(1),
+            key_sweep_batch: 1000,
         }
     }
 }
@@ -233,6 +244,7 @@ impl Leader {
             Box::new(rotator::Rotator { config: c.clone() }),
             Box::new(janitor::Janitor::new(c)),
             Box::new(crate::workflow::retention::Retention::new(c)),
+            Box::new(crate::workflow::sweeper::KeySweeper::new(c)),
             Box::new(recounter::Recounter::new(self.engine.clone(), c)),
         ];
         for d in builtin {

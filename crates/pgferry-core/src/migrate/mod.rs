@@ -155,6 +155,7 @@ pub const FUNCTIONS: &[Function] = &[
     function!("wf_emit"),
     function!("wf_rr_promote"),
     function!("wf_free_slot"),
+    function!("wf_sweep_key"),
     function!("wf_lock_chain"),
     function!("wf_end"),
     function!("wf_join"),

@@ -12,6 +12,7 @@ mod inspect;
 mod lease;
 mod machine;
 pub mod retention;
+pub mod sweeper;
 mod validate;
 mod wake;
 mod worker;

@@ -15,6 +15,7 @@ use crate::leader::LeaderConfig;
 const PRUNE: &str = include_str!("../sql/workflow/prune.sql");
 const SET_RETENTION: &str = include_str!("../sql/workflow/set_retention.sql");
 const CLEAR_RETENTION: &str = include_str!("../sql/workflow/clear_retention.sql");
+const GET_RETENTION: &str = include_str!("../sql/workflow/get_retention.sql");
 
 impl super::Workflows {
     /// Ended instances of `queue` are removed `retention` after they ended (`None`: the
@@ -35,6 +36,18 @@ impl super::Workflows {
             None => client.execute(CLEAR_RETENTION, &[&queue]).await?,
         };
         Ok(())
+    }
+
+    /// The retention [`Workflows::set_retention`](super::Workflows::set_retention) gave
+    /// `queue` (`None`: the leader's default). One statement.
+    pub async fn retention(&self, queue: &str) -> Result<Option<std::time::Duration>> {
+        crate::job::validate_queue_name(queue)?;
+        let client = self.pool().get().await?;
+        let row = client.query_opt(GET_RETENTION, &[&queue]).await?;
+        Ok(match row {
+            Some(r) => Some(std::time::Duration::from_secs_f64(r.try_get("secs")?)),
+            None => None,
+        })
     }
 }
 

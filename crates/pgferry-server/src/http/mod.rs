@@ -168,6 +168,16 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             "/v1/workers/heartbeat",
             post(workers::heartbeat),
         ),
+        (
+            Method::GET,
+            "/v1/queues/{name}/workflow-retention",
+            get(workflows::get_retention),
+        ),
+        (
+            Method::PUT,
+            "/v1/queues/{name}/workflow-retention",
+            put(workflows::put_retention),
+        ),
         (Method::POST, "/v1/workflows", post(workflows::start)),
         (Method::GET, "/v1/workflows", get(workflows::list)),
         (Method::GET, "/v1/workflows/{id}", get(workflows::get)),

@@ -19,7 +19,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{no_nul, no_nul_json, Authed, JsonBody, Objects};
 use super::jobs::unix_ms;
 use crate::auth::namespace::tenant_prefix;
-use crate::auth::{user_queue, Principal, Scope};
+use crate::auth::{admin, user_queue, Principal, Scope};
 use crate::AppState;
 
 const MAX_UNIX_MS: u64 = 253_402_300_799_000;
@@ -382,4 +382,81 @@ pub async fn retry(
     let id = own_instance(&state, &p, instance_id(&id)?).await?.id;
     let step = wf(&state).retry(id).await?;
     Ok(Json(json!({ "id": id, "step": step })))
+}
+
+/// Longest retention a queue may set: ten years.
+const MAX_RETENTION_MS: u64 = 315_360_000_000;
+
+/// `retention_ms` must be present: a number, or null for the server's default (an empty
+/// body resetting a queue's retention by accident would be a silent loss of history).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionBody {
+    #[serde(default, deserialize_with = "present")]
+    retention_ms: Option<Option<u64>>,
+}
+
+impl Objects for RetentionBody {}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+    Option::<u64>::deserialize(d).map(Some)
+}
+
+fn retention_json(queue: &str, retention: Option<Duration>) -> Json<Value> {
+    // Stored as an interval from seconds: read back to the millisecond that was written.
+    let ms = retention.map(|d| (d.as_secs_f64() * 1000.0).round() as u64);
+    Json(json!({ "queue": queue, "retention_ms": ms }))
+}
+
+/// How long ended instances of one of the caller's queues are kept (`null`: the server's
+/// default, `LeaderConfig::workflow_retention`).
+pub async fn get_retention(
+    State(state): State<AppState>,
+    Authed(p): Authed,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    p.require(Scope::Read)?;
+    let retention = wf(&state).retention(&p.queue(&name)?).await?;
+    Ok(retention_json(&name, retention))
+}
+
+/// Sets (or, with null, clears) a queue's retention of ended instances; audited.
+pub async fn put_retention(
+    State(state): State<AppState>,
+    Authed(p): Authed,
+    Path(name): Path<String>,
+    JsonBody(b): JsonBody<RetentionBody>,
+) -> ApiResult<Json<Value>> {
+    p.require(Scope::Admin)?;
+    let queue = p.queue(&name)?;
+    let Some(ms) = b.retention_ms else {
+        return Err(ApiError::bad_request(
+            "retention_ms",
+            "required: milliseconds, or null for the server's default",
+        ));
+    };
+    if ms.is_some_and(|ms| ms > MAX_RETENTION_MS) {
+        return Err(ApiError::bad_request(
+            "retention_ms",
+            format!("must be 0 to {MAX_RETENTION_MS}"),
+        ));
+    }
+    let retention = ms.map(Duration::from_millis);
+    wf(&state).set_retention(&queue, retention).await?;
+    let client = state
+        .engine
+        .pool()
+        .get()
+        .await
+        .map_err(pgferry_core::Error::from)?;
+    admin::audit_api(
+        &**client,
+        &p,
+        "workflow.retention",
+        &name,
+        json!({ "retention_ms": ms }),
+    )
+    .await
+    .map_err(pgferry_core::Error::from)?;
+    Ok(retention_json(&name, retention))
 }
