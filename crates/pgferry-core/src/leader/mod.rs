@@ -2,8 +2,8 @@
 //!
 //! Leadership is a session advisory lock on a dedicated connection. Each duty is one small
 //! type with one shape ([`duty::Duty`]: ticker, promoter, rescuer, rotator, janitor,
-//! recounter, workflow retention, workflow key sweeper), run by the same loop; they run only while the lock is
-//! held and are aborted within a second of losing it (the lock connection is checked every
+//! recounter, workflow retention, workflow key sweeper), run by the same loop; they run
+//! only while the lock is held and are aborted within a second of losing it (the lock connection is checked every
 //! second), after which another server's leader takes over.
 
 pub mod duty;
@@ -133,8 +133,10 @@ impl Default for LeaderConfig {
             idempotency_retention: Duration::from_secs(24 * 3600),
             workflow_retention: Duration::from_secs(7 * 24 * 3600),
             // A stranded waiter is rare (a stale outcome holding it as its slot is given
-            // back); an idle walk is one index probe.
-            key_sweep_interval: Duration::from_secs(1),
+            // back); an idle walk is one index probe, but a walk costs a probe per key with
+            // waiters (80 statements for 80k backlogged keys), so it runs every 5 s rather
+            // than every second: a stranded waiter waits at most that long.
+            key_sweep_interval: Duration::from_secs(5),
             key_sweep_batch: 1000,
         }
     }
