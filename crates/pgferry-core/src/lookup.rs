@@ -213,11 +213,32 @@ fn needs_outcome(r: &Row, c: &DetailCols) -> bool {
         && r.get::<_, Option<bool>>(c.handed) != Some(true)
 }
 
+/// What one job's rows say.
+enum Read {
+    Job(Detail),
+    /// Unknown, its history truncated away, or dead-lettered and purged from the DLQ since.
+    Gone,
+    /// Its attempt's outcome (read by `jobs_outcomes.sql`, a later statement with a later
+    /// snapshot) is dead, but `jobs_detail.sql` saw no dead-letter row: it was
+    /// dead-lettered between the two statements, not purged. Read it again.
+    Moved(i64),
+}
+
 /// Builds a job from its rows of `jobs_detail.sql` (one per attempt, attempts ascending),
-/// each with how that attempt ended; None when the job is unknown (or its history was
-/// truncated away).
-fn job_from_rows(rows: &[(&Row, Ended)], c: &DetailCols) -> Option<Detail> {
-    let (first, _) = rows.first()?;
+/// each with how that attempt ended.
+fn job_from_rows(rows: &[(&Row, Ended)], c: &DetailCols) -> Read {
+    match job_detail_from_rows(rows, c) {
+        Ok(Some(d)) => Read::Job(d),
+        Ok(None) => Read::Gone,
+        Err(id) => Read::Moved(id),
+    }
+}
+
+/// [`job_from_rows`]: `Err(id)` for [`Read::Moved`].
+fn job_detail_from_rows(rows: &[(&Row, Ended)], c: &DetailCols) -> Result<Option<Detail>, i64> {
+    let Some((first, _)) = rows.first() else {
+        return Ok(None);
+    };
     let id: i64 = first.get(c.job_id);
     let run_at: Option<SystemTime> = first.get(c.run_at);
     let dead_attempt: Option<i32> = first.get(c.dead_attempt);
@@ -228,7 +249,9 @@ fn job_from_rows(rows: &[(&Row, Ended)], c: &DetailCols) -> Option<Detail> {
     if attempt.is_none() {
         // No row in the log: scheduled, cancelled while scheduled, dead-lettered with its
         // segments reused since, or unknown. The side row carries the job and its times.
-        let kind: String = first.get::<_, Option<String>>(c.side_kind)?;
+        let Some(kind) = first.get::<_, Option<String>>(c.side_kind) else {
+            return Ok(None);
+        };
         let (state, run_at, attempts) = if run_at.is_some() {
             (JobState::Scheduled, run_at, Vec::new())
         } else if let Some(attempt) = dead_attempt {
@@ -249,7 +272,7 @@ fn job_from_rows(rows: &[(&Row, Ended)], c: &DetailCols) -> Option<Detail> {
                 Vec::new(),
             )
         };
-        return Some(Detail {
+        return Ok(Some(Detail {
             info: JobInfo {
                 id,
                 queue: first.get(c.queue),
@@ -268,7 +291,7 @@ fn job_from_rows(rows: &[(&Row, Ended)], c: &DetailCols) -> Option<Detail> {
             },
             lane,
             claimed: Vec::new(),
-        });
+        }));
     }
     let (last, last_ended) = rows.last().expect("not empty");
     let mut attempts: Vec<AttemptInfo> = rows
@@ -287,8 +310,10 @@ fn job_from_rows(rows: &[(&Row, Ended)], c: &DetailCols) -> Option<Detail> {
     let state = match last_outcome {
         Some(oc::COMPLETED) => JobState::Completed,
         Some(oc::CANCELLED) => JobState::Cancelled,
-        // Dead-lettered, and purged from the DLQ since: gone (as a retry of it would say).
-        Some(oc::DEAD | oc::RESCUED_DEAD) if dead_attempt.is_none() => return None,
+        // Dead-lettered, and no dead-letter row: purged from the DLQ since (gone, as a retry
+        // of it would say), or dead-lettered after this job's rows were read and before its
+        // outcome was (the caller reads it again to tell which).
+        Some(oc::DEAD | oc::RESCUED_DEAD) if dead_attempt.is_none() => return Err(id),
         Some(oc::DEAD | oc::RESCUED_DEAD) => JobState::Dead,
         // A retry or snooze whose next attempt is not in the log yet.
         Some(_) if run_at.is_some() => JobState::Scheduled,
@@ -317,7 +342,7 @@ fn job_from_rows(rows: &[(&Row, Ended)], c: &DetailCols) -> Option<Detail> {
         // indices of claimed attempts below stay valid.
         attempts.pop();
     }
-    Some(Detail {
+    Ok(Some(Detail {
         info: JobInfo {
             id,
             queue: last.get(c.queue),
@@ -344,7 +369,7 @@ fn job_from_rows(rows: &[(&Row, Ended)], c: &DetailCols) -> Option<Detail> {
                 (i, e.receipt_id, completed && r.get::<_, bool>(c.last))
             })
             .collect(),
-    })
+    }))
 }
 
 impl Engine {
@@ -420,11 +445,39 @@ impl Engine {
     /// (`jobs_detail.sql`), and a second (`jobs_outcomes.sql`) only when some attempt was
     /// claimed: the receipt search and its scans of every receipts and completions
     /// partition are not started for jobs that are scheduled or pending.
+    /// The two statements read two snapshots. A job dead-lettered between them is read
+    /// again (its dead-letter row is then visible); a second such change of one job within
+    /// a read would take a retry from the DLQ and another death, so three reads are plenty.
     pub(crate) async fn jobs_detail_on(
         &self,
         client: &deadpool_postgres::Client,
         ids: &[i64],
     ) -> Result<Vec<Detail>> {
+        let mut out = Vec::new();
+        let mut ask = ids.to_vec();
+        for _ in 0..3 {
+            let (found, moved) = self.jobs_detail_once(client, &ask).await?;
+            let again = !out.is_empty() || !moved.is_empty();
+            out.extend(found);
+            if moved.is_empty() {
+                if again {
+                    out.sort_by_key(|d: &Detail| d.info.id);
+                }
+                return Ok(out);
+            }
+            ask = moved;
+        }
+        // Still changing: left out like an unknown id (the caller's next look finds it).
+        out.sort_by_key(|d: &Detail| d.info.id);
+        Ok(out)
+    }
+
+    /// One read of [`Engine::jobs_detail_on`]: the jobs found, and the ids to read again.
+    async fn jobs_detail_once(
+        &self,
+        client: &deadpool_postgres::Client,
+        ids: &[i64],
+    ) -> Result<(Vec<Detail>, Vec<i64>)> {
         let stmt = client.prepare_cached(JOBS_DETAIL).await?;
         let (c, ec) = (
             DetailCols::of(stmt.columns())?,
@@ -432,7 +485,12 @@ impl Engine {
         );
         let rows = client.query(&stmt, &[&ids]).await?;
         let mut ended = self.outcomes_on(client, &rows, &c).await?;
-        let mut out = Vec::new();
+        let (mut out, mut moved) = (Vec::new(), Vec::new());
+        let mut take = |read: Read| match read {
+            Read::Job(d) => out.push(d),
+            Read::Gone => {}
+            Read::Moved(id) => moved.push(id),
+        };
         let mut group: Vec<(&Row, Ended)> = Vec::new();
         for row in &rows {
             let id: i64 = row.get(c.job_id);
@@ -440,7 +498,7 @@ impl Engine {
                 .first()
                 .is_some_and(|(g, _)| g.get::<_, i64>(c.job_id) != id)
             {
-                out.extend(job_from_rows(&group, &c));
+                take(job_from_rows(&group, &c));
                 group.clear();
             }
             let e = match row.get::<_, Option<i32>>(c.attempt) {
@@ -451,8 +509,8 @@ impl Engine {
             };
             group.push((row, e));
         }
-        out.extend(job_from_rows(&group, &c));
-        Ok(out)
+        take(job_from_rows(&group, &c));
+        Ok((out, moved))
     }
 
     /// The outcomes of the claimed attempts among `rows` (of `jobs_detail.sql`), by job
