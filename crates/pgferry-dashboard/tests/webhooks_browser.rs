@@ -4,7 +4,8 @@
 //! the endpoints, the events newest first, one event's headers and body and its
 //! deliveries with every attempt's response status; replays one event and every event
 //! since a time. Another tenant's endpoint of the same slug and its event are never shown;
-//! a read-only key is offered no replay and is refused a forged one.
+//! a read-only key is offered no replay and is refused a forged one. An address rotated
+//! away with a grace is shown on the endpoint's page until when it is accepted.
 
 mod common;
 
@@ -308,6 +309,29 @@ async fn operator_sees_events_and_deliveries_and_replays_them() {
     )
     .await;
     assert_eq!(r["status"], json!(404), "{r}");
+
+    // A rotated-away address still in its grace is shown on the endpoint's page, with until
+    // when it is accepted; an endpoint never rotated shows none.
+    let stripe_old = b["path"].as_str().unwrap();
+    let (st, r) = s
+        .api(
+            "POST",
+            "/v1/webhook-endpoints/stripe/rotate-address",
+            &admin,
+            Some(json!({"grace_ms": 600_000})),
+        )
+        .await;
+    assert_eq!(st, 200, "{r}");
+    go(&c, &s.base, "webhooks/stripe").await;
+    let facts = wait_text(&c, "#endpoint-facts", |t| t.contains("Previous address")).await;
+    assert!(
+        facts.contains(&format!("POST {stripe_old} — accepted until 20")),
+        "{facts}"
+    );
+    assert!(facts.contains(r["path"].as_str().unwrap()), "{facts}");
+    go(&c, &s.base, "webhooks/github").await;
+    let facts = wait_text(&c, "#endpoint-facts", |t| t.contains(&path)).await;
+    assert!(!facts.contains("Previous address"), "{facts}");
     close(c).await;
 
     // Read-only: everything shown, no replay offered; a forged replay is refused and

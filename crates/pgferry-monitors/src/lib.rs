@@ -26,7 +26,7 @@ pub use duty::{leader_duty, run_once, DutyConfig, DutyReport};
 pub use error::{MonitorError, Result};
 pub use monitors::{Monitor, Monitors, NewMonitor, PingKind};
 pub use targets::{notify, NewTarget, Target, Targets};
-pub use webhooks::{Endpoint, InboundEvent, NewEndpoint, Received, Rotated, Webhooks};
+pub use webhooks::{Endpoint, InboundEvent, NewEndpoint, OldAddress, Received, Rotated, Webhooks};
 
 /// The engine name of a tenant's `http` queue, whose jobs the server's HTTP worker runs.
 /// Mirrors `pgferry_server::auth::namespace::engine_queue(tenant, "http")` (ADR 0003): this

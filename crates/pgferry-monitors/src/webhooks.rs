@@ -8,6 +8,7 @@
 //! server (`{slug}-{128 random bits}`), so one tenant's create never learns whether another
 //! tenant holds the same slug (ADR 0021).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -30,6 +31,7 @@ const SET_ADDRESS: &str = include_str!("../sql/endpoint_set_address.sql");
 const OLD_CAP: &str = include_str!("../sql/old_address_cap.sql");
 const OLD_PRUNE: &str = include_str!("../sql/old_address_prune.sql");
 const OLD_INSERT: &str = include_str!("../sql/old_address_insert.sql");
+const OLD_LIVE: &str = include_str!("../sql/old_addresses_live.sql");
 const EVENT_INSERT: &str = include_str!("../sql/event_insert.sql");
 const EVENT_BY_PROVIDER_ID: &str = include_str!("../sql/event_by_provider_id.sql");
 const EVENT_LIST: &str = include_str!("../sql/event_list.sql");
@@ -196,6 +198,13 @@ pub struct Rotated {
     pub old_accepted_until: Option<SystemTime>,
 }
 
+/// An old address of an endpoint that is still accepted (within its rotation's grace).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OldAddress {
+    pub address: String,
+    pub accepted_until: SystemTime,
+}
+
 /// What `POST /in/{address}` answers (after COMMIT).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Received {
@@ -255,6 +264,29 @@ impl Webhooks {
         let c = self.engine.pool().get().await?;
         let rows = c.query(LIST, &[&tenant_id, &after, &limit]).await?;
         rows.iter().map(Endpoint::from_row).collect()
+    }
+
+    /// The old addresses still accepted, per endpoint id, for a page of endpoints in one
+    /// statement (an operator must see that a rotated-away address is still live). The
+    /// ids are the caller's own endpoints': the tenant was checked when they were read.
+    pub async fn old_addresses(
+        &self,
+        endpoint_ids: &[i64],
+    ) -> Result<HashMap<i64, Vec<OldAddress>>> {
+        let mut out: HashMap<i64, Vec<OldAddress>> = HashMap::new();
+        if endpoint_ids.is_empty() {
+            return Ok(out);
+        }
+        let c = self.engine.pool().get().await?;
+        for r in c.query(OLD_LIVE, &[&endpoint_ids]).await? {
+            out.entry(r.try_get("endpoint_id")?)
+                .or_default()
+                .push(OldAddress {
+                    address: r.try_get("address")?,
+                    accepted_until: r.try_get("accepted_until")?,
+                });
+        }
+        Ok(out)
     }
 
     pub async fn delete(&self, tenant_id: i64, slug: &str) -> Result<()> {

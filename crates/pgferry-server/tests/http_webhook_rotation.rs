@@ -2,7 +2,8 @@
 //! (docs/monitors.md, "Rotating an address"): the old address is refused at once or after
 //! its grace, events to either address land on the one endpoint, a later rotation caps an
 //! earlier grace, another tenant's rotation is a 404 like a missing endpoint's, bad input
-//! is a 400 naming `grace_ms`, and the rotation is audited without the addresses.
+//! is a 400 naming `grace_ms`, and the rotation is audited without the addresses. GET and
+//! the list show the old addresses still accepted (`previous_paths`), and only those.
 
 mod http_common;
 
@@ -243,4 +244,104 @@ async fn another_tenant_cannot_rotate_and_bad_input_names_grace_ms() {
     // The largest grace is accepted.
     let (s, r) = rotate(&srv, &a, "acme", Some(json!({"grace_ms": 604_800_000}))).await;
     assert_eq!(s, 200, "{r}");
+}
+
+/// The `previous_paths` of an endpoint as GET shows it, and as the list shows it (the
+/// same, or the test fails), as (path, accepted_until_ms).
+async fn previous(srv: &TestServer, key: &str, slug: &str) -> Vec<(String, i64)> {
+    let (s, got, _) = srv
+        .call(
+            "GET",
+            &format!("/v1/webhook-endpoints/{slug}"),
+            Some(key),
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{got}");
+    let (s, page, _) = srv
+        .call("GET", "/v1/webhook-endpoints?limit=100", Some(key), None)
+        .await;
+    assert_eq!(s, 200, "{page}");
+    let listed = page["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["slug"] == slug)
+        .expect("listed");
+    assert_eq!(listed["previous_paths"], got["previous_paths"], "{page}");
+    let mut out: Vec<(String, i64)> = got["previous_paths"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no previous_paths array: {got}"))
+        .iter()
+        .map(|o| {
+            (
+                o["path"].as_str().unwrap().to_string(),
+                o["accepted_until_ms"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_addresses_are_listed_while_accepted_and_only_the_tenants_own() {
+    let srv = server().await;
+    let a = srv.key("tenant-a", &["admin", "read"]).await;
+    let b = srv.key("tenant-b", &["admin", "read"]).await;
+    let p0 = path_of(&create(&srv, &a, "stripe").await);
+    create(&srv, &a, "quiet").await;
+    // Tenant b has its own "stripe", rotated with a long grace: never in a's answers.
+    let b0 = path_of(&create(&srv, &b, "stripe").await);
+    let (s, _) = rotate(&srv, &b, "stripe", Some(json!({"grace_ms": 600_000}))).await;
+    assert_eq!(s, 200);
+
+    // Never rotated: an empty array (not absent, not null).
+    assert_eq!(previous(&srv, &a, "stripe").await, []);
+
+    // With a grace: the old address, until when it is accepted.
+    let before = now_ms();
+    let (s, r1) = rotate(&srv, &a, "stripe", Some(json!({"grace_ms": 600_000}))).await;
+    assert_eq!(s, 200, "{r1}");
+    let shown = previous(&srv, &a, "stripe").await;
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_eq!(shown[0].0, p0);
+    let until = shown[0].1;
+    assert!(
+        until >= before + 599_000 && until <= now_ms() + 600_000,
+        "{until} vs {before}"
+    );
+    assert_eq!(previous(&srv, &a, "quiet").await, []);
+    assert_eq!(previous(&srv, &b, "stripe").await.len(), 1);
+    assert_eq!(previous(&srv, &b, "stripe").await[0].0, b0);
+
+    // A rotation with a short grace: both old addresses are listed (the first one's grace
+    // capped to the second's), and neither once it has passed.
+    let (s, r2) = rotate(&srv, &a, "stripe", Some(json!({"grace_ms": 300}))).await;
+    assert_eq!(s, 200, "{r2}");
+    let p1 = path_of(&r1);
+    let shown = previous(&srv, &a, "stripe").await;
+    let paths: Vec<&str> = shown.iter().map(|(p, _)| p.as_str()).collect();
+    let mut want = [p0.as_str(), p1.as_str()];
+    want.sort();
+    assert_eq!(paths, want, "{shown:?}");
+    assert!(shown.iter().all(|(_, u)| *u <= now_ms() + 300), "{shown:?}");
+    refused_eventually(&srv, &p1).await;
+    refused_eventually(&srv, &p0).await;
+    assert_eq!(previous(&srv, &a, "stripe").await, []);
+
+    // Tenant a's list never shows b's old address, nor b's a's.
+    for (key, theirs) in [(&a, &b0), (&b, &p0)] {
+        let (_, page, _) = srv
+            .call("GET", "/v1/webhook-endpoints?limit=100", Some(key), None)
+            .await;
+        assert!(!page.to_string().contains(theirs.as_str()), "{page}");
+    }
 }

@@ -1,5 +1,6 @@
 //! The unary WorkflowAdmin service: start, signal (by id or correlation key), cancel,
-//! retry, get and list workflow instances, as the HTTP `/v1/workflows` routes do.
+//! retry, get and list workflow instances, as the HTTP `/v1/workflows` routes do, and a
+//! queue's retention of ended instances, as `/v1/queues/{name}/workflow-retention`.
 //!
 //! Same keys, scopes and tenant namespacing as HTTP: queues go through the tenant
 //! namespace, concurrency and rate keys get the tenant's prefix, and another tenant's
@@ -23,6 +24,7 @@ use crate::auth::namespace::tenant_prefix;
 use crate::auth::{user_queue, Principal, Scope};
 use crate::http::extract::has_nul;
 use crate::proto::v1 as pb;
+use crate::service::admin::{self as service, Via};
 use crate::wfsteps::tenant_key;
 
 pub struct WorkflowAdminService {
@@ -315,6 +317,42 @@ impl pb::workflow_admin_server::WorkflowAdmin for WorkflowAdminService {
                 .collect(),
             has_more: page.has_more,
             next: page.next,
+        }))
+    }
+
+    async fn get_retention(
+        &self,
+        req: Request<pb::WorkflowRetentionRequest>,
+    ) -> Result<Response<pb::WorkflowRetention>, Status> {
+        let p = self.principal(&req, Scope::Read).await?;
+        let queue = req.into_inner().queue;
+        let ms = service::workflow_retention(&self.state.engine, &p, &queue)
+            .await
+            .map_err(|e| status(&e, ""))?;
+        Ok(Response::new(pb::WorkflowRetention {
+            queue,
+            retention_ms: ms,
+        }))
+    }
+
+    async fn set_retention(
+        &self,
+        req: Request<pb::WorkflowRetention>,
+    ) -> Result<Response<pb::WorkflowRetention>, Status> {
+        let p = self.principal(&req, Scope::Admin).await?;
+        let r = req.into_inner();
+        let ms = service::set_workflow_retention(
+            &self.state.engine,
+            &p,
+            &r.queue,
+            r.retention_ms,
+            Via::Grpc,
+        )
+        .await
+        .map_err(|e| status(&e, ""))?;
+        Ok(Response::new(pb::WorkflowRetention {
+            queue: r.queue,
+            retention_ms: ms,
         }))
     }
 }

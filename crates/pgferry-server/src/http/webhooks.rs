@@ -10,13 +10,14 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use pgferry_monitors::webhooks::{Signature, MAX_EVENT_BYTES};
-use pgferry_monitors::{Endpoint, MonitorError, NewEndpoint, Webhooks};
+use pgferry_monitors::{Endpoint, MonitorError, NewEndpoint, OldAddress, Webhooks};
 use pgferry_schedules::schedule::{format_time, parse_time};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::extract::{no_nul, Authed, JsonBody, Objects, OptionalJsonBody};
+use super::job_view::unix_ms;
 use super::monitors::{api, audit, audit_with, name_ok, present, url_allowed};
 use super::paging::{name_page, page, pairs};
 use crate::auth::Scope;
@@ -48,6 +49,24 @@ pub struct CreateEndpoint {
 
 impl Objects for CreateEndpoint {
     const OBJECTS: &'static [&'static str] = &["", "signature"];
+}
+
+/// An endpoint as GET and the list show it: with its old addresses still accepted, so a
+/// leaked address that is still live after a rotation is visible.
+fn endpoint_json_with(e: &Endpoint, old: Option<&Vec<OldAddress>>) -> Value {
+    let mut out = endpoint_json(e);
+    let previous: Vec<Value> = old
+        .into_iter()
+        .flatten()
+        .map(|o| {
+            json!({
+                "path": format!("/in/{}", o.address),
+                "accepted_until_ms": unix_ms(o.accepted_until),
+            })
+        })
+        .collect();
+    out["previous_paths"] = json!(previous);
+    out
 }
 
 /// An endpoint as the API shows it: never the secret.
@@ -116,7 +135,12 @@ pub async fn list(
     let next = (rows.len() as i64 == limit)
         .then(|| rows.last().map(|e| e.spec.slug.clone()))
         .flatten();
-    let items: Vec<Value> = rows.iter().map(endpoint_json).collect();
+    let ids: Vec<i64> = rows.iter().map(|e| e.id).collect();
+    let old = store(&state).old_addresses(&ids).await.map_err(api)?;
+    let items: Vec<Value> = rows
+        .iter()
+        .map(|e| endpoint_json_with(e, old.get(&e.id)))
+        .collect();
     Ok(Json(json!({"endpoints": items, "next": next})))
 }
 
@@ -127,8 +151,10 @@ pub async fn get(
 ) -> ApiResult<Json<Value>> {
     p.require(Scope::Read)?;
     name_ok("slug", &slug)?;
-    let e = store(&state).get(p.tenant_id, &slug).await.map_err(api)?;
-    Ok(Json(endpoint_json(&e)))
+    let store = store(&state);
+    let e = store.get(p.tenant_id, &slug).await.map_err(api)?;
+    let old = store.old_addresses(&[e.id]).await.map_err(api)?;
+    Ok(Json(endpoint_json_with(&e, old.get(&e.id))))
 }
 
 pub async fn delete(

@@ -19,7 +19,8 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{no_nul, no_nul_json, Authed, JsonBody, Objects};
 use super::jobs::unix_ms;
 use crate::auth::namespace::tenant_prefix;
-use crate::auth::{admin, user_queue, Principal, Scope};
+use crate::auth::{user_queue, Principal, Scope};
+use crate::service::admin::{self as service, Via};
 use crate::AppState;
 
 const MAX_UNIX_MS: u64 = 253_402_300_799_000;
@@ -384,9 +385,6 @@ pub async fn retry(
     Ok(Json(json!({ "id": id, "step": step })))
 }
 
-/// Longest retention a queue may set: ten years.
-const MAX_RETENTION_MS: u64 = 315_360_000_000;
-
 /// `retention_ms` must be present: a number, or null for the server's default (an empty
 /// body resetting a queue's retention by accident would be a silent loss of history).
 #[derive(Debug, Deserialize)]
@@ -402,12 +400,6 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>
     Option::<u64>::deserialize(d).map(Some)
 }
 
-fn retention_json(queue: &str, retention: Option<Duration>) -> Json<Value> {
-    // Stored as an interval from seconds: read back to the millisecond that was written.
-    let ms = retention.map(|d| (d.as_secs_f64() * 1000.0).round() as u64);
-    Json(json!({ "queue": queue, "retention_ms": ms }))
-}
-
 /// How long ended instances of one of the caller's queues are kept (`null`: the server's
 /// default, `LeaderConfig::workflow_retention`).
 pub async fn get_retention(
@@ -416,8 +408,8 @@ pub async fn get_retention(
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     p.require(Scope::Read)?;
-    let retention = wf(&state).retention(&p.queue(&name)?).await?;
-    Ok(retention_json(&name, retention))
+    let ms = service::workflow_retention(&state.engine, &p, &name).await?;
+    Ok(Json(json!({ "queue": name, "retention_ms": ms })))
 }
 
 /// Sets (or, with null, clears) a queue's retention of ended instances; audited.
@@ -428,35 +420,14 @@ pub async fn put_retention(
     JsonBody(b): JsonBody<RetentionBody>,
 ) -> ApiResult<Json<Value>> {
     p.require(Scope::Admin)?;
-    let queue = p.queue(&name)?;
+    // The queue first, as before: a bad name is reported even with a bad body.
+    p.queue(&name)?;
     let Some(ms) = b.retention_ms else {
         return Err(ApiError::bad_request(
             "retention_ms",
             "required: milliseconds, or null for the server's default",
         ));
     };
-    if ms.is_some_and(|ms| ms > MAX_RETENTION_MS) {
-        return Err(ApiError::bad_request(
-            "retention_ms",
-            format!("must be 0 to {MAX_RETENTION_MS}"),
-        ));
-    }
-    let retention = ms.map(Duration::from_millis);
-    wf(&state).set_retention(&queue, retention).await?;
-    let client = state
-        .engine
-        .pool()
-        .get()
-        .await
-        .map_err(pgferry_core::Error::from)?;
-    admin::audit_api(
-        &**client,
-        &p,
-        "workflow.retention",
-        &name,
-        json!({ "retention_ms": ms }),
-    )
-    .await
-    .map_err(pgferry_core::Error::from)?;
-    Ok(retention_json(&name, retention))
+    let ms = service::set_workflow_retention(&state.engine, &p, &name, ms, Via::Http).await?;
+    Ok(Json(json!({ "queue": name, "retention_ms": ms })))
 }

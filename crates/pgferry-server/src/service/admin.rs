@@ -1,10 +1,13 @@
 //! The admin use cases: a caller's jobs (cancel, retry), its dead letters (which ones,
-//! retry, purge) and its queues (pause, resume, cancel matching jobs). Both transports call
-//! these after checking the caller's scope; what is decided here — that a job or queue of
-//! another tenant is "not found", which filters are valid, what is audited and how — is
-//! decided once. Errors are engine errors; each transport renders them in its own form.
+//! retry, purge) and its queues (pause, resume, cancel matching jobs, workflow retention).
+//! Both transports call these after checking the caller's scope; what is decided here —
+//! that a job or queue of another tenant is "not found", which filters are valid, what is
+//! audited and how — is decided once. Errors are engine errors; each transport renders them in its own form.
+
+use std::time::Duration;
 
 use pgferry_core::dlq::MAX_PAGE;
+use pgferry_core::workflow::Workflows;
 use pgferry_core::{
     CancelFilter, CancelMatched, DeadFilter, Engine, Error, JobInfo, JobState, Result,
 };
@@ -228,4 +231,55 @@ pub async fn cancel_matching(
     });
     audit(engine, p, via, "queue.cancel", queue, detail).await?;
     Ok(done)
+}
+
+/// Longest workflow retention a queue may set: ten years.
+pub const MAX_WORKFLOW_RETENTION_MS: u64 = 315_360_000_000;
+
+/// How long ended workflow instances of one of the caller's queues are kept (`None`: the
+/// server's default, `LeaderConfig::workflow_retention`), in milliseconds.
+pub async fn workflow_retention(
+    engine: &Engine,
+    p: &Principal,
+    queue: &str,
+) -> Result<Option<u64>> {
+    let name = p.queue(queue)?;
+    Ok(retention_ms(Workflows::of(engine).retention(&name).await?))
+}
+
+/// Sets (or, with `None`, clears) a queue's workflow retention; audited. Both transports
+/// call this so the bound and the field named in the error are the same on each.
+pub async fn set_workflow_retention(
+    engine: &Engine,
+    p: &Principal,
+    queue: &str,
+    ms: Option<u64>,
+    via: Via,
+) -> Result<Option<u64>> {
+    let name = p.queue(queue)?;
+    if ms.is_some_and(|ms| ms > MAX_WORKFLOW_RETENTION_MS) {
+        return Err(Error::InvalidArgument {
+            field: "retention_ms",
+            reason: format!("must be 0 to {MAX_WORKFLOW_RETENTION_MS}"),
+        });
+    }
+    let retention = ms.map(Duration::from_millis);
+    Workflows::of(engine)
+        .set_retention(&name, retention)
+        .await?;
+    audit(
+        engine,
+        p,
+        via,
+        "workflow.retention",
+        queue,
+        json!({ "retention_ms": ms }),
+    )
+    .await?;
+    Ok(retention_ms(retention))
+}
+
+/// Stored as an interval from seconds: read back to the millisecond that was written.
+fn retention_ms(retention: Option<Duration>) -> Option<u64> {
+    retention.map(|d| (d.as_secs_f64() * 1000.0).round() as u64)
 }

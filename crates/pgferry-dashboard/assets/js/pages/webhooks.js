@@ -129,6 +129,10 @@ async function renderEndpoint(root, slug) {
     h("h1", {}, `Webhook ${ep.slug}`),
     h("section", { class: "card" }, h("dl", { class: "kv", id: "endpoint-facts" },
       h("dt", {}, "Address"), h("dd", { class: "mono" }, `POST ${ep.path}`),
+      // A rotated-away address still in its grace still takes events: show it until then.
+      ...(ep.previous_paths || []).flatMap((o) => [
+        h("dt", {}, "Previous address"),
+        h("dd", { class: "mono" }, `POST ${o.path} — accepted until ${time(o.accepted_until_ms)}`)]),
       h("dt", {}, "Signature"), h("dd", {}, ep.signature ? `${ep.signature.scheme}, header ${ep.signature.header}` : "none (any caller who knows the address)"),
       h("dt", {}, "Dedup header"), h("dd", { class: "mono" }, ep.event_id_header || "— (no deduplication)"),
       h("dt", {}, "Targets"), h("dd", { class: "mono" }, ep.targets.join("\n")),
