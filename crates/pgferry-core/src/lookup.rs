@@ -215,7 +215,7 @@ fn needs_outcome(r: &Row, c: &DetailCols) -> bool {
 
 /// What one job's rows say.
 enum Read {
-    Job(Detail),
+    Job(Box<Detail>),
     /// Unknown, its history truncated away, or dead-lettered and purged from the DLQ since.
     Gone,
     /// Its attempt's outcome (read by `jobs_outcomes.sql`, a later statement with a later
@@ -228,7 +228,7 @@ enum Read {
 /// each with how that attempt ended.
 fn job_from_rows(rows: &[(&Row, Ended)], c: &DetailCols) -> Read {
     match job_detail_from_rows(rows, c) {
-        Ok(Some(d)) => Read::Job(d),
+        Ok(Some(d)) => Read::Job(Box::new(d)),
         Ok(None) => Read::Gone,
         Err(id) => Read::Moved(id),
     }
@@ -487,7 +487,7 @@ impl Engine {
         let mut ended = self.outcomes_on(client, &rows, &c).await?;
         let (mut out, mut moved) = (Vec::new(), Vec::new());
         let mut take = |read: Read| match read {
-            Read::Job(d) => out.push(d),
+            Read::Job(d) => out.push(*d),
             Read::Gone => {}
             Read::Moved(id) => moved.push(id),
         };
