@@ -453,21 +453,20 @@ impl Engine {
         client: &deadpool_postgres::Client,
         ids: &[i64],
     ) -> Result<Vec<Detail>> {
-        let mut out = Vec::new();
-        let mut ask = ids.to_vec();
-        for _ in 0..3 {
-            let (found, moved) = self.jobs_detail_once(client, &ask).await?;
-            let again = !out.is_empty() || !moved.is_empty();
-            out.extend(found);
-            if moved.is_empty() {
-                if again {
-                    out.sort_by_key(|d: &Detail| d.info.id);
-                }
-                return Ok(out);
-            }
-            ask = moved;
+        let (mut out, mut ask) = self.jobs_detail_once(client, ids).await?;
+        if ask.is_empty() {
+            return Ok(out);
         }
-        // Still changing: left out like an unknown id (the caller's next look finds it).
+        // A job still changing after three reads is left out like an unknown id (the
+        // caller's next look finds it).
+        for _ in 0..2 {
+            let (found, moved) = self.jobs_detail_once(client, &ask).await?;
+            out.extend(found);
+            ask = moved;
+            if ask.is_empty() {
+                break;
+            }
+        }
         out.sort_by_key(|d: &Detail| d.info.id);
         Ok(out)
     }
