@@ -17,14 +17,20 @@ async fn a_job_cancelled_before_a_claim_is_never_handed_out() {
         .collect();
     let ids = s.engine.enqueue(&jobs).await.unwrap();
     s.tick().await;
-    // Cancel every other job while two claimers take small batches.
+    // Cancel every other job while two claimers take small batches. The claimers start once
+    // the first cancel is requested: two claimers can otherwise drain all 300 jobs before a
+    // slow first cancel (a new pooled connection preparing its statements) lands, leaving no
+    // cancel to race (about 1 run in 10 on a busy 2-core machine). The other 149 cancels
+    // still race the claims.
     let cancelled_at: Arc<Mutex<Vec<(i64, Instant)>>> = Arc::default();
+    let (first_cancel, started) = tokio::sync::watch::channel(false);
     let canceller = {
         let (engine, ids, done) = (s.engine.clone(), ids.clone(), cancelled_at.clone());
         tokio::spawn(async move {
             for id in ids.iter().step_by(2) {
                 if let Ok(CancelResult::Requested) = engine.cancel(*id, None).await {
                     done.lock().unwrap().push((*id, Instant::now()));
+                    first_cancel.send_replace(true);
                 }
             }
         })
@@ -32,7 +38,10 @@ async fn a_job_cancelled_before_a_claim_is_never_handed_out() {
     let mut claimers = Vec::new();
     for w in 0..2 {
         let engine = s.engine.clone();
+        let mut started = started.clone();
         claimers.push(tokio::spawn(async move {
+            // Bounded: with no cancel at all the claimers go on, and the check below fails.
+            let _ = tokio::time::timeout(Duration::from_secs(10), started.wait_for(|s| *s)).await;
             let mut got: Vec<(i64, Instant)> = Vec::new();
             for _ in 0..200 {
                 let started = Instant::now();
