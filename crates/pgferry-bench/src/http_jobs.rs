@@ -69,6 +69,11 @@ pub struct Window {
     pub api_p50_ms: f64,
     pub api_p95_ms: f64,
     pub api_p99_ms: f64,
+    /// The same latencies by request kind: creates (immediate and delayed) and lists.
+    pub create_p50_ms: f64,
+    pub create_p95_ms: f64,
+    pub list_p50_ms: f64,
+    pub list_p95_ms: f64,
     pub errors: u64,
     pub creates_immediate: u64,
     pub creates_delayed: u64,
@@ -89,6 +94,10 @@ struct Tally {
     /// Create→delivered of immediate jobs tagged with the current window.
     delivered_ms: Mutex<Vec<f32>>,
     api_ms: Mutex<Vec<f32>>,
+    /// The successful lists' latencies (also in `api_ms`).
+    list_ms: Mutex<Vec<f32>>,
+    /// The successful creates' latencies (also in `api_ms`).
+    create_ms: Mutex<Vec<f32>>,
     errors: AtomicU64,
     immediate: AtomicU64,
     delayed: AtomicU64,
@@ -182,6 +191,12 @@ impl Shared {
         if ok {
             let ms = started.elapsed().as_secs_f32() * 1000.0;
             tally.api_ms.lock().expect("not poisoned").push(ms);
+            let by_kind = if rng_pick < 85 {
+                &tally.create_ms
+            } else {
+                &tally.list_ms
+            };
+            by_kind.lock().expect("not poisoned").push(ms);
         } else {
             tally.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -231,6 +246,8 @@ struct Counting {
 fn window_report(t: &Tally, seconds: f64, deliveries: u64) -> Window {
     let api = t.api_ms.lock().expect("not poisoned");
     let delivered = t.delivered_ms.lock().expect("not poisoned");
+    let creates = t.create_ms.lock().expect("not poisoned");
+    let lists = t.list_ms.lock().expect("not poisoned");
     let requests = api.len() as u64 + t.errors.load(Ordering::SeqCst);
     let immediate = t.immediate.load(Ordering::SeqCst);
     Window {
@@ -240,6 +257,10 @@ fn window_report(t: &Tally, seconds: f64, deliveries: u64) -> Window {
         api_p50_ms: percentile(&api, 0.50),
         api_p95_ms: percentile(&api, 0.95),
         api_p99_ms: percentile(&api, 0.99),
+        create_p50_ms: percentile(&creates, 0.50),
+        create_p95_ms: percentile(&creates, 0.95),
+        list_p50_ms: percentile(&lists, 0.50),
+        list_p95_ms: percentile(&lists, 0.95),
         errors: t.errors.load(Ordering::SeqCst),
         creates_immediate: immediate,
         creates_delayed: t.delayed.load(Ordering::SeqCst),
