@@ -2,7 +2,7 @@
 // service, or the HTTP API (/v1/workflows) when the client has only an HTTP address or the
 // server does not offer the service.
 import type * as grpc from "@grpc/grpc-js";
-import { PgferryError, Unavailable, Unimplemented, fromServiceError } from "./errors.js";
+import { InvalidArgument, PgferryError, Unavailable, Unimplemented, fromServiceError } from "./errors.js";
 import { HttpApi } from "./http.js";
 import { authMetadata, method, openChannel, sleep } from "./transport.js";
 import { fromJson } from "./types.js";
@@ -41,6 +41,8 @@ export interface SignalSent {
 
 export type SignalTarget = number | { queue: string; correlationKey: string };
 
+// A WorkflowRetention (gRPC: the optional field absent when unset; HTTP: null).
+const retentionOut = (w: any): number | null => (w.retention_ms == null ? null : Number(w.retention_ms));
 const date = (ms: unknown): Date | null => (ms ? new Date(Number(ms)) : null);
 const json = (v: unknown, wire: boolean): unknown => (wire ? fromJson(v as string) : (v ?? null));
 
@@ -216,6 +218,29 @@ export class WorkflowAdmin {
     const out = (w: any) => ({ instances: (w.instances ?? []).map(summary), hasMore: Boolean(w.has_more), next: w.next == null ? null : Number(w.next) });
     return this.call("List", q, out, async (h) =>
       out(await h.call<any>("GET", "/v1/workflows", undefined, { ...q, before: f.before, limit: f.limit })),
+    );
+  }
+
+  /** How long `queue` (default: the client's default queue) keeps its ended instances, in
+   * milliseconds; null: the server's default applies (the queue has no setting of its own). */
+  getRetention(queue?: string): Promise<number | null> {
+    const q = queue ?? this.opts.defaultQueue;
+    return this.call("GetRetention", { queue: q }, retentionOut, async (h) =>
+      retentionOut(await h.call<any>("GET", `/v1/queues/${encodeURIComponent(q)}/workflow-retention`)),
+    );
+  }
+
+  /** Keep `queue`'s ended instances `retentionMs` milliseconds (0 to ten years) after they
+   * ended; null clears the queue's own setting, so the server's default applies. Returns the
+   * setting as stored. Needs an admin key; audited. */
+  setRetention(retentionMs: number | null, o: { queue?: string } = {}): Promise<number | null> {
+    if (retentionMs !== null && !(Number.isSafeInteger(retentionMs) && retentionMs >= 0)) {
+      // uint64 on the wire: a negative or fractional number would not encode as given.
+      return Promise.reject(new InvalidArgument("retentionMs: must be an integer of milliseconds, 0 to ten years, or null", { field: "retentionMs" }));
+    }
+    const q = o.queue ?? this.opts.defaultQueue;
+    return this.call("SetRetention", { queue: q, ...(retentionMs === null ? {} : { retention_ms: retentionMs }) }, retentionOut, async (h) =>
+      retentionOut(await h.call<any>("PUT", `/v1/queues/${encodeURIComponent(q)}/workflow-retention`, { retention_ms: retentionMs })),
     );
   }
 

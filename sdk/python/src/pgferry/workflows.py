@@ -38,7 +38,7 @@ from pgferry._journal import NONDETERMINISM, ChildSpec, WorkflowContext, claimed
 from pgferry._signature import _BaseModel, _is_model
 from pgferry._types import _ms_to_dt
 from pgferry._wf_worker import ClaimedStep, KindEntry
-from pgferry.errors import PgferryError, ResultTimeout, from_rpc_error
+from pgferry.errors import InvalidArgument, PgferryError, ResultTimeout, from_rpc_error
 from pgferry.v1 import workflow_pb2
 
 if TYPE_CHECKING:
@@ -342,6 +342,28 @@ class WorkflowCalls:
         )
         r = await self._wf("List", req, workflow_pb2.WorkflowList)
         return [i.id for i in r.instances], (r.next if r.has_more and r.HasField("next") else None)
+
+    async def get_workflow_retention(self, queue: str | None = None) -> int | None:
+        """How long `queue` keeps its ended instances, in milliseconds; None: the server's
+        default applies (the queue has no setting of its own)."""
+        req = workflow_pb2.WorkflowRetentionRequest(queue=queue or self.default_queue)
+        r = await self._wf("GetRetention", req, workflow_pb2.WorkflowRetention)
+        return int(r.retention_ms) if r.HasField("retention_ms") else None
+
+    async def set_workflow_retention(self, retention_ms: int | None, *, queue: str | None = None) -> int | None:
+        """Keep `queue`'s ended instances `retention_ms` milliseconds (0 to ten years) after
+        they ended; None clears the queue's own setting, so the server's default applies.
+        Returns the setting as stored. Needs an admin key; audited."""
+        if retention_ms is not None and (isinstance(retention_ms, bool) or not isinstance(retention_ms, int)):
+            raise TypeError("set_workflow_retention: retention_ms must be an int (milliseconds) or None")
+        if retention_ms is not None and retention_ms < 0:
+            # uint64 on the wire: a negative number would not even encode.
+            raise InvalidArgument("must be 0 to ten years", field="retention_ms")
+        req = workflow_pb2.WorkflowRetention(queue=queue or self.default_queue)
+        if retention_ms is not None:
+            req.retention_ms = retention_ms
+        r = await self._wf("SetRetention", req, workflow_pb2.WorkflowRetention)
+        return int(r.retention_ms) if r.HasField("retention_ms") else None
 
     async def retry_workflow(self, id: int) -> str:
         """Run a failed instance again from its failed step; returns that step."""
