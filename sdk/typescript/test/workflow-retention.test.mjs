@@ -39,23 +39,19 @@ async function roundTrip(client, queue) {
 }
 
 describe("workflow retention", () => {
-  it("reads, sets and clears over gRPC", async (t) => {
-    const client = new Client({ url: server.grpcUrl, apiKey: server.apiKey });
-    try {
-      await roundTrip(client, queueName(t));
-    } finally {
-      await client.close();
-    }
-  });
-
-  it("reads, sets and clears over HTTP", async (t) => {
-    const client = new Client({ httpUrl: server.httpUrl, apiKey: server.apiKey });
-    try {
-      await roundTrip(client, queueName(t));
-    } finally {
-      await client.close();
-    }
-  });
+  for (const [via, opts] of [
+    ["gRPC", () => ({ url: server.grpcUrl })],
+    ["HTTP", () => ({ httpUrl: server.httpUrl })],
+  ]) {
+    it(`reads, sets and clears over ${via}`, async (t) => {
+      const client = new Client({ ...opts(), apiKey: server.apiKey });
+      try {
+        await roundTrip(client, queueName(t));
+      } finally {
+        await client.close();
+      }
+    });
+  }
 
   it("uses the client's default queue", async (t) => {
     const queue = queueName(t);
