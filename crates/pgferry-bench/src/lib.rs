@@ -9,6 +9,7 @@ mod grpc_cycle;
 mod http_cycle;
 pub mod http_jobs;
 mod measure;
+pub mod paired;
 pub mod peer;
 mod reference_log;
 mod reference_skiplocked;
@@ -88,6 +89,9 @@ pub struct BenchOpts {
     /// pgferry: claims commit with `synchronous_commit = off` (`EngineConfig::async_claims`,
     /// ADR 0019).
     pub async_claims: bool,
+    /// `bench workflow`: A/B pairs of the hot-key phase (rounds without and with the hot
+    /// key, in ABBA order; 2 pairs: A B B A).
+    pub hot_key_pairs: usize,
 }
 
 fn durability<S: serde::Serializer>(d: &Durability, s: S) -> Result<S::Ok, S::Error> {
@@ -122,6 +126,7 @@ impl Default for BenchOpts {
             insert_max_rows: EngineConfig::default().insert_max_rows,
             tick_on_demand: true,
             async_claims: EngineConfig::default().async_claims,
+            hot_key_pairs: 2,
         }
     }
 }

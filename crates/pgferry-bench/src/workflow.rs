@@ -85,7 +85,9 @@ pub async fn run(base: &Config, opts: &BenchOpts) -> anyhow::Result<Value> {
         "ratios": {
             "three_step_steps_vs_cycle_jobs_per_s": ratio(steps_per_s, cycle.jobs_per_s),
             "code_first_vs_state_machine_steps_per_s": ratio(code_steps_per_s, steps_per_s),
-            "other_keys_with_vs_without_hot_key": ratio(other("with_hot_key"), other("without_hot_key")),
+            // The mean of the A/B pairs' ratios (hot_key.pairs has each, and their interval).
+            "other_keys_with_vs_without_hot_key": hot_key["pairs"]["pair_ratio_mean"],
+            "other_keys_with_vs_without_hot_key_ratio_of_means": ratio(other("with_hot_key"), other("without_hot_key")),
         },
         "signal_p99": signal_p99,
         "targets": {
@@ -457,17 +459,20 @@ async fn fan_out(_config: &Config, wf: &Workflows, opts: &BenchOpts) -> anyhow::
     }))
 }
 
-/// Other keys' steps/s without and with a hot key, in alternating rounds (A B B A): a
-/// single pair on this shared machine moves by more than the 10% the target allows, and the
-/// order cancels drift over the run. Each round has its own queue and its own 1000 keys and
-/// is drained before the next starts; the hot key's 20,000 instances (limit 1, so all but
-/// one wait outside the picker) are started before the first B round, on the B queue.
+/// Other keys' steps/s without and with a hot key, in alternating rounds: `hot_key_pairs`
+/// A/B pairs in ABBA order (paired.rs). A single pair on this shared machine moves by more
+/// than the 10% the target allows; each pair's ratio cancels the machine's drift, and the
+/// pairs' interval says what the run resolves. Each round has its own queue and its own
+/// 1000 keys and is drained before the next starts; the hot key's 20,000 instances (limit
+/// 1, so all but one wait outside the picker) are started before the first B round, on the
+/// B queue, and each B round runs some of them.
 async fn hot_key(config: &Config, wf: &Workflows, opts: &BenchOpts) -> anyhow::Result<Value> {
     let admin = measure::connect(config, "admin").await?;
     let mut rounds = Vec::new();
-    let (mut without, mut with) = (Vec::new(), Vec::new());
+    let mut runs: Vec<(bool, f64)> = Vec::new();
     let mut hot_started = false;
-    for (round, hot) in [false, true, true, false].into_iter().enumerate() {
+    for round in 0..2 * opts.hot_key_pairs.max(1) {
+        let hot = crate::paired::is_b(round);
         if hot && !hot_started {
             load::start_bulk_keyed(&admin, "three", "hot_b", 20_000, "hot").await?;
             hot_started = true;
@@ -475,15 +480,11 @@ async fn hot_key(config: &Config, wf: &Workflows, opts: &BenchOpts) -> anyhow::R
         let queue = if hot { "hot_b" } else { "hot_a" };
         let prefix = format!("{}{round}-key-", if hot { "b" } else { "a" });
         let r = hot_key_round(config, wf, opts, queue, prefix).await?;
-        let per_s = r["steps_per_s"].as_f64().unwrap_or(0.0);
-        if hot {
-            with.push(per_s);
-        } else {
-            without.push(per_s);
-        }
+        runs.push((hot, r["steps_per_s"].as_f64().unwrap_or(0.0)));
         rounds.push(json!({"round": round, "hot_key": hot, "queue": queue, "result": r}));
     }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let of = |hot: bool| -> Vec<f64> { runs.iter().filter(|r| r.0 == hot).map(|r| r.1).collect() };
+    let (without, with) = (of(false), of(true));
     let hot_left: i64 = admin
         .query_one(
             "SELECT count(*) FROM pgferry.wf_key_waiters WHERE key = 'hot'",
@@ -492,10 +493,11 @@ async fn hot_key(config: &Config, wf: &Workflows, opts: &BenchOpts) -> anyhow::R
         .await?
         .get("count");
     Ok(json!({
-        "order": "A B B A (A: without the hot key's activity, B: with it)",
+        "order": "A: without the hot key's activity, B: with it",
         "rounds": rounds,
-        "without_hot_key": {"steps_per_s": mean(&without), "runs": without},
-        "with_hot_key": {"steps_per_s": mean(&with), "runs": with, "hot_waiters_at_start": 19_999, "hot_waiters_at_end": hot_left},
+        "pairs": crate::paired::report(&runs),
+        "without_hot_key": {"steps_per_s": crate::paired::mean(&without), "runs": without},
+        "with_hot_key": {"steps_per_s": crate::paired::mean(&with), "runs": with, "hot_waiters_at_start": 19_999, "hot_waiters_at_end": hot_left},
     }))
 }
 

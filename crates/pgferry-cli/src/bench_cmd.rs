@@ -99,6 +99,10 @@ pub struct BenchArgs {
     /// like every other write, one WAL flush each).
     #[arg(long, default_value_t = pgferry_core::EngineConfig::default().async_claims, action = clap::ArgAction::Set)]
     pub async_claims: bool,
+    /// workflow: A/B pairs of the hot-key phase (rounds without and with the hot key, in
+    /// ABBA order), reported with each pair's ratio and a 95% interval of their mean.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=20))]
+    pub hot_key_pairs: u16,
     /// Use this database instead of a private cluster.
     #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
     pub database_url: Option<String>,
@@ -276,6 +280,7 @@ impl BenchArgs {
             insert_max_rows: self.insert_max_rows,
             tick_on_demand: self.tick_on_demand,
             async_claims: self.async_claims,
+            hot_key_pairs: usize::from(self.hot_key_pairs),
         }
     }
 }

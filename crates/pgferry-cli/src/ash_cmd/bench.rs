@@ -207,83 +207,33 @@ fn overhead_report(
     runs: &[(usize, bool, f64)],
     duty: &[pgferry_ash::bench::Duty],
 ) -> serde_json::Result<serde_json::Value> {
+    use pgferry_bench::paired;
     let of = |on: bool| -> Vec<f64> { runs.iter().filter(|r| r.1 == on).map(|r| r.2).collect() };
     let (off, on) = (of(false), of(true));
-    let mut ratios: Vec<f64> = runs
-        .chunks(2)
-        .filter_map(|p| match p {
-            [a, b] if a.1 != b.1 => {
-                let (on, off) = if a.1 { (a.2, b.2) } else { (b.2, a.2) };
-                Some(on / off)
-            }
-            _ => None,
-        })
-        .collect();
-    let order: String = runs.iter().map(|r| if r.1 { 'B' } else { 'A' }).collect();
-    let on_over_off = mean(&on) / mean(&off);
-    let ratio_mean = mean(&ratios);
-    let ratio_sd = sd(&ratios);
-    // A 95% interval of the mean pair ratio (t with n-1 degrees of freedom, n ≤ 10 pairs
-    // in practice; 2.0 past that table).
-    let t = match ratios.len() {
-        2 => 12.71,
-        3 => 4.30,
-        4 => 3.18,
-        5 => 2.78,
-        6 => 2.57,
-        7 => 2.45,
-        8 => 2.36,
-        9 => 2.31,
-        10 => 2.26,
-        _ => 2.0,
-    };
-    let half = t * ratio_sd / (ratios.len().max(1) as f64).sqrt();
-    ratios
-        .iter_mut()
-        .for_each(|r| *r = (*r * 10_000.0).round() / 10_000.0);
+    let ab: Vec<(bool, f64)> = runs.iter().map(|r| (r.1, r.2)).collect();
+    let pairs = paired::report(&ab);
+    let ratio_mean = paired::mean(&paired::ratios(&ab));
+    let half = paired::half_interval_95(&paired::ratios(&ab));
     Ok(serde_json::json!({
-        "order": order,
+        "order": pairs["order"],
         "runs": runs.iter().map(|(pair, on, jps)| serde_json::json!({
             "pair": pair, "ash": if *on { "on" } else { "off" }, "jobs_per_s": jps,
         })).collect::<Vec<_>>(),
         "jobs_per_s_sampler_off": off,
         "jobs_per_s_sampler_on": on,
-        "off": stats(&off),
-        "on": stats(&on),
-        "on_over_off": on_over_off,
-        "pair_ratios_on_over_off": ratios,
+        "off": paired::stats(&off),
+        "on": paired::stats(&on),
+        "on_over_off": paired::mean(&on) / paired::mean(&off),
+        "pair_ratios_on_over_off": pairs["pair_ratios"],
         "pair_ratio_mean": ratio_mean,
-        "pair_ratio_sd": ratio_sd,
-        "pair_ratio_95pct_interval": [ratio_mean - half, ratio_mean + half],
+        "pair_ratio_sd": pairs["pair_ratio_sd"],
+        "pair_ratio_95pct_interval": pairs["pair_ratio_95pct_interval"],
         // The cost the throughput shows (1 - mean pair ratio), and whether this run can
         // resolve the 1% target at all: the interval must be narrower than ±1%.
         "cost_pct": (1.0 - ratio_mean) * 100.0,
         "resolves_1pct": half < 0.01,
         "sampler_duty": duty,
     }))
-}
-
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
-}
-
-fn sd(v: &[f64]) -> f64 {
-    if v.len() < 2 {
-        return 0.0;
-    }
-    let m = mean(v);
-    (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
-}
-
-fn stats(v: &[f64]) -> serde_json::Value {
-    let m = mean(v);
-    serde_json::json!({
-        "mean": m,
-        "sd": sd(v),
-        "cv": if m > 0.0 { sd(v) / m } else { 0.0 },
-        "min": v.iter().copied().fold(f64::INFINITY, f64::min),
-        "max": v.iter().copied().fold(0.0, f64::max),
-    })
 }
 
 #[cfg(test)]
