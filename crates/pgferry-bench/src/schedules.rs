@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::{stream, StreamExt};
 use pgferry_core::runtime::{Runtime, RuntimeConfig};
-use pgferry_core::{db, Engine, EngineConfig, Leader, LeaderConfig, QueueOptions};
+use pgferry_core::{db, Engine, EngineConfig, Leader, LeaderConfig, NewJob, QueueOptions};
 use pgferry_schedules::schedule::{format_time, parse_time};
 use pgferry_schedules::{FirerConfig, NewSchedule, Schedules, Target};
 use serde::Serialize;
@@ -215,6 +215,20 @@ pub async fn run(config: &Config, opts: &SchedulesOpts) -> anyhow::Result<Value>
         anyhow::ensure!(
             waited.elapsed() < Duration::from_secs(30),
             "the leader did not start within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // A queue's first job at a priority creates its lane, which a claimer's lane list
+    // picks up within a second (lanes.rs): one job first, so no measured fire pays that
+    // one-time wait (a queue in use has its lane long before).
+    engine
+        .enqueue(&[NewJob::new(queue.clone(), KIND, json!({}))])
+        .await?;
+    while starts.all.lock().expect("not poisoned").is_empty() {
+        anyhow::ensure!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the first job did not start within 60 s"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
