@@ -15,6 +15,7 @@ mod reference_log;
 mod reference_skiplocked;
 mod runtime_cycle;
 mod scheduled;
+pub mod schedules;
 pub mod two_process;
 pub mod workflow;
 pub mod workflow_grpc;

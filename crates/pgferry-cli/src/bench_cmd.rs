@@ -174,6 +174,28 @@ pub enum BenchCmd {
     /// jobs, 15% delayed ones, 15% list) delivered to a loopback target; saturation, then
     /// half of it (docs/performance.md).
     HttpJobs(HttpJobsArgs),
+    /// Schedules (issue 22): N `* * * * *` schedules fired by the leader duty `serve` runs,
+    /// their jobs run by the worker runtime; per minute boundary, fire lag (committed
+    /// enqueue) and start lag p50/p95/p99/max, missing and duplicate fires
+    /// (docs/performance.md).
+    Schedules(SchedulesArgs),
+}
+
+#[derive(clap::Args, Clone)]
+pub struct SchedulesArgs {
+    /// Print the report as JSON (the only format; kept for scripts).
+    #[arg(long)]
+    pub json: bool,
+    /// Schedules firing every minute.
+    #[arg(long, default_value_t = 10_000)]
+    pub schedules: usize,
+    /// Minute boundaries measured, one after the other.
+    #[arg(long, default_value_t = 2)]
+    pub minutes: usize,
+    /// Use this database instead of a private cluster (`track_commit_timestamp = on` makes
+    /// the fire lag count to the commit; without it, to each pass's start).
+    #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
+    pub database_url: Option<String>,
 }
 
 #[derive(clap::Args, Clone)]
@@ -294,6 +316,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Ash(a) => return crate::ash_cmd::bench(a.clone()).await,
         BenchCmd::TwoProcess(a) => return two_process(a.clone()).await,
         BenchCmd::HttpJobs(a) => return http_jobs(a.clone()).await,
+        BenchCmd::Schedules(a) => return schedules(a.clone()).await,
     };
     let (base, cluster) = private_or_given(&args.database_url).await?;
     let opts = args.opts();
@@ -332,7 +355,10 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
             pgferry_bench::workflow_grpc::run(&base, &opts).await?
         }
         BenchCmd::Workflow(_) => pgferry_bench::workflow::run(&base, &opts).await?,
-        BenchCmd::Ash(_) | BenchCmd::TwoProcess(_) | BenchCmd::HttpJobs(_) => {
+        BenchCmd::Ash(_)
+        | BenchCmd::TwoProcess(_)
+        | BenchCmd::HttpJobs(_)
+        | BenchCmd::Schedules(_) => {
             unreachable!("answered above")
         }
     };
@@ -344,6 +370,18 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
 type Private = Option<(Cluster, tempfile::TempDir)>;
 
 async fn private_or_given(url: &Option<String>) -> anyhow::Result<(Config, Private)> {
+    private_or_given_with(url, &[]).await
+}
+
+/// [`private_or_given`] with `extra` settings for the private cluster.
+async fn private_or_given_with(
+    url: &Option<String>,
+    extra: &[(&str, &str)],
+) -> anyhow::Result<(Config, Private)> {
+    let extra: Vec<(String, String)> = extra
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     Ok(match url {
         Some(url) => (Config::from_str(url)?, None),
         None => {
@@ -357,6 +395,7 @@ async fn private_or_given(url: &Option<String>) -> anyhow::Result<(Config, Priva
                 ("shared_buffers".into(), "512MB".into()),
                 ("max_wal_size".into(), "4GB".into()),
             ];
+            opts.settings.extend(extra);
             let cluster = tokio::task::spawn_blocking(move || Cluster::start(opts)).await??;
             (
                 Config::from_str(&cluster.conn_string("postgres"))?,
@@ -409,5 +448,24 @@ async fn http_jobs(args: HttpJobsArgs) -> anyhow::Result<()> {
     let report = pgferry_bench::http_jobs::run_fresh(&base, &opts).await;
     stop_private(cluster).await?;
     println!("{}", serde_json::to_string_pretty(&report?)?);
+    Ok(())
+}
+
+async fn schedules(args: SchedulesArgs) -> anyhow::Result<()> {
+    // Commit timestamps let the report count fire lag to each pass's COMMIT.
+    let (base, cluster) =
+        private_or_given_with(&args.database_url, &[("track_commit_timestamp", "on")]).await?;
+    let opts = pgferry_bench::schedules::SchedulesOpts {
+        schedules: args.schedules,
+        minutes: args.minutes,
+    };
+    let report = pgferry_bench::schedules::run_fresh(&base, &opts).await;
+    stop_private(cluster).await?;
+    let report = report?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    // A missing or duplicate fire fails the command too, after the report.
+    if report["ok"] != serde_json::Value::Bool(true) {
+        anyhow::bail!("schedules bench: {}", report["errors"]);
+    }
     Ok(())
 }

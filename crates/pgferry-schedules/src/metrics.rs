@@ -29,6 +29,12 @@ pub fn record(report: &FireReport) {
     }
 }
 
+/// Fires this process's firer committed so far (a bench embedding the firer follows its
+/// progress without querying the fires table).
+pub fn fired_total() -> u64 {
+    FIRED.load(Relaxed)
+}
+
 pub fn record_backfill(n: usize) {
     BACKFILLED.fetch_add(n as u64, Relaxed);
 }

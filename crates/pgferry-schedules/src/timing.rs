@@ -72,8 +72,26 @@ impl Timing {
                 let ms = i64::try_from(n.checked_mul(step)?).ok()?;
                 anchor.checked_add(SignedDuration::from_millis(ms)).ok()
             }
+            Timing::Cron { tz, .. } => {
+                // The lookback is needed only where the offset changes within it; elsewhere
+                // every wall-clock time in it is an instant at or before `t`, which the loop
+                // below would skip one by one (180 steps for `* * * * *`, for every schedule
+                // at every fire).
+                let lookback = if steady(tz, t) {
+                    SignedDuration::ZERO
+                } else {
+                    FOLD_LOOKBACK
+                };
+                self.scan_from(tz.to_datetime(t).checked_sub(lookback).ok()?, t)
+            }
+        }
+    }
+
+    /// The first cron fire after `t`, scanning wall-clock matches from `civil`.
+    fn scan_from(&self, mut civil: DateTime, t: Timestamp) -> Option<Timestamp> {
+        match self {
+            Timing::Interval { .. } => None,
             Timing::Cron { cron, tz } => {
-                let mut civil = tz.to_datetime(t).checked_sub(FOLD_LOOKBACK).ok()?;
                 // Bounded: the lookback window holds at most a few hours of matches.
                 for _ in 0..100_000 {
                     civil = cron.next_civil(civil)?;
@@ -102,6 +120,25 @@ impl Timing {
         }
         out
     }
+}
+
+/// Whether `tz` keeps one offset from a lookback (and an hour more) before `t` up to just
+/// after it: then no wall-clock time of the lookback maps to an instant after `t` (no fold
+/// repeats it, no gap moves it), and a scan may start at `t`'s own wall-clock time.
+fn steady(tz: &TimeZone, t: Timestamp) -> bool {
+    if tz.to_fixed_offset().is_ok() {
+        return true;
+    }
+    let (Ok(after), Ok(since)) = (
+        t.checked_add(SignedDuration::from_secs(1)),
+        t.checked_sub(FOLD_LOOKBACK + SignedDuration::from_hours(1)),
+    ) else {
+        return false;
+    };
+    // The newest transition before `after`, if any, must be older than the window.
+    tz.preceding(after)
+        .next()
+        .is_none_or(|tr| tr.timestamp() < since)
 }
 
 /// An IANA zone by name (from the system's tz database).
@@ -140,6 +177,59 @@ pub fn instant_of(tz: &TimeZone, civil: DateTime) -> Option<Timestamp> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Starting the scan at `t` where the zone is steady finds the same fire as the full
+    /// lookback, for instants every 11 minutes over days around DST transitions (both
+    /// directions, a 30-minute one) and across hour and day crons.
+    #[test]
+    fn skipping_the_lookback_where_steady_changes_no_fire() {
+        let zones = [
+            "UTC",
+            "Europe/Berlin",
+            "America/New_York",
+            "Australia/Lord_Howe",
+        ];
+        let exprs = [
+            "* * * * *",
+            "*/15 * * * *",
+            "30 2 * * *",
+            "0 * * * *",
+            "5 1-3 * * *",
+        ];
+        // Spring and autumn transitions of 2026 in both hemispheres.
+        let starts = [
+            "2026-03-07T00:00:00Z",
+            "2026-03-27T00:00:00Z",
+            "2026-04-03T00:00:00Z",
+            "2026-10-02T00:00:00Z",
+            "2026-10-23T00:00:00Z",
+            "2026-10-31T00:00:00Z",
+        ];
+        let mut skipped = 0;
+        for zone in zones {
+            for expr in exprs {
+                let timing = Timing::cron(expr, zone).unwrap();
+                let Timing::Cron { tz, .. } = &timing else {
+                    unreachable!()
+                };
+                for start in starts {
+                    let mut t = ts(start);
+                    let end = t + SignedDuration::from_hours(48);
+                    while t < end {
+                        let full = tz.to_datetime(t).checked_sub(FOLD_LOOKBACK).unwrap();
+                        let reference = timing.scan_from(full, t);
+                        assert_eq!(timing.next_after(t), reference, "{expr} {zone} after {t}");
+                        if steady(tz, t) {
+                            skipped += 1;
+                        }
+                        t += SignedDuration::from_secs(11 * 60 + 13);
+                    }
+                }
+            }
+        }
+        // Most instants are steady: the shortcut is taken, so the comparison tests it.
+        assert!(skipped > 10_000, "{skipped}");
+    }
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
