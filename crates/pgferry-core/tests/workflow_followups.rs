@@ -487,3 +487,33 @@ async fn retention_per_queue() {
         Err(Error::InvalidArgument { .. }) | Err(Error::InvalidName { .. })
     ));
 }
+
+/// Starts that switch a key to cancel_in_progress, racing: a start that read the key's old
+/// strategy changed it again after another start's change had committed, holding the key's
+/// row while it waited for the key's turn, which the other start held while it waited for
+/// the row: "deadlock detected", and a start that failed (seen once in CI). Each key here is
+/// created with the default strategy and then started on by eight starters at once; every
+/// start must succeed.
+#[tokio::test]
+async fn starts_switching_a_key_to_cancel_in_progress_do_not_deadlock() {
+    let s = common::setup().await;
+    let wf = Workflows::of(&s.engine);
+    for k in 0..25 {
+        let key = format!("switch{k}");
+        wf.set_concurrency_limit(&key, 2).await.unwrap();
+        let starts: Vec<_> = (0..8)
+            .map(|i| {
+                let (wf, key) = (wf.clone(), key.clone());
+                tokio::spawn(async move {
+                    let st = keyed(&key, Some(ConcurrencyStrategy::CancelInProgress), i);
+                    wf.start(&st).await
+                })
+            })
+            .collect();
+        for t in starts {
+            if let Err(e) = t.await.unwrap() {
+                panic!("a start on {key} failed: {e}");
+            }
+        }
+    }
+}

@@ -23,6 +23,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     e          record;
     v_strategy text := 'queue';
+    v_change   boolean := false;
     v_holder   bigint;
     v_n        int := 0;
 BEGIN
@@ -55,19 +56,29 @@ BEGIN
                 coalesce(p_concurrency_strategy, 'queue'))
         ON CONFLICT (key) DO NOTHING;
         SELECT k.strategy INTO v_strategy FROM pgferry.wf_keys k WHERE k.key = p_concurrency_key;
-        IF p_concurrency_strategy IS NOT NULL AND v_strategy <> p_concurrency_strategy THEN
+        v_change := p_concurrency_strategy IS NOT NULL AND v_strategy <> p_concurrency_strategy;
+        v_strategy := coalesce(p_concurrency_strategy, v_strategy);
+        -- Starts that cancel on one key take turns (a transaction-scoped advisory lock on
+        -- the key): two of them cancelling each other's holders would deadlock. The turn is
+        -- taken before this start locks the key's row (the strategy's change below), as
+        -- every start that takes it does: a start holding the turn then locks the key's
+        -- row (wf_take_slot, wf_free_slot), so one that locked the row first and waited for
+        -- the turn deadlocked with it (seen when a start read the old strategy just before
+        -- another start's change committed, and changed it again).
+        IF v_strategy = 'cancel_in_progress' AND coalesce(p_run_at, now()) <= now() THEN
+            PERFORM pg_advisory_xact_lock(hashtextextended('pgferry.wf_key/' || p_concurrency_key, 0));
+        END IF;
+        IF v_change THEN
             -- A representative in the picker (round_robin) means nothing to another strategy.
+            -- Changed only if still different: a start that read the old strategy while
+            -- another changed it re-checks the committed row and leaves it (and its lock).
             UPDATE pgferry.wf_keys SET strategy = p_concurrency_strategy, rep = NULL
-             WHERE key = p_concurrency_key;
-            v_strategy := p_concurrency_strategy;
+             WHERE key = p_concurrency_key AND strategy <> p_concurrency_strategy;
         END IF;
     END IF;
     -- Only a step due now takes a slot at its start (wf_emit); one due later takes it when
     -- claimed, and the strategies act on starts.
     IF v_strategy = 'cancel_in_progress' AND coalesce(p_run_at, now()) <= now() THEN
-        -- Starts that cancel on one key take turns (a transaction-scoped advisory lock on
-        -- the key): two of them cancelling each other's holders would deadlock.
-        PERFORM pg_advisory_xact_lock(hashtextextended('pgferry.wf_key/' || p_concurrency_key, 0));
         LOOP
             EXIT WHEN (SELECT k.running < k.max FROM pgferry.wf_keys k WHERE k.key = p_concurrency_key);
             -- The oldest holder, found without a lock: wf_cancel takes its locks root
