@@ -9,7 +9,9 @@
 //!   are written by one transaction; its commit time is `pg_xact_commit_timestamp(xmin)` of
 //!   the fire row when the cluster tracks commit timestamps (the private cluster does). Else
 //!   the row's `recorded_at` — `now()`, the pass transaction's start — is all the database
-//!   knows, an underestimate by the pass's own duration; `fire_lag_basis` says which.
+//!   knows, an underestimate by the pass's own duration (and, for a fire prepared ahead,
+//!   whose `recorded_at` is its fire time, by its whole wait for the COMMIT);
+//!   `fire_lag_basis` says which.
 //! - start lag: the handler's start (this process's clock) minus the nominal fire time.
 //!
 //! Fires are counted from the database (`pgferry_sched.fires`) and from the handlers (job
@@ -55,6 +57,8 @@ pub struct SchedulesOpts {
     pub schedules: usize,
     /// Minute boundaries measured, one after the other.
     pub minutes: usize,
+    /// The firer's `prepare_ahead` (ms); None: its default.
+    pub prepare_ahead_ms: Option<u64>,
 }
 
 /// One handler start, as the handler saw it.
@@ -100,7 +104,9 @@ fn lags(v: &[f32]) -> Lags {
 #[derive(Debug, Clone, Serialize)]
 pub struct Pass {
     pub fires: usize,
-    /// The transaction's start (`now()`), ms after the boundary.
+    /// The fires' `recorded_at`, ms after the boundary: the transaction's start (`now()`),
+    /// or the boundary itself for fires prepared ahead (ADR 0025), which were written up to
+    /// `prepare_ahead` before it.
     pub began_ms: f64,
     /// Its commit, ms after the boundary (null without commit timestamps).
     pub committed_ms: Option<f64>,
@@ -126,6 +132,17 @@ pub struct Minute {
     pub fire_lag_ms: Lags,
     pub start_lag_ms: Lags,
     pub passes: Vec<Pass>,
+    /// Fires of this minute the firer prepared ahead (ADR 0025; counted by the firer)…
+    pub prepared_fires: u64,
+    /// …and how long it wrote them before waiting for the boundary (null: none prepared).
+    pub prepare_writing_ms: Option<f64>,
+}
+
+/// What the firer prepared ahead for one boundary (its process-wide counters).
+#[derive(Default, Clone, Copy)]
+struct Prepared {
+    fires: u64,
+    writing: Option<Duration>,
 }
 
 fn bar(prefix: &str, len: u64, template: &str) -> indicatif::ProgressBar {
@@ -167,7 +184,10 @@ pub async fn run(config: &Config, opts: &SchedulesOpts) -> anyhow::Result<Value>
         .await?;
 
     // The leader and its firer duty exactly as `pgferry serve` builds them (run.rs).
-    let firer = FirerConfig::default();
+    let mut firer = FirerConfig::default();
+    if let Some(ms) = opts.prepare_ahead_ms {
+        firer.prepare_ahead = Duration::from_millis(ms);
+    }
     let leader = Leader::new(engine.clone(), config.clone(), LeaderConfig::default()).with_duty(
         pgferry_schedules::leader_duty(engine.clone(), firer.clone()),
     );
@@ -241,8 +261,9 @@ pub async fn run(config: &Config, opts: &SchedulesOpts) -> anyhow::Result<Value>
     let boundaries: Vec<SystemTime> = (0..opts.minutes.max(1) as u64)
         .map(|i| first + Duration::from_secs(60 * i))
         .collect();
+    let mut prepared = Vec::new();
     for (i, b) in boundaries.iter().enumerate() {
-        wait_minute(i, *b, n, &starts).await;
+        prepared.push(wait_minute(i, *b, n, &starts).await);
     }
     // Stragglers (a late duplicate) get a moment to show before the count.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -257,8 +278,10 @@ pub async fn run(config: &Config, opts: &SchedulesOpts) -> anyhow::Result<Value>
     let mut minutes = Vec::new();
     let (mut all_fire, mut all_start) = (Vec::new(), Vec::new());
     let mut errors = Vec::new();
-    for b in &boundaries {
-        let (m, fire, start) = minute(*b, n, &rows, &all)?;
+    for (b, p) in boundaries.iter().zip(&prepared) {
+        let (mut m, fire, start) = minute(*b, n, &rows, &all)?;
+        m.prepared_fires = p.fires;
+        m.prepare_writing_ms = p.writing.map(|d| d.as_secs_f64() * 1000.0);
         errors.extend(minute_errors(&m));
         all_fire.extend(fire);
         all_start.extend(start);
@@ -283,7 +306,10 @@ pub async fn run(config: &Config, opts: &SchedulesOpts) -> anyhow::Result<Value>
         "fire_lag_basis": if commit_ts { "commit_timestamp" } else {
             "transaction_start (track_commit_timestamp is off: lags exclude each pass's own duration)"
         },
-        "firer": { "interval_ms": firer.interval.as_millis() as u64 },
+        "firer": {
+            "interval_ms": firer.interval.as_millis() as u64,
+            "prepare_ahead_ms": firer.prepare_ahead.as_millis() as u64,
+        },
         "worker_slots": WORKER_SLOTS,
         "create": create,
         "minutes": minutes,
@@ -340,7 +366,11 @@ async fn create_schedules(
 }
 
 /// Waits for boundary `b`, then until its `n` fires have started (or `MINUTE_WAIT`).
-async fn wait_minute(i: usize, b: SystemTime, n: usize, starts: &Starts) {
+/// Returns what the firer prepared ahead for it.
+async fn wait_minute(i: usize, b: SystemTime, n: usize, starts: &Starts) -> Prepared {
+    // Counted from before the boundary: fires prepared ahead (ADR 0025) commit at it.
+    let fired_before = pgferry_schedules::metrics::fired_total();
+    let (prepared_before, _, _) = pgferry_schedules::metrics::prepared();
     let left = b.duration_since(SystemTime::now()).unwrap_or_default();
     let w = bar(
         &format!("minute {}", i + 1),
@@ -353,7 +383,6 @@ async fn wait_minute(i: usize, b: SystemTime, n: usize, starts: &Starts) {
         tokio::time::sleep(left.min(Duration::from_millis(250))).await;
     }
     w.finish_and_clear();
-    let fired_before = pgferry_schedules::metrics::fired_total();
     let f = bar(
         &format!("minute {}", i + 1),
         n as u64,
@@ -378,6 +407,12 @@ async fn wait_minute(i: usize, b: SystemTime, n: usize, starts: &Starts) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     f.finish_and_clear();
+    let (prepared, last, _) = pgferry_schedules::metrics::prepared();
+    let fires = prepared - prepared_before;
+    Prepared {
+        fires,
+        writing: (fires > 0).then_some(last),
+    }
 }
 
 fn ms_after(t: SystemTime, b: SystemTime) -> f32 {
@@ -463,6 +498,8 @@ fn minute(
         fire_lag_ms: lags(&fire_lag),
         start_lag_ms: lags(&start_lag),
         passes,
+        prepared_fires: 0,
+        prepare_writing_ms: None,
     };
     Ok((m, fire_lag, start_lag))
 }

@@ -28,6 +28,8 @@ async fn every_schedule_fires_once_per_minute_and_starts() {
     let opts = SchedulesOpts {
         schedules: N,
         minutes: 1,
+        // The default: the minute's fires are prepared ahead (ADR 0025).
+        prepare_ahead_ms: None,
     };
     let report = run(&db.config, &opts).await.expect("bench runs");
     eprintln!("{report:#}");

@@ -192,6 +192,10 @@ pub struct SchedulesArgs {
     /// Minute boundaries measured, one after the other.
     #[arg(long, default_value_t = 2)]
     pub minutes: usize,
+    /// The firer's `prepare_ahead` in ms (ADR 0025); 0 fires every schedule after its time.
+    /// Default: the firer's default (what `pgferry serve` uses).
+    #[arg(long)]
+    pub prepare_ahead_ms: Option<u64>,
     /// Use this database instead of a private cluster (`track_commit_timestamp = on` makes
     /// the fire lag count to the commit; without it, to each pass's start).
     #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
@@ -458,6 +462,7 @@ async fn schedules(args: SchedulesArgs) -> anyhow::Result<()> {
     let opts = pgferry_bench::schedules::SchedulesOpts {
         schedules: args.schedules,
         minutes: args.minutes,
+        prepare_ahead_ms: args.prepare_ahead_ms,
     };
     let report = pgferry_bench::schedules::run_fresh(&base, &opts).await;
     stop_private(cluster).await?;

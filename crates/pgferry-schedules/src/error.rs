@@ -8,6 +8,10 @@ pub enum ScheduleError {
     NotFound(String),
     #[error("a schedule named {0:?} already exists")]
     Exists(String),
+    /// A fire row appeared under a pass that held its schedule locked (a writer of fires
+    /// that did not lock the schedule: a bug); the pass is rolled back.
+    #[error("fires of schedule {schedule} were written concurrently")]
+    FireRaced { schedule: i64 },
     #[error(transparent)]
     Migrate(#[from] pgferry_core::migrate::MigrateError),
     #[error(transparent)]

@@ -8,7 +8,7 @@
 //! nobody fires it again; two leaders at once (a lock lost late) meet the row lock and the
 //! primary key.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -17,7 +17,7 @@ use pgferry_core::{Engine, JobState, NewJob};
 use serde_json::json;
 use tokio_postgres::{Client, Transaction};
 
-use crate::error::Result;
+use crate::error::{Result, ScheduleError};
 use crate::schedule::{first_fire, ts, Missed, Overlap, Schedule, Target};
 
 const DUE: &str = include_str!("../sql/due.sql");
@@ -27,12 +27,12 @@ const SET_FIRE_JOB: &str = include_str!("../sql/set_fire_job.sql");
 const TAKE_BUFFERED: &str = include_str!("../sql/take_buffered.sql");
 const ADVANCE: &str = include_str!("../sql/advance.sql");
 const INSERT_FIRES: &str = include_str!("../sql/insert_fires.sql");
-const SET_FIRE_JOBS: &str = include_str!("../sql/set_fire_jobs.sql");
+const FIRES_TAKEN: &str = include_str!("../sql/fires_taken.sql");
 const ADVANCE_MANY: &str = include_str!("../sql/advance_many.sql");
 
 /// What a pass decided for one schedule; written for all schedules of the pass at once
 /// (a few statements per pass, not per fire).
-struct Plan {
+pub(crate) struct Plan {
     schedule: Schedule,
     fires: Vec<SystemTime>,
     next: Option<SystemTime>,
@@ -41,7 +41,7 @@ struct Plan {
 }
 
 /// Schedules locked per pass.
-const BATCH: i64 = 2000;
+pub(crate) const BATCH: i64 = 2000;
 /// Fire times examined per schedule per pass (an interval of a second after a day down);
 /// older ones are neither run nor recorded.
 const MAX_SCAN: usize = 1_000_000;
@@ -52,12 +52,18 @@ const MAX_MISSED_RECORDED: usize = 100;
 pub struct FirerConfig {
     /// Pause between passes that found nothing due.
     pub interval: Duration,
+    /// How long before its time a fire that needs no state at that time (a job target,
+    /// overlap `allow`) is written, in a transaction committed at its time (ADR 0025,
+    /// `ahead.rs`). Zero: every fire is written after its time. A change to such a
+    /// schedule (pause, update, delete, backfill) made in this window waits for the fire.
+    pub prepare_ahead: Duration,
 }
 
 impl Default for FirerConfig {
     fn default() -> Self {
         FirerConfig {
             interval: Duration::from_millis(200),
+            prepare_ahead: Duration::from_secs(3),
         }
     }
 }
@@ -85,8 +91,17 @@ pub fn leader_duty(engine: Arc<Engine>, config: FirerConfig) -> pgferry_core::le
     Arc::new(move |pg| Box::pin(run(engine.clone(), pg, config.clone())))
 }
 
-/// Fires due schedules until aborted (leadership lost), reconnecting after errors.
+/// Fires due schedules until aborted (leadership lost), reconnecting after errors: the
+/// passes below, and beside them the fires prepared ahead (`ahead.rs`) on a connection of
+/// their own.
 pub async fn run(engine: Arc<Engine>, pg: tokio_postgres::Config, config: FirerConfig) {
+    tokio::join!(
+        run_passes(engine.clone(), pg.clone(), config.clone()),
+        crate::ahead::run(engine, pg, config)
+    );
+}
+
+async fn run_passes(engine: Arc<Engine>, pg: tokio_postgres::Config, config: FirerConfig) {
     loop {
         let mut client = match pgferry_core::db::connect(&pg, "scheduler").await {
             Ok(c) => c,
@@ -130,7 +145,7 @@ pub async fn fire_due(engine: &Engine, client: &mut Client, now: SystemTime) -> 
         let s = Schedule::from_row(&row)?;
         plans.push(fire_schedule(engine, &tx, s, now, &mut report).await?);
     }
-    execute(engine, &tx, plans, now, &mut report).await?;
+    execute(engine, &tx, plans, now, None, &mut report).await?;
     tx.commit().await?;
     // Lag counts to the COMMIT (when the job exists), not to the start of the pass.
     let pass = SystemTime::now().duration_since(now).unwrap_or_default();
@@ -170,7 +185,7 @@ async fn release_buffered(
     Ok(())
 }
 
-async fn fire_schedule(
+pub(crate) async fn fire_schedule(
     engine: &Engine,
     tx: &Transaction<'_>,
     s: Schedule,
@@ -286,35 +301,48 @@ async fn fire_schedule(
     })
 }
 
-/// Writes a pass's plans: its fire rows in one statement (times that already have a fire
-/// come back missing and run nothing), the jobs in one `enqueue_tx` (workflows one by one),
-/// the jobs' ids into the fires, and every schedule advanced, in one statement each.
-async fn execute(
+/// Writes a pass's plans: the times that already have a fire (a backfill, an earlier pass)
+/// are read and run nothing; the jobs are enqueued in one `enqueue_tx` (workflows one by
+/// one); then each fire row is written once, with its job, and every schedule advanced, in
+/// one statement each. Every writer of fire rows holds the schedule's row lock, as this
+/// pass does, so the times read as free stay free until COMMIT; should one not, the
+/// INSERT finds it and the pass fails (rolled back: no job without its fire row).
+/// `prepared_for`: the fire time of a pass prepared ahead (`ahead.rs`), recorded as the
+/// fires' `recorded_at`.
+pub(crate) async fn execute(
     engine: &Engine,
     tx: &Transaction<'_>,
     plans: Vec<Plan>,
     now: SystemTime,
+    prepared_for: Option<SystemTime>,
     report: &mut FireReport,
 ) -> Result<()> {
     let (ids, times): (Vec<i64>, Vec<SystemTime>) = plans
         .iter()
         .flat_map(|p| p.fires.iter().map(|t| (p.schedule.id, *t)))
         .unzip();
-    let mut inserted: Vec<(i64, SystemTime)> = Vec::new();
+    let mut taken = HashSet::new();
     if !ids.is_empty() {
-        for row in tx.query(INSERT_FIRES, &[&ids, &times]).await? {
-            inserted.push((row.try_get("schedule_id")?, row.try_get("fire_at")?));
+        for row in tx.query(FIRES_TAKEN, &[&ids, &times]).await? {
+            let id: i64 = row.try_get("schedule_id")?;
+            let at: SystemTime = row.try_get("fire_at")?;
+            taken.insert((id, at));
         }
     }
-    inserted.sort();
-    let by_id: std::collections::HashMap<i64, &Schedule> =
+    let mut free: Vec<(i64, SystemTime)> = ids
+        .into_iter()
+        .zip(times)
+        .filter(|f| !taken.contains(f))
+        .collect();
+    free.sort();
+    let by_id: HashMap<i64, &Schedule> =
         plans.iter().map(|p| (p.schedule.id, &p.schedule)).collect();
     let mut jobs = Vec::new();
     let mut job_fires = Vec::new();
     let mut fire_jobs: Vec<(i64, SystemTime, i64)> = Vec::new();
-    for (id, t) in &inserted {
+    for (id, t) in &free {
         let s = by_id[id];
-        match new_job(s, *t) {
+        match new_job(s, *t, prepared_for) {
             Some(job) => {
                 jobs.push(job);
                 job_fires.push((*id, *t));
@@ -328,7 +356,17 @@ async fn execute(
     }
     if !fire_jobs.is_empty() {
         let (s, t, j): (Vec<i64>, Vec<SystemTime>, Vec<i64>) = unzip3(&fire_jobs);
-        tx.execute(SET_FIRE_JOBS, &[&s, &t, &j]).await?;
+        let written = tx.query(INSERT_FIRES, &[&s, &t, &j, &prepared_for]).await?;
+        if written.len() != fire_jobs.len() {
+            let mine: HashSet<(i64, SystemTime)> = written
+                .iter()
+                .map(|r| Ok((r.try_get("schedule_id")?, r.try_get("fire_at")?)))
+                .collect::<Result<_>>()?;
+            let lost = fire_jobs.iter().find(|f| !mine.contains(&(f.0, f.1)));
+            return Err(ScheduleError::FireRaced {
+                schedule: lost.map_or(0, |f| f.0),
+            });
+        }
     }
     fire_jobs.sort();
     // The newest fire's job of each schedule is its last job.
@@ -412,7 +450,7 @@ async fn start_target(
     let run_at = (!jitter.is_zero()).then(|| SystemTime::now() + jitter);
     match &s.spec.target {
         Target::Job { .. } => {
-            let job = new_job(s, at).expect("a job target");
+            let job = new_job(s, at, None).expect("a job target");
             let ids = engine.enqueue_tx(tx, &[job]).await?;
             Ok(ids[0])
         }
@@ -425,8 +463,9 @@ async fn start_target(
     }
 }
 
-/// The job of a job target's fire at `at` (None for a workflow target).
-fn new_job(s: &Schedule, at: SystemTime) -> Option<NewJob> {
+/// The job of a job target's fire at `at` (None for a workflow target). A jitter delays it
+/// from `jitter_from` (the fire time of a fire prepared ahead), else from now.
+fn new_job(s: &Schedule, at: SystemTime, jitter_from: Option<SystemTime>) -> Option<NewJob> {
     let Target::Job {
         queue,
         kind,
@@ -444,7 +483,7 @@ fn new_job(s: &Schedule, at: SystemTime) -> Option<NewJob> {
     job.max_attempts = *max_attempts;
     if s.spec.jitter_ms > 0 {
         let j = rand::random::<u64>() % (s.spec.jitter_ms as u64 + 1);
-        job.run_at = Some(SystemTime::now() + Duration::from_millis(j));
+        job.run_at = Some(jitter_from.unwrap_or_else(SystemTime::now) + Duration::from_millis(j));
     }
     Some(job)
 }

@@ -6,6 +6,7 @@
 //! unique per (schedule, fire time) inserted in the same transaction as the job it enqueues,
 //! so a fire happens exactly once across leader failover and restarts.
 
+pub mod ahead;
 pub mod cron;
 pub mod error;
 pub mod firer;

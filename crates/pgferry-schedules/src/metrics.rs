@@ -17,6 +17,11 @@ const BOUNDS: [f64; 9] = [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0, 600.0];
 static LAG_BUCKETS: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
 static LAG_COUNT: AtomicU64 = AtomicU64::new(0);
 static LAG_SUM_US: AtomicU64 = AtomicU64::new(0);
+/// Fires written ahead of their time (ADR 0025), and how long the last preparation wrote
+/// before it waited for its time (the headroom against `prepare_ahead`).
+static PREPARED: AtomicU64 = AtomicU64::new(0);
+static PREPARE_LAST_US: AtomicU64 = AtomicU64::new(0);
+static PREPARE_MAX_US: AtomicU64 = AtomicU64::new(0);
 
 /// Counts a committed pass.
 pub fn record(report: &FireReport) {
@@ -33,6 +38,23 @@ pub fn record(report: &FireReport) {
 /// progress without querying the fires table).
 pub fn fired_total() -> u64 {
     FIRED.load(Relaxed)
+}
+
+/// Counts a committed preparation of `fires` fires that took `writing` before its wait.
+pub fn record_prepared(fires: usize, writing: Duration) {
+    let us = writing.as_micros() as u64;
+    PREPARED.fetch_add(fires as u64, Relaxed);
+    PREPARE_LAST_US.store(us, Relaxed);
+    PREPARE_MAX_US.fetch_max(us, Relaxed);
+}
+
+/// Fires prepared ahead so far, and the last and longest preparation's writing time.
+pub fn prepared() -> (u64, Duration, Duration) {
+    (
+        PREPARED.load(Relaxed),
+        Duration::from_micros(PREPARE_LAST_US.load(Relaxed)),
+        Duration::from_micros(PREPARE_MAX_US.load(Relaxed)),
+    )
 }
 
 pub fn record_backfill(n: usize) {
@@ -65,6 +87,30 @@ pub fn render(out: &mut String) {
         ("buffered", &BUFFERED),
     ] {
         let _ = writeln!(out, "{name}{{outcome=\"{outcome}\"}} {}", c.load(Relaxed));
+    }
+    let name = "pgferry_schedule_prepared_fires_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Fires written ahead of their time and committed at it (ADR 0025).\n# TYPE {name} counter\n{name} {}",
+        PREPARED.load(Relaxed)
+    );
+    for (name, what, v) in [
+        (
+            "pgferry_schedule_prepare_last_seconds",
+            "the last",
+            &PREPARE_LAST_US,
+        ),
+        (
+            "pgferry_schedule_prepare_max_seconds",
+            "the longest",
+            &PREPARE_MAX_US,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} Writing time of {what} preparation of fires ahead, before its wait (compare with prepare_ahead).\n# TYPE {name} gauge\n{name} {}",
+            v.load(Relaxed) as f64 / 1e6
+        );
     }
     let name = "pgferry_schedule_fire_lag_seconds";
     let _ = writeln!(

@@ -15,6 +15,7 @@ fn leader(s: &Setup) -> Leader {
             engine,
             FirerConfig {
                 interval: Duration::from_millis(20),
+                ..FirerConfig::default()
             },
         ),
     )
