@@ -34,14 +34,7 @@ pub(crate) async fn run(engine: Arc<Engine>, pg: tokio_postgres::Config, config:
         return std::future::pending().await;
     }
     loop {
-        let mut client = match pgferry_core::db::connect(&pg, "scheduler-ahead").await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "scheduler (ahead) cannot connect");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
+        let mut client = crate::firer::connect(&pg, "scheduler-ahead").await;
         loop {
             match prepare_next(&engine, &mut client, config.prepare_ahead).await {
                 Ok(Some(_)) => continue,

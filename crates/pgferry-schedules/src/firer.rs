@@ -101,16 +101,22 @@ pub async fn run(engine: Arc<Engine>, pg: tokio_postgres::Config, config: FirerC
     );
 }
 
+/// A connection named `name`, retried every second until Postgres answers.
+pub(crate) async fn connect(pg: &tokio_postgres::Config, name: &str) -> Client {
+    loop {
+        match pgferry_core::db::connect(pg, name).await {
+            Ok(c) => return c,
+            Err(e) => {
+                tracing::warn!(error = %e, connection = name, "scheduler cannot connect");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
 async fn run_passes(engine: Arc<Engine>, pg: tokio_postgres::Config, config: FirerConfig) {
     loop {
-        let mut client = match pgferry_core::db::connect(&pg, "scheduler").await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "scheduler cannot connect");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
+        let mut client = connect(&pg, "scheduler").await;
         loop {
             match fire_due(&engine, &mut client, SystemTime::now()).await {
                 Ok(report) if report.schedules as i64 >= BATCH => continue,

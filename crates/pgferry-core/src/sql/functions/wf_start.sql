@@ -24,6 +24,8 @@ DECLARE
     e          record;
     v_strategy text := 'queue';
     v_change   boolean := false;
+    -- A start due now on a cancel_in_progress key: takes the key's turn and cancels holders.
+    v_cancels  boolean := false;
     v_holder   bigint;
     v_n        int := 0;
 BEGIN
@@ -58,6 +60,7 @@ BEGIN
         SELECT k.strategy INTO v_strategy FROM pgferry.wf_keys k WHERE k.key = p_concurrency_key;
         v_change := p_concurrency_strategy IS NOT NULL AND v_strategy <> p_concurrency_strategy;
         v_strategy := coalesce(p_concurrency_strategy, v_strategy);
+        v_cancels := v_strategy = 'cancel_in_progress' AND coalesce(p_run_at, now()) <= now();
         -- Starts that cancel on one key take turns (a transaction-scoped advisory lock on
         -- the key): two of them cancelling each other's holders would deadlock. The turn is
         -- taken before this start locks the key's row (the strategy's change below), as
@@ -65,7 +68,7 @@ BEGIN
         -- row (wf_take_slot, wf_free_slot), so one that locked the row first and waited for
         -- the turn deadlocked with it (seen when a start read the old strategy just before
         -- another start's change committed, and changed it again).
-        IF v_strategy = 'cancel_in_progress' AND coalesce(p_run_at, now()) <= now() THEN
+        IF v_cancels THEN
             PERFORM pg_advisory_xact_lock(hashtextextended('pgferry.wf_key/' || p_concurrency_key, 0));
         END IF;
         IF v_change THEN
@@ -78,7 +81,7 @@ BEGIN
     END IF;
     -- Only a step due now takes a slot at its start (wf_emit); one due later takes it when
     -- claimed, and the strategies act on starts.
-    IF v_strategy = 'cancel_in_progress' AND coalesce(p_run_at, now()) <= now() THEN
+    IF v_cancels THEN
         LOOP
             EXIT WHEN (SELECT k.running < k.max FROM pgferry.wf_keys k WHERE k.key = p_concurrency_key);
             -- The oldest holder, found without a lock: wf_cancel takes its locks root
