@@ -139,7 +139,6 @@ pub struct Minute {
 }
 
 /// What the firer prepared ahead for one boundary (its process-wide counters).
-#[derive(Default, Clone, Copy)]
 struct Prepared {
     fires: u64,
     writing: Option<Duration>,
@@ -370,7 +369,7 @@ async fn create_schedules(
 async fn wait_minute(i: usize, b: SystemTime, n: usize, starts: &Starts) -> Prepared {
     // Counted from before the boundary: fires prepared ahead (ADR 0025) commit at it.
     let fired_before = pgferry_schedules::metrics::fired_total();
-    let (prepared_before, _, _) = pgferry_schedules::metrics::prepared();
+    let (prepared_before, _) = pgferry_schedules::metrics::prepared();
     let left = b.duration_since(SystemTime::now()).unwrap_or_default();
     let w = bar(
         &format!("minute {}", i + 1),
@@ -407,7 +406,7 @@ async fn wait_minute(i: usize, b: SystemTime, n: usize, starts: &Starts) -> Prep
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     f.finish_and_clear();
-    let (prepared, last, _) = pgferry_schedules::metrics::prepared();
+    let (prepared, last) = pgferry_schedules::metrics::prepared();
     let fires = prepared - prepared_before;
     Prepared {
         fires,

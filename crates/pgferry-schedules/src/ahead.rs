@@ -15,7 +15,7 @@
 //! locked here.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use pgferry_core::Engine;
 use tokio_postgres::Client;
@@ -76,10 +76,10 @@ pub async fn prepare_at(
     at: SystemTime,
 ) -> Result<FireReport> {
     let mut report = FireReport::default();
-    let began = std::time::Instant::now();
+    let began = Instant::now();
     let tx = client.transaction().await?;
     loop {
-        let started = SystemTime::now();
+        let started = Instant::now();
         let rows = tx.query(PREPARABLE, &[&at, &BATCH]).await?;
         let full = rows.len() as i64 >= BATCH;
         report.schedules += rows.len();
@@ -91,10 +91,7 @@ pub async fn prepare_at(
         execute(engine, &tx, plans, at, Some(at), &mut report).await?;
         // Another batch only if it should be written before `at` (as long as this one
         // took); the rest is the firer's passes' at `at`.
-        let took = SystemTime::now()
-            .duration_since(started)
-            .unwrap_or_default();
-        if !full || SystemTime::now() + took >= at {
+        if !full || SystemTime::now() + started.elapsed() >= at {
             break;
         }
     }

@@ -48,12 +48,11 @@ pub fn record_prepared(fires: usize, writing: Duration) {
     PREPARE_MAX_US.fetch_max(us, Relaxed);
 }
 
-/// Fires prepared ahead so far, and the last and longest preparation's writing time.
-pub fn prepared() -> (u64, Duration, Duration) {
+/// Fires prepared ahead so far, and the last preparation's writing time.
+pub fn prepared() -> (u64, Duration) {
     (
         PREPARED.load(Relaxed),
         Duration::from_micros(PREPARE_LAST_US.load(Relaxed)),
-        Duration::from_micros(PREPARE_MAX_US.load(Relaxed)),
     )
 }
 
