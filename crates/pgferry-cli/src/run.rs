@@ -111,6 +111,12 @@ pub struct ServerArgs {
         requires = "http_jobs_default_rate"
     )]
     pub http_jobs_default_burst: u32,
+    /// Schedules: milliseconds before its time that a fire needing no state at that time
+    /// (a job target, overlap allow) is written, in a transaction committed at its time
+    /// (0: every fire is written after its time). See docs/schedules.md, ADR 0025.
+    #[arg(long, env = "PGFERRY_SCHEDULES_PREPARE_AHEAD_MS", default_value_t = 3000,
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub schedules_prepare_ahead_ms: u64,
 }
 
 /// A rate or burst flag: a finite number above 0.
@@ -178,6 +184,14 @@ impl ServerArgs {
         c.coalesce.lanes = self.group_commit_lanes as usize;
         c.coalesce.gather_wait = std::time::Duration::from_micros(self.group_commit_gather_us);
         c
+    }
+
+    /// The schedules firer's settings: the defaults but for --schedules-prepare-ahead-ms.
+    fn firer_config(&self) -> pgferry_schedules::FirerConfig {
+        pgferry_schedules::FirerConfig {
+            prepare_ahead: std::time::Duration::from_millis(self.schedules_prepare_ahead_ms),
+            ..Default::default()
+        }
     }
 
     /// The ASH sampler's settings, validated; None when sampling is off.
@@ -250,7 +264,7 @@ pub async fn serve(
     // Schedules fire from the leader, exactly once per (schedule, fire time) (ADR 0015).
     leader = leader.with_duty(pgferry_schedules::leader_duty(
         engine.clone(),
-        pgferry_schedules::FirerConfig::default(),
+        args.firer_config(),
     ));
     // Late monitors and schedules watched as monitors (docs/monitors.md), from the leader.
     leader = leader.with_duty(pgferry_monitors::leader_duty(
@@ -418,6 +432,23 @@ mod tests {
         ] {
             assert!(parse(&bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn schedules_prepare_ahead_flag_reaches_the_firer_and_is_bounded() {
+        let d = parse(&[]).unwrap().firer_config();
+        assert_eq!(d.prepare_ahead.as_millis(), 3000);
+        assert_eq!(
+            d.prepare_ahead,
+            pgferry_schedules::FirerConfig::default().prepare_ahead
+        );
+        let off = parse(&["--schedules-prepare-ahead-ms", "0"]).unwrap();
+        assert!(off.firer_config().prepare_ahead.is_zero());
+        let e = parse(&["--schedules-prepare-ahead-ms", "60001"])
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("--schedules-prepare-ahead-ms"), "{e}");
     }
 
     #[test]

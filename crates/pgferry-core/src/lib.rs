@@ -20,6 +20,7 @@ pub mod lanes;
 pub mod leader;
 pub mod listen;
 pub mod listing;
+mod listing_first_runs;
 pub mod lookup;
 pub mod migrate;
 pub mod queues;

@@ -28,6 +28,7 @@ use std::time::SystemTime;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::job::validate_queue_name;
+use crate::listing_first_runs;
 use crate::lookup::{JobInfo, JobState};
 
 const LIST_SCHEDULED: &str = include_str!("sql/list_scheduled.sql");
@@ -251,6 +252,9 @@ pub(crate) fn phases(state: Option<JobState>) -> &'static [Phase] {
 /// Job ids of one listing call, with the state each phase derived and where to go on.
 pub(crate) struct Ids {
     pub jobs: Vec<(i64, JobState)>,
+    /// Jobs of `jobs` the phase statements read whole (first runs, listing_first_runs.rs):
+    /// not read again through jobs_detail.sql.
+    pub whole: HashMap<i64, JobInfo>,
     /// Set when more may follow.
     pub next: Option<Cursor>,
 }
@@ -266,6 +270,22 @@ struct Budget {
 struct Round {
     jobs: Vec<(i64, JobState, Cursor)>,
     mark: Option<Pos>,
+    /// Jobs of `jobs` read whole (first runs of the scheduled phase).
+    whole: Vec<JobInfo>,
+}
+
+impl Ids {
+    /// The call's answer: its jobs in order, those of them read whole, where to go on.
+    fn of(
+        jobs: Vec<(i64, JobState, Cursor)>,
+        mut whole: HashMap<i64, JobInfo>,
+        next: Option<Cursor>,
+    ) -> Ids {
+        let jobs: Vec<(i64, JobState)> = jobs.into_iter().map(|(id, s, _)| (id, s)).collect();
+        // A job read whole past the page (the match that says there is more) is dropped.
+        whole.retain(|id, _| jobs.iter().any(|(j, _)| j == id));
+        Ids { jobs, whole, next }
+    }
 }
 
 impl Round {
@@ -334,16 +354,21 @@ impl Engine {
         let ids = self
             .list_ids_on(&mut client, queue, f, &text, cursor, limit as usize)
             .await?;
-        let wanted: Vec<i64> = ids.jobs.iter().map(|(id, _)| *id).collect();
-        let mut found: HashMap<i64, JobInfo> = if wanted.is_empty() {
-            HashMap::new()
-        } else {
+        let wanted: Vec<i64> = ids
+            .jobs
+            .iter()
+            .map(|(id, _)| *id)
+            .filter(|id| !ids.whole.contains_key(id))
+            .collect();
+        let mut found: HashMap<i64, JobInfo> = ids.whole;
+        if !wanted.is_empty() {
             let mut details = self.jobs_detail_on(&client, &wanted).await?;
             self.add_extras_on(&client, &mut details).await?;
-            details.into_iter().map(|d| (d.info.id, d.info)).collect()
-        };
+            found.extend(details.into_iter().map(|d| (d.info.id, d.info)));
+        }
         // The details are read after the ids: a job that changed state in between (or was
-        // truncated with its segment) no longer matches and is left out of this page.
+        // truncated with its segment) no longer matches and is left out of this page. A job
+        // read whole is as its phase statement saw it.
         let jobs = ids
             .jobs
             .iter()
@@ -428,6 +453,7 @@ impl Engine {
     ) -> Result<Ids> {
         let phases = phases(f.state);
         let mut jobs: Vec<(i64, JobState, Cursor)> = Vec::new();
+        let mut whole: HashMap<i64, JobInfo> = HashMap::new();
         let max_rows = self.config().list_round_rows;
         let (total, mut spent) = (call_rows(max_rows), 0i64);
         // A phase's rounds grow from the page's size (round_budgets); a phase found empty
@@ -449,14 +475,12 @@ impl Engine {
                 .list_round(client, queue, f, text, &cur, Budget { want, rows })
                 .await?;
             jobs.extend(round.jobs);
+            whole.extend(round.whole.into_iter().map(|j| (j.id, j)));
             if jobs.len() > limit {
                 // One match past the page: there is more, below the page's last job.
                 jobs.truncate(limit);
                 let next = jobs.last().map(|j| j.2.clone());
-                return Ok(Ids {
-                    jobs: jobs.into_iter().map(|(id, s, _)| (id, s)).collect(),
-                    next,
-                });
+                return Ok(Ids::of(jobs, whole, next));
             }
             match round.mark {
                 Some(mark) => cur.pos = mark,
@@ -470,20 +494,12 @@ impl Engine {
                                 pos: Pos::Start,
                             }
                         }
-                        None => {
-                            return Ok(Ids {
-                                jobs: jobs.into_iter().map(|(id, s, _)| (id, s)).collect(),
-                                next: None,
-                            })
-                        }
+                        None => return Ok(Ids::of(jobs, whole, None)),
                     }
                 }
             }
         }
-        Ok(Ids {
-            jobs: jobs.into_iter().map(|(id, s, _)| (id, s)).collect(),
-            next: Some(cur),
-        })
+        Ok(Ids::of(jobs, whole, Some(cur)))
     }
 
     async fn list_round(
@@ -507,6 +523,7 @@ impl Engine {
         let mut round = Round {
             jobs: Vec::new(),
             mark: None,
+            whole: Vec::new(),
         };
         let at = |pos: Pos| Cursor {
             phase: cur.phase,
@@ -553,6 +570,13 @@ impl Engine {
                     )
                     .await?;
                 round.take_id_rows(&rows, cur.phase)?;
+                if cur.phase == Phase::Scheduled {
+                    round.whole.extend(
+                        rows.iter()
+                            .filter(|r| !r.get::<_, bool>("is_mark"))
+                            .filter_map(|r| listing_first_runs::whole_job(r, queue)),
+                    );
+                }
             }
             Phase::Pending => {
                 let (xid, seq) = match &cur.pos {

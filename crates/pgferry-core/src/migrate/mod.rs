@@ -132,6 +132,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0024_workflow_hot_step_updates.sql",
         sql: include_str!("../../migrations/0024_workflow_hot_step_updates.sql"),
     },
+    Migration {
+        version: 25,
+        name: "0025_scheduled_first_run.sql",
+        sql: include_str!("../../migrations/0025_scheduled_first_run.sql"),
+    },
 ];
 
 /// The engine's live functions, callees before SQL-language callers.

@@ -18,8 +18,9 @@ due AS (
      ORDER BY u.ord
 ),
 later AS (
-    INSERT INTO pgferry.scheduled (job_id, lane, attempt, max_attempts, kind, args, meta, run_at)
-    SELECT u.job_id, u.lane, 1, u.max_attempts, u.kind, u.args, u.meta, u.run_at
+    INSERT INTO pgferry.scheduled (job_id, lane, attempt, max_attempts, kind, args, meta, run_at,
+                                   first_run)
+    SELECT u.job_id, u.lane, 1, u.max_attempts, u.kind, u.args, u.meta, u.run_at, true
       FROM u WHERE u.run_at > now()
 )
 SELECT u.job_id FROM u ORDER BY u.ord

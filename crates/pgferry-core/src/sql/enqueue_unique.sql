@@ -35,8 +35,9 @@ due AS (
      ORDER BY w.ord
 ),
 later AS (
-    INSERT INTO pgferry.scheduled (job_id, lane, attempt, max_attempts, kind, args, meta, run_at)
-    SELECT w.job_id, w.lane, 1, w.max_attempts, w.kind, w.args, w.meta, w.run_at
+    INSERT INTO pgferry.scheduled (job_id, lane, attempt, max_attempts, kind, args, meta, run_at,
+                                   first_run)
+    SELECT w.job_id, w.lane, 1, w.max_attempts, w.kind, w.args, w.meta, w.run_at, true
       FROM w WHERE w.run_at > now()
 )
 -- The holder of a lost key: a row from before this statement (k), or the batch's own

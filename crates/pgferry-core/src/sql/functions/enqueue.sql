@@ -70,8 +70,10 @@ BEGIN
         VALUES ((SELECT s.segment FROM pgferry.segments s WHERE s.state = 'current'),
                 v_lane, v_id, 1, coalesce(p_max_attempts, v_max), p_kind, p_args, p_meta);
     ELSE
-        INSERT INTO pgferry.scheduled (job_id, lane, attempt, max_attempts, kind, args, meta, run_at)
-        VALUES (v_id, v_lane, 1, coalesce(p_max_attempts, v_max), p_kind, p_args, p_meta, p_run_at);
+        INSERT INTO pgferry.scheduled (job_id, lane, attempt, max_attempts, kind, args, meta,
+                                       run_at, first_run)
+        VALUES (v_id, v_lane, 1, coalesce(p_max_attempts, v_max), p_kind, p_args, p_meta, p_run_at,
+                true);
     END IF;
     -- Delivered at COMMIT (once per transaction, however many jobs): the leader's listener
     -- wakes its idle ticker, so the job is claimable within milliseconds (growth.rs).
