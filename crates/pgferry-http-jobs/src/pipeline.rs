@@ -203,7 +203,7 @@ async fn room(worker: &HttpWorker, queue_slots: &Arc<Semaphore>) -> Vec<Room> {
 
 /// Free places a queue waits for before it claims: an eighth of its in-flight budget, at
 /// most a batch, at least one.
-pub(crate) fn low_water(config: &crate::worker::WorkerConfig) -> usize {
+fn low_water(config: &crate::worker::WorkerConfig) -> usize {
     (config.queue_in_flight / 8).clamp(1, config.batch.max(1))
 }
 
