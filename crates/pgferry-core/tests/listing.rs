@@ -21,29 +21,13 @@ const STATES: [JobState; 6] = [
     JobState::Cancelled,
 ];
 
-/// Pages through `queue` with `f` until `has_more` is false; every page at most `limit`.
+/// Ids of every page of `queue` with `f` (common::walk_jobs).
 async fn walk(engine: &Engine, queue: &str, f: &JobFilter, limit: u32) -> Vec<i64> {
-    let mut seen = Vec::new();
-    let mut cursor: Option<String> = None;
-    for _ in 0..10_000 {
-        let page = engine
-            .list_jobs(queue, f, cursor.as_deref(), limit)
-            .await
-            .unwrap();
-        assert!(page.jobs.len() <= limit as usize);
-        for j in &page.jobs {
-            if let Some(s) = f.state {
-                assert_eq!(j.state, s, "job {} listed under {s:?}", j.id);
-            }
-        }
-        seen.extend(page.jobs.iter().map(|j| j.id));
-        if !page.has_more {
-            return seen;
-        }
-        cursor = page.next;
-        assert!(cursor.is_some(), "has_more without a cursor");
-    }
-    panic!("listing never ended");
+    common::walk_jobs(engine, queue, f, limit)
+        .await
+        .iter()
+        .map(|j| j.id)
+        .collect()
 }
 
 /// Statements of the counted calls that read data: a listing call's transaction control

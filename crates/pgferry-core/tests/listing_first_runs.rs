@@ -11,24 +11,6 @@ use std::time::{Duration, SystemTime};
 use pgferry_core::{Engine, EngineConfig, JobFilter, JobInfo, JobState, NewJob, QueueOptions};
 use serde_json::json;
 
-/// Every page of `queue` with `f`, `limit` at a time, on `engine`.
-async fn walk(engine: &Engine, queue: &str, f: &JobFilter, limit: u32) -> Vec<JobInfo> {
-    let mut seen = Vec::new();
-    let mut cursor: Option<String> = None;
-    for _ in 0..1_000 {
-        let page = engine
-            .list_jobs(queue, f, cursor.as_deref(), limit)
-            .await
-            .unwrap();
-        seen.extend(page.jobs);
-        if !page.has_more {
-            return seen;
-        }
-        cursor = page.next;
-    }
-    panic!("listing never ended");
-}
-
 /// What the listing shows of each job is what get_job reads, field for field.
 async fn assert_listed_as_get_job_reads(engine: &Engine, listed: &[JobInfo]) {
     for j in listed {
@@ -99,7 +81,7 @@ async fn first_runs_list_as_get_job_reads_them() {
     for engine in [&s.engine, &tiny] {
         for limit in [1u32, 2, 100] {
             for f in [&JobFilter::default(), &scheduled] {
-                let listed = walk(engine, "mix", f, limit).await;
+                let listed = common::walk_jobs(engine, "mix", f, limit).await;
                 assert_listed_as_get_job_reads(&s.engine, &listed).await;
                 let by_id: BTreeMap<i64, &JobInfo> = listed.iter().map(|j| (j.id, j)).collect();
                 for id in &first_runs {

@@ -282,3 +282,35 @@ pub async fn mixed_workload(s: &Setup, queue: &str) -> Mixed {
     m.scheduled.extend(&sched[1..]);
     m
 }
+
+/// Every page of `queue` with `f`, `limit` at a time, until `has_more` is false; checks that
+/// each page holds at most `limit` jobs, all in the filter's state, and that `has_more`
+/// comes with a cursor.
+pub async fn walk_jobs(
+    engine: &Engine,
+    queue: &str,
+    f: &pgferry_core::JobFilter,
+    limit: u32,
+) -> Vec<pgferry_core::JobInfo> {
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..10_000 {
+        let page = engine
+            .list_jobs(queue, f, cursor.as_deref(), limit)
+            .await
+            .unwrap();
+        assert!(page.jobs.len() <= limit as usize);
+        for j in &page.jobs {
+            if let Some(s) = f.state {
+                assert_eq!(j.state, s, "job {} listed under {s:?}", j.id);
+            }
+        }
+        seen.extend(page.jobs);
+        if !page.has_more {
+            return seen;
+        }
+        cursor = page.next;
+        assert!(cursor.is_some(), "has_more without a cursor");
+    }
+    panic!("listing never ended");
+}
