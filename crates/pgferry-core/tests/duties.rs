@@ -40,10 +40,7 @@ async fn a_duty_pass_runs_apart_from_its_loop() {
     let mut client = s.db.connect().await;
     // Nothing enqueued: the ticker finds nothing new.
     let config = LeaderConfig::default();
-    let mut ticker = Ticker {
-        engine: s.engine.clone(),
-        config: config.clone(),
-    };
+    let mut ticker = Ticker::new(s.engine.clone(), config.clone());
     ticker.prepare(&client).await.unwrap();
     let mut idle = false;
     for _ in 0..10 {
@@ -76,6 +73,43 @@ async fn a_duty_pass_runs_apart_from_its_loop() {
     let mut promoter = Promoter::new(&config);
     assert_eq!(promoter.run_once(&mut client).await.unwrap(), Next::Idle);
     assert_eq!(s.engine.get_job(id).await.unwrap().state, JobState::Pending);
+}
+
+/// The ticker runs hundreds of passes a second while claimers wait (tick on demand). Each
+/// pass must execute the one statement prepared on its connection, not parse and plan the
+/// tick again: per-pass preparing cost the ticker's backend more CPU than the claims it
+/// served (docs/performance.md, "The ticker's statement prepared once").
+#[tokio::test]
+async fn the_ticker_prepares_its_statement_once_per_connection() {
+    let _alone = ONE_LEADER_AT_A_TIME.lock().await;
+    let s = common::setup().await;
+    let mut client = s.db.connect().await;
+    let mut ticker = Ticker::new(s.engine.clone(), LeaderConfig::default());
+    ticker.prepare(&client).await.unwrap();
+    let passes = 12;
+    for _ in 0..passes {
+        s.engine
+            .enqueue(&[NewJob::new("prep", "k", json!({}))])
+            .await
+            .unwrap();
+        ticker.run_once(&mut client).await.unwrap();
+    }
+    // The session's prepared statements: the tick's, with one execution per pass (a
+    // statement without parameters runs its generic plan, so its plan counts are its runs).
+    let rows = client
+        .query(
+            "SELECT generic_plans + custom_plans AS runs FROM pg_prepared_statements \
+              WHERE statement LIKE '-- tick:%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let runs: Vec<i64> = rows.iter().map(|r| r.get("runs")).collect();
+    assert_eq!(
+        runs,
+        vec![passes],
+        "one prepared tick statement on the connection, run by every pass"
+    );
 }
 
 #[tokio::test]

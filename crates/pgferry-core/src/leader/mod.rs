@@ -237,10 +237,7 @@ impl Leader {
         let mut duties = JoinSet::new();
         let c = &self.config;
         let builtin: Vec<Box<dyn duty::Duty>> = vec![
-            Box::new(ticker::Ticker {
-                engine: self.engine.clone(),
-                config: c.clone(),
-            }),
+            Box::new(ticker::Ticker::new(self.engine.clone(), c.clone())),
             Box::new(promoter::Promoter::new(c)),
             Box::new(rescuer::Rescuer::new(c, self.rescues.clone())),
             Box::new(rotator::Rotator { config: c.clone() }),

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Statement};
 
 use super::duty::{Duty, DutyFuture, Next};
 use super::LeaderConfig;
@@ -14,20 +14,37 @@ use crate::error::Result;
 
 const TICK: &str = include_str!("../sql/tick.sql");
 
-/// Writes a tick if the log may have changed; returns its id.
+/// Writes a tick if the log may have changed; returns its id. Prepares the statement for
+/// this one call (tests, one-off callers); the duty prepares it once per connection.
 pub async fn tick(client: &Client) -> Result<Option<i64>> {
     let stmt = client.prepare(TICK).await?;
-    Ok(client
-        .query_opt(&stmt, &[])
-        .await?
-        .map(|r| r.get("tick_id")))
+    tick_with(client, &stmt).await
+}
+
+async fn tick_with(client: &Client, stmt: &Statement) -> Result<Option<i64>> {
+    Ok(client.query_opt(stmt, &[]).await?.map(|r| r.get("tick_id")))
 }
 
 /// The ticker duty: a tick, then `tick_interval` while the log grows; idle, it waits for
 /// `idle_tick_interval` or until this process or another one enqueues something.
 pub struct Ticker {
-    pub engine: Arc<Engine>,
-    pub config: LeaderConfig,
+    engine: Arc<Engine>,
+    config: LeaderConfig,
+    /// The tick statement, prepared on the duty's connection by [`Duty::prepare`]. Ticks run
+    /// hundreds of times a second while claimers wait (tick on demand): preparing per tick
+    /// made Postgres parse and plan the statement each time, which cost more CPU than the
+    /// tick itself (docs/performance.md, "The ticker's statement prepared once").
+    statement: Option<Statement>,
+}
+
+impl Ticker {
+    pub fn new(engine: Arc<Engine>, config: LeaderConfig) -> Ticker {
+        Ticker {
+            engine,
+            config,
+            statement: None,
+        }
+    }
 }
 
 impl Duty for Ticker {
@@ -46,16 +63,26 @@ impl Duty for Ticker {
             // From now on this process's listener stops nudging: its enqueues wake this
             // ticker directly (growth.rs).
             self.engine.signals().growth().set_ticking(true);
+            self.statement = None;
             client
                 .batch_execute("SET synchronous_commit = off; SET enable_seqscan = off")
                 .await?;
+            // After the settings: the statement is planned under enable_seqscan = off.
+            self.statement = Some(client.prepare(TICK).await?);
             Ok(())
         })
     }
 
     fn run_once<'a>(&'a mut self, client: &'a mut Client) -> DutyFuture<'a, Next> {
         Box::pin(async move {
-            Ok(match tick(client).await? {
+            let stmt = match &self.statement {
+                Some(s) => s.clone(),
+                None => {
+                    let s = client.prepare(TICK).await?;
+                    self.statement.insert(s).clone()
+                }
+            };
+            Ok(match tick_with(client, &stmt).await? {
                 Some(id) => {
                     self.engine.signals().publish_tick(id);
                     Next::After(self.config.tick_interval)
