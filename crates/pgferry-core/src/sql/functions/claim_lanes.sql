@@ -50,7 +50,16 @@ DECLARE
     v_xip1      xid8[] := '{}';
     v_xip2      xid8[] := '{}';
     v_cancels   boolean;
+    v_latest    bigint;
+    v_latest_hi pg_snapshot;
 BEGIN
+  -- The latest tick, once per call: index ticks_id, Limit over Merge Append. Read before
+  -- any lane lock, it may be older than a cursor another claimer just moved; such a lane
+  -- then has no range 2 in this call (below), which is only conservative.
+  SELECT t.tick_id, t.snap INTO v_latest, v_latest_hi
+    FROM pgferry.ticks t ORDER BY t.tick_id DESC LIMIT 1;
+  -- One probe per call; per-row probes only while some cancellation is pending.
+  v_cancels := EXISTS (SELECT 1 FROM pgferry.cancels);
   -- Lanes in the caller's order (priority order, shards rotated) until the batch is full.
   FOREACH p_lane IN ARRAY p_lanes LOOP
     EXIT WHEN v_need <= 0;
@@ -68,9 +77,8 @@ BEGIN
         -- A lane never claimed starts below every real xid (3 = FirstNormalTransactionId).
         v_hi1 := '3:3:'; v_tick1 := 0; v_exhausted := true;
     END IF;
-    -- The next range, if a newer tick exists: index ticks_id, Limit over Merge Append.
-    SELECT t.tick_id, t.snap INTO v_tick2, v_hi2
-      FROM pgferry.ticks t ORDER BY t.tick_id DESC LIMIT 1;
+    -- The next range, if a newer tick exists.
+    v_tick2 := v_latest; v_hi2 := v_latest_hi;
     IF v_tick2 IS NULL OR v_tick2 <= v_tick1 THEN
         CONTINUE WHEN v_exhausted;   -- nothing new in this lane: an idle claim writes nothing
         v_tick2 := NULL; v_hi2 := NULL;
@@ -84,8 +92,19 @@ BEGIN
         v_xip1 := ARRAY(SELECT x FROM pg_snapshot_xip(v_lo1) x
                          WHERE pg_visible_in_snapshot(x, v_hi1));
     END IF;
-    -- One probe per claim; per-row probes only while some cancellation is pending.
-    v_cancels := EXISTS (SELECT 1 FROM pgferry.cancels);
+    -- Nothing to take in this lane: its own range is done, no transaction of the xip step
+    -- needs a look, and range 2 holds no row. The common case with several shards at light
+    -- load, where the tick that woke the claimer came from another lane's job. The claim
+    -- statement would find no row and write nothing (no row, no receipt), but its executor
+    -- start-up over every part of the plan costs several times this one index probe
+    -- (docs/performance.md, "Empty lanes skipped"). Conservative: a row of a transaction
+    -- still running at hi2 counts as something to look at.
+    IF v_exhausted AND cardinality(v_xip2) = 0 AND NOT EXISTS (
+           SELECT 1 FROM pgferry.ready r
+            WHERE r.lane = p_lane
+              AND r.xid >= pg_snapshot_xmax(v_hi1) AND r.xid < pg_snapshot_xmax(v_hi2)) THEN
+        CONTINUE;
+    END IF;
 
     RETURN QUERY
     WITH c AS MATERIALIZED (
