@@ -1,9 +1,9 @@
-//! The statements a claim over several lanes runs (sql/functions/claim_lanes.sql,
-//! docs/performance.md "Empty lanes skipped"): its data statement (the log read, the receipt,
-//! the cancelled jobs closed) only for lanes with something to take, where a lane whose range
-//! is done and whose next range holds no row costs one index probe; the latest tick and the
-//! pending-cancellation probe once per call, not per lane. Each statement inside a claim
-//! costs an executor start-up, which at light load is most of a claim's cost.
+//! The statements a claim over several lanes runs (sql/functions/claim_lanes.sql;
+//! docs/performance.md, "The ticker's statement prepared once; empty lanes skipped"): its
+//! data statement (the log read, the receipt, the cancelled jobs closed) only for lanes with
+//! something to take, where a lane whose range is done and whose next range holds no row
+//! costs one index probe; the latest tick and the pending-cancellation probe once per call,
+//! not per lane. Each statement inside a claim pays its own executor start-up.
 
 mod common;
 

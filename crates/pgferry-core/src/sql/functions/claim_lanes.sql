@@ -97,8 +97,9 @@ BEGIN
     -- load, where the tick that woke the claimer came from another lane's job. The claim
     -- statement would find no row and write nothing (no row, no receipt), but its executor
     -- start-up over every part of the plan costs several times this one index probe
-    -- (docs/performance.md, "Empty lanes skipped"). Conservative: a row of a transaction
-    -- still running at hi2 counts as something to look at.
+    -- (docs/performance.md, "The ticker's statement prepared once; empty lanes skipped").
+    -- Conservative: a row of a transaction still running at hi2 counts as something to look
+    -- at.
     IF v_exhausted AND cardinality(v_xip2) = 0 AND NOT EXISTS (
            SELECT 1 FROM pgferry.ready r
             WHERE r.lane = p_lane
