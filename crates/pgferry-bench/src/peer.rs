@@ -65,15 +65,35 @@ pub struct CommitLatency {
     pub p99_ms: f64,
 }
 
-/// Commits one-row INSERTs back to back on one connection for `duration`.
-pub async fn bare_commit(base: &Config, duration: Duration) -> anyhow::Result<CommitLatency> {
+/// Commits one-row INSERTs on one connection for `duration`: back to back (`every`: None),
+/// or one every `every` — a commit paid after an idle gap costs more than one in a tight
+/// loop (the backend and the client wake up for it), so an open loop's acknowledgement is
+/// compared with commits at its own cadence too.
+pub async fn bare_commit(
+    base: &Config,
+    every: Option<Duration>,
+    duration: Duration,
+) -> anyhow::Result<CommitLatency> {
     let config = crate::fresh_database(base, "bench_commit").await?;
     let c = measure::connect(&config, "commit").await?;
     c.batch_execute("CREATE TABLE bench_commit (x int)").await?;
+    commits(&c, every, duration).await
+}
+
+/// One-row INSERTs into `bench_commit` on `c` for `duration`, back to back or paced.
+async fn commits(
+    c: &tokio_postgres::Client,
+    every: Option<Duration>,
+    duration: Duration,
+) -> anyhow::Result<CommitLatency> {
     let insert = c.prepare("INSERT INTO bench_commit VALUES (1)").await?;
+    let mut pace = every.map(tokio::time::interval);
     let mut ms = Vec::new();
     let start = Instant::now();
     while start.elapsed() < duration {
+        if let Some(pace) = pace.as_mut() {
+            pace.tick().await;
+        }
         let t = Instant::now();
         c.execute(&insert, &[]).await?;
         ms.push(t.elapsed().as_secs_f32() * 1000.0);
@@ -90,22 +110,8 @@ pub async fn bare_commit(base: &Config, duration: Duration) -> anyhow::Result<Co
 /// where [`bare_commit`] measures it on an idle cluster.
 async fn commit_probe(config: Config, opts: &BenchOpts) -> anyhow::Result<CommitLatency> {
     let c = measure::connect(&config, "commit-probe").await?;
-    let insert = c.prepare("INSERT INTO bench_commit VALUES (1)").await?;
     tokio::time::sleep(opts.warmup).await;
-    let mut every = tokio::time::interval(Duration::from_millis(10));
-    let mut ms = Vec::new();
-    let start = Instant::now();
-    while start.elapsed() < opts.duration {
-        every.tick().await;
-        let t = Instant::now();
-        c.execute(&insert, &[]).await?;
-        ms.push(t.elapsed().as_secs_f32() * 1000.0);
-    }
-    Ok(CommitLatency {
-        commits: ms.len(),
-        p50_ms: measure::percentile(&ms, 0.50),
-        p99_ms: measure::percentile(&ms, 0.99),
-    })
+    commits(&c, Some(Duration::from_millis(10)), opts.duration).await
 }
 
 /// Runs `variant` with [`commit_probe`] beside it.
@@ -129,7 +135,11 @@ async fn run_probed(
 /// issue's targets are stated in.
 pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_json::Value> {
     let opts = shape(opts);
-    let commit = bare_commit(base, Duration::from_secs(3)).await?;
+    let commit = bare_commit(base, None, Duration::from_secs(3)).await?;
+    // The same commit at the open loop's cadence, on the idle cluster: the floor of the
+    // open loop's acknowledgement, paid after the same idle gaps.
+    let open_loop_gap = Duration::from_secs_f64(1.0 / OPEN_LOOP_RATE);
+    let commit_at_rate = bare_commit(base, Some(open_loop_gap), Duration::from_secs(3)).await?;
     let probe_db = crate::fresh_database(base, "bench_commit_probe").await?;
     measure::connect(&probe_db, "setup")
         .await?
@@ -210,6 +220,7 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
         "shape": "peer",
         "options": opts,
         "bare_commit": commit,
+        "bare_commit_at_open_loop_rate": commit_at_rate,
         "bare_commit_under_load": {
             "runtime": runtime_probe,
             "grpc": grpc_probe,
@@ -248,6 +259,12 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
             "grpc_ack_p50_vs_bare_commit_under_load_p50": ratio(ack(&grpc), grpc_probe.p50_ms),
             "open_loop_runtime_ack_p50_vs_bare_commit_p50": ratio(ack(&runtime_light), commit.p50_ms),
             "open_loop_grpc_ack_p50_vs_bare_commit_p50": ratio(ack(&grpc_light), commit.p50_ms),
+            "open_loop_runtime_ack_p50_vs_bare_commit_at_rate_p50":
+                ratio(ack(&runtime_light), commit_at_rate.p50_ms),
+            "open_loop_grpc_ack_p50_vs_bare_commit_at_rate_p50":
+                ratio(ack(&grpc_light), commit_at_rate.p50_ms),
+            "open_loop_grpc_one_worker_ack_p50_vs_bare_commit_at_rate_p50":
+                ratio(ack(&grpc_one_light), commit_at_rate.p50_ms),
             "open_loop_runtime_ack_p50_vs_bare_commit_under_load_p50":
                 ratio(ack(&runtime_light), runtime_light_probe.p50_ms),
             "open_loop_grpc_ack_p50_vs_bare_commit_under_load_p50":

@@ -67,7 +67,7 @@ impl Duty for Ticker {
             client
                 .batch_execute("SET synchronous_commit = off; SET enable_seqscan = off")
                 .await?;
-            // After the settings: the statement is planned under enable_seqscan = off.
+            // Its plan is made at its first run in this session, under the settings above.
             self.statement = Some(client.prepare(TICK).await?);
             Ok(())
         })
