@@ -107,105 +107,143 @@ BEGIN
         CONTINUE;
     END IF;
 
-    RETURN QUERY
-    WITH c AS MATERIALIZED (
-        SELECT p.*, row_number() OVER () AS n,
-               v_cancels AND EXISTS (SELECT 1 FROM pgferry.cancels x
-                                      WHERE x.job_id = p.job_id) AS cancelled
-          FROM (
-            (SELECT 1 AS part, r.*
-               FROM unnest(v_xip1) AS x(xid)
-               CROSS JOIN LATERAL (
-                   SELECT r.job_id, r.attempt, r.segment, r.max_attempts, r.kind, r.args,
-                          r.meta, r.enqueued_at, r.xid, r.seq
-                     FROM pgferry.ready r
-                    WHERE r.lane = p_lane AND r.xid = x.xid
-                      AND (r.xid, r.seq) > (v_last_xid, v_last_seq)
-                    ORDER BY r.seq
-                    LIMIT v_need) r
-              ORDER BY r.xid, r.seq
-              LIMIT v_need)
-            UNION ALL
-            (SELECT 1, r.job_id, r.attempt, r.segment, r.max_attempts, r.kind, r.args,
-                    r.meta, r.enqueued_at, r.xid, r.seq
-               FROM pgferry.ready r
-              WHERE v_lo1 IS NOT NULL
-                AND r.lane = p_lane
-                AND r.xid >= pg_snapshot_xmax(v_lo1) AND r.xid < pg_snapshot_xmax(v_hi1)
-                AND (r.xid, r.seq) > (v_last_xid, v_last_seq)
-                AND pg_visible_in_snapshot(r.xid, v_hi1)
-              ORDER BY r.xid, r.seq
-              LIMIT v_need)
-            UNION ALL
-            (SELECT 2, r.*
-               FROM unnest(v_xip2) AS x(xid)
-               CROSS JOIN LATERAL (
-                   SELECT r.job_id, r.attempt, r.segment, r.max_attempts, r.kind, r.args,
-                          r.meta, r.enqueued_at, r.xid, r.seq
-                     FROM pgferry.ready r
-                    WHERE r.lane = p_lane AND r.xid = x.xid
-                    ORDER BY r.seq
-                    LIMIT v_need) r
-              ORDER BY r.xid, r.seq
-              LIMIT v_need)
-            UNION ALL
-            (SELECT 2, r.job_id, r.attempt, r.segment, r.max_attempts, r.kind, r.args,
-                    r.meta, r.enqueued_at, r.xid, r.seq
-               FROM pgferry.ready r
-              WHERE v_hi2 IS NOT NULL
-                AND r.lane = p_lane
-                AND r.xid >= pg_snapshot_xmax(v_hi1) AND r.xid < pg_snapshot_xmax(v_hi2)
-                AND pg_visible_in_snapshot(r.xid, v_hi2)
-              ORDER BY r.xid, r.seq
-              LIMIT v_need)
-            LIMIT v_need
-          ) p
-    ),
-    -- Where the cursor ends: if the batch is full, at its last row (in that row's range);
-    -- otherwise everything visible was taken, so at the end of the latest range.
-    tail AS (
-        SELECT l.total < v_need AS exhausted,
-               v_hi2 IS NOT NULL AND (l.total < v_need OR l.part = 2) AS in2,
-               l.part, l.xid, l.seq
-          FROM (SELECT c.part, c.xid, c.seq, c.n AS total FROM c ORDER BY c.n DESC LIMIT 1) l
-    ),
-    rec AS (
-        INSERT INTO pgferry.receipts (receipt_id, segment, lane, lo_snap, hi_snap, hi_tick,
-                                      last_xid, last_seq, exhausted, job_ids, attempts,
-                                      job_segments, worker, lease_until)
-        SELECT nextval('pgferry.receipt_seq'),
-               -- The receipt's segment travels with each job so that outcomes find the
-               -- receipt with one index probe in one partition.
-               (SELECT s.segment FROM pgferry.segments s WHERE s.state = 'current'),
-               p_lane,
-               CASE WHEN t.in2 THEN v_hi1 ELSE v_lo1 END,
-               CASE WHEN t.in2 THEN v_hi2 ELSE v_hi1 END,
-               CASE WHEN t.in2 THEN v_tick2 ELSE v_tick1 END,
-               CASE WHEN t.in2 AND t.part = 1 THEN '0'::xid8 ELSE t.xid END,
-               CASE WHEN t.in2 AND t.part = 1 THEN 0 ELSE t.seq END,
-               t.exhausted, a.job_ids, a.attempts, a.segments,
-               p_worker, now() + p_lease_ms * interval '1 millisecond'
-          -- The arrays are sets (what the receipt holds), so no ORDER BY: no sorts.
-          FROM tail t,
-               (SELECT array_agg(c.job_id) AS job_ids, array_agg(c.attempt) AS attempts,
-                       array_agg(c.segment) AS segments FROM c) a
-        RETURNING receipts.receipt_id, receipts.segment
-    ),
-    -- Cancelled jobs met by this claim: taken (the cursor moves past them) and closed with
-    -- outcome 4 under the new receipt, which nobody else knows yet, so no lock is needed.
-    closed AS (
-        INSERT INTO pgferry.completions (segment, receipt_id, outcome, job_ids, attempts, errors)
-        SELECT c.segment, rec.receipt_id, 4, array_agg(c.job_id), array_agg(c.attempt),
-               array_agg('cancelled'::text)
-          FROM c, rec
-         WHERE c.cancelled
-         GROUP BY c.segment, rec.receipt_id
-    )
-    -- Rows leave in claim order: the CTE's order (no sort; rec is a single row).
-    SELECT rec.receipt_id, c.job_id, c.attempt, c.segment, c.max_attempts, c.kind, c.args,
-           c.meta, c.enqueued_at, rec.segment, p_lane
-      FROM rec, c
-     WHERE NOT c.cancelled;
+    -- The common case at light load, and whenever a claimer keeps up: the lane's own range
+    -- is done, no transaction of the xip step needs a look and no cancellation is pending,
+    -- so only range 2's range step can return rows. The general statement below would give
+    -- the same rows and the same receipt, but its executor start-up initialises all four
+    -- parts, the cancellation probe and the completions insert on every call: that start-up
+    -- was most of a light-load claim (docs/performance.md, "A claim of range 2 alone").
+    IF v_exhausted AND cardinality(v_xip2) = 0 AND NOT v_cancels THEN
+        RETURN QUERY
+        WITH c AS MATERIALIZED (   -- claim: range 2 alone
+            SELECT r.*, row_number() OVER () AS n
+              FROM (SELECT r.job_id, r.attempt, r.segment, r.max_attempts, r.kind, r.args,
+                           r.meta, r.enqueued_at, r.xid, r.seq
+                      FROM pgferry.ready r
+                     WHERE r.lane = p_lane
+                       AND r.xid >= pg_snapshot_xmax(v_hi1) AND r.xid < pg_snapshot_xmax(v_hi2)
+                       AND pg_visible_in_snapshot(r.xid, v_hi2)
+                     ORDER BY r.xid, r.seq
+                     LIMIT v_need) r
+        ),
+        rec AS (
+            INSERT INTO pgferry.receipts (receipt_id, segment, lane, lo_snap, hi_snap, hi_tick,
+                                          last_xid, last_seq, exhausted, job_ids, attempts,
+                                          job_segments, worker, lease_until)
+            SELECT nextval('pgferry.receipt_seq'),
+                   (SELECT s.segment FROM pgferry.segments s WHERE s.state = 'current'),
+                   p_lane, v_hi1, v_hi2, v_tick2, l.xid, l.seq, l.n < v_need,
+                   a.job_ids, a.attempts, a.segments,
+                   p_worker, now() + p_lease_ms * interval '1 millisecond'
+              FROM (SELECT c.xid, c.seq, c.n FROM c ORDER BY c.n DESC LIMIT 1) l,
+                   (SELECT array_agg(c.job_id) AS job_ids, array_agg(c.attempt) AS attempts,
+                           array_agg(c.segment) AS segments FROM c) a
+            RETURNING receipts.receipt_id, receipts.segment
+        )
+        SELECT rec.receipt_id, c.job_id, c.attempt, c.segment, c.max_attempts, c.kind, c.args,
+               c.meta, c.enqueued_at, rec.segment, p_lane
+          FROM rec, c;
+    ELSE
+        RETURN QUERY
+        WITH c AS MATERIALIZED (
+            SELECT p.*, row_number() OVER () AS n,
+                   v_cancels AND EXISTS (SELECT 1 FROM pgferry.cancels x
+                                          WHERE x.job_id = p.job_id) AS cancelled
+              FROM (
+                (SELECT 1 AS part, r.*
+                   FROM unnest(v_xip1) AS x(xid)
+                   CROSS JOIN LATERAL (
+                       SELECT r.job_id, r.attempt, r.segment, r.max_attempts, r.kind, r.args,
+                              r.meta, r.enqueued_at, r.xid, r.seq
+                         FROM pgferry.ready r
+                        WHERE r.lane = p_lane AND r.xid = x.xid
+                          AND (r.xid, r.seq) > (v_last_xid, v_last_seq)
+                        ORDER BY r.seq
+                        LIMIT v_need) r
+                  ORDER BY r.xid, r.seq
+                  LIMIT v_need)
+                UNION ALL
+                (SELECT 1, r.job_id, r.attempt, r.segment, r.max_attempts, r.kind, r.args,
+                        r.meta, r.enqueued_at, r.xid, r.seq
+                   FROM pgferry.ready r
+                  WHERE v_lo1 IS NOT NULL
+                    AND r.lane = p_lane
+                    AND r.xid >= pg_snapshot_xmax(v_lo1) AND r.xid < pg_snapshot_xmax(v_hi1)
+                    AND (r.xid, r.seq) > (v_last_xid, v_last_seq)
+                    AND pg_visible_in_snapshot(r.xid, v_hi1)
+                  ORDER BY r.xid, r.seq
+                  LIMIT v_need)
+                UNION ALL
+                (SELECT 2, r.*
+                   FROM unnest(v_xip2) AS x(xid)
+                   CROSS JOIN LATERAL (
+                       SELECT r.job_id, r.attempt, r.segment, r.max_attempts, r.kind, r.args,
+                              r.meta, r.enqueued_at, r.xid, r.seq
+                         FROM pgferry.ready r
+                        WHERE r.lane = p_lane AND r.xid = x.xid
+                        ORDER BY r.seq
+                        LIMIT v_need) r
+                  ORDER BY r.xid, r.seq
+                  LIMIT v_need)
+                UNION ALL
+                (SELECT 2, r.job_id, r.attempt, r.segment, r.max_attempts, r.kind, r.args,
+                        r.meta, r.enqueued_at, r.xid, r.seq
+                   FROM pgferry.ready r
+                  WHERE v_hi2 IS NOT NULL
+                    AND r.lane = p_lane
+                    AND r.xid >= pg_snapshot_xmax(v_hi1) AND r.xid < pg_snapshot_xmax(v_hi2)
+                    AND pg_visible_in_snapshot(r.xid, v_hi2)
+                  ORDER BY r.xid, r.seq
+                  LIMIT v_need)
+                LIMIT v_need
+              ) p
+        ),
+        -- Where the cursor ends: if the batch is full, at its last row (in that row's range);
+        -- otherwise everything visible was taken, so at the end of the latest range.
+        tail AS (
+            SELECT l.total < v_need AS exhausted,
+                   v_hi2 IS NOT NULL AND (l.total < v_need OR l.part = 2) AS in2,
+                   l.part, l.xid, l.seq
+              FROM (SELECT c.part, c.xid, c.seq, c.n AS total FROM c ORDER BY c.n DESC LIMIT 1) l
+        ),
+        rec AS (
+            INSERT INTO pgferry.receipts (receipt_id, segment, lane, lo_snap, hi_snap, hi_tick,
+                                          last_xid, last_seq, exhausted, job_ids, attempts,
+                                          job_segments, worker, lease_until)
+            SELECT nextval('pgferry.receipt_seq'),
+                   -- The receipt's segment travels with each job so that outcomes find the
+                   -- receipt with one index probe in one partition.
+                   (SELECT s.segment FROM pgferry.segments s WHERE s.state = 'current'),
+                   p_lane,
+                   CASE WHEN t.in2 THEN v_hi1 ELSE v_lo1 END,
+                   CASE WHEN t.in2 THEN v_hi2 ELSE v_hi1 END,
+                   CASE WHEN t.in2 THEN v_tick2 ELSE v_tick1 END,
+                   CASE WHEN t.in2 AND t.part = 1 THEN '0'::xid8 ELSE t.xid END,
+                   CASE WHEN t.in2 AND t.part = 1 THEN 0 ELSE t.seq END,
+                   t.exhausted, a.job_ids, a.attempts, a.segments,
+                   p_worker, now() + p_lease_ms * interval '1 millisecond'
+              -- The arrays are sets (what the receipt holds), so no ORDER BY: no sorts.
+              FROM tail t,
+                   (SELECT array_agg(c.job_id) AS job_ids, array_agg(c.attempt) AS attempts,
+                           array_agg(c.segment) AS segments FROM c) a
+            RETURNING receipts.receipt_id, receipts.segment
+        ),
+        -- Cancelled jobs met by this claim: taken (the cursor moves past them) and closed with
+        -- outcome 4 under the new receipt, which nobody else knows yet, so no lock is needed.
+        closed AS (
+            INSERT INTO pgferry.completions (segment, receipt_id, outcome, job_ids, attempts, errors)
+            SELECT c.segment, rec.receipt_id, 4, array_agg(c.job_id), array_agg(c.attempt),
+                   array_agg('cancelled'::text)
+              FROM c, rec
+             WHERE c.cancelled
+             GROUP BY c.segment, rec.receipt_id
+        )
+        -- Rows leave in claim order: the CTE's order (no sort; rec is a single row).
+        SELECT rec.receipt_id, c.job_id, c.attempt, c.segment, c.max_attempts, c.kind, c.args,
+               c.meta, c.enqueued_at, rec.segment, p_lane
+          FROM rec, c
+         WHERE NOT c.cancelled;
+    END IF;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     v_need := v_need - v_n;
   END LOOP;
