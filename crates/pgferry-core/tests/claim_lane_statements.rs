@@ -148,7 +148,10 @@ async fn a_pending_cancellation_takes_the_general_statement() {
 
     let admin = s.db.connect().await;
     let lanes: Vec<i32> = admin
-        .query("SELECT DISTINCT lane FROM pgferry.ready WHERE job_id = ANY($1)", &[&ids])
+        .query(
+            "SELECT DISTINCT lane FROM pgferry.ready WHERE job_id = ANY($1)",
+            &[&ids],
+        )
         .await
         .unwrap()
         .iter()
@@ -170,8 +173,15 @@ async fn a_pending_cancellation_takes_the_general_statement() {
         .collect();
     assert_eq!(got, vec![ids[1]], "the cancelled job is not handed out");
     let plans = common::drain(&mut notices);
-    assert!(common::plans_with(&plans, "claim: range 2 alone").is_empty(), "{plans:#?}");
-    assert_eq!(common::plans_with(&plans, "UNION ALL").len(), 1, "{plans:#?}");
+    assert!(
+        common::plans_with(&plans, "claim: range 2 alone").is_empty(),
+        "{plans:#?}"
+    );
+    assert_eq!(
+        common::plans_with(&plans, "UNION ALL").len(),
+        1,
+        "{plans:#?}"
+    );
     let closed: i64 = admin
         .query_one(
             "SELECT count(*) FROM pgferry.completions WHERE outcome = 4 AND $1 = ANY(job_ids)",
