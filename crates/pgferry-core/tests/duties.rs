@@ -188,3 +188,49 @@ async fn wait_for(ok: impl Fn() -> bool) -> bool {
     }
     false
 }
+
+/// A tick causes claims and completions; their transactions begin after it and end. A pass
+/// right after the tick with no word that the log grew must not count them as a change, or
+/// every tick causes the next (docs/performance.md, "Ticks that cause ticks"). The next full
+/// pass (after the idle wait) still counts them: a writer that told nobody is seen there.
+#[tokio::test]
+async fn a_tick_does_not_cause_the_next_one() {
+    let _alone = ONE_LEADER_AT_A_TIME.lock().await;
+    let s = common::setup_with(common::quiet_counters()).await;
+    let mut client = s.db.connect().await;
+    let config = LeaderConfig::default();
+    let mut ticker = Ticker::new(s.engine.clone(), config.clone());
+    ticker.prepare(&client).await.unwrap();
+    while ticker.run_once(&mut client).await.unwrap() != Next::Idle {}
+
+    s.engine
+        .enqueue(&[NewJob::new("cascade", "k", json!({}))])
+        .await
+        .unwrap();
+    // The enqueue's growth wakes the idle ticker, as in the duty loop; its pass ticks.
+    ticker.idle().await;
+    assert_eq!(
+        ticker.run_once(&mut client).await.unwrap(),
+        Next::After(config.tick_interval)
+    );
+    // What the tick caused: a claim and a completion, each its own transaction.
+    let claimed = s.engine.claim("cascade", 10, "w").await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let done: Vec<_> = claimed.iter().map(|j| j.completed(None)).collect();
+    s.engine.complete(&done).await.unwrap();
+
+    let count = "SELECT count(*) FROM pgferry.ticks";
+    let before: i64 = client.query_one(count, &[]).await.unwrap().get(0);
+    // The pause after the tick runs out with no growth: the follow-up pass writes nothing.
+    ticker.pause(Duration::from_millis(5)).await;
+    assert_eq!(ticker.run_once(&mut client).await.unwrap(), Next::Idle);
+    let after: i64 = client.query_one(count, &[]).await.unwrap().get(0);
+    assert_eq!(after, before, "the claim and the completion caused no tick");
+    // A full pass (after the idle wait) counts them.
+    ticker.idle().await;
+    assert_eq!(
+        ticker.run_once(&mut client).await.unwrap(),
+        Next::After(config.tick_interval),
+        "a full pass still sees transactions that ended since the last tick"
+    );
+}

@@ -3,6 +3,7 @@
 //! The ticker commits asynchronously: a tick lost in a crash is harmless, because any receipt
 //! that used it was committed later in the WAL and so flushed it too.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio_postgres::{Client, Statement};
@@ -14,15 +15,21 @@ use crate::error::Result;
 
 const TICK: &str = include_str!("../sql/tick.sql");
 
-/// Writes a tick if the log may have changed; returns its id. Prepares the statement for
-/// this one call (tests, one-off callers); the duty prepares it once per connection.
+/// Writes a tick if the log may have changed (every test of `tick.sql`); returns its id.
+/// Prepares the statement for this one call (tests, one-off callers); the duty prepares it
+/// once per connection.
 pub async fn tick(client: &Client) -> Result<Option<i64>> {
     let stmt = client.prepare(TICK).await?;
-    tick_with(client, &stmt).await
+    tick_with(client, &stmt, true).await
 }
 
-async fn tick_with(client: &Client, stmt: &Statement) -> Result<Option<i64>> {
-    Ok(client.query_opt(stmt, &[]).await?.map(|r| r.get("tick_id")))
+/// `full`: whether a transaction that began after the last tick and has ended counts as a
+/// change (`tick.sql`'s third test).
+async fn tick_with(client: &Client, stmt: &Statement, full: bool) -> Result<Option<i64>> {
+    Ok(client
+        .query_opt(stmt, &[&full])
+        .await?
+        .map(|r| r.get("tick_id")))
 }
 
 /// The ticker duty: a tick, then `tick_interval` while the log grows; idle, it waits for
@@ -35,6 +42,12 @@ pub struct Ticker {
     /// made Postgres parse and plan the statement each time, which cost more CPU than the
     /// tick itself (docs/performance.md, "The ticker's statement prepared once").
     statement: Option<Statement>,
+    /// The pause after a tick ran out without word that the log grew: the next pass leaves
+    /// out transactions that began after that tick (`tick.sql`). Those are the claims and
+    /// completions the tick itself caused; counted, each tick caused the next, and at light
+    /// load a job cost about three ticks and three claims (docs/performance.md, "Ticks that
+    /// cause ticks"). Every other pass (after an idle wait, a growth, a trigger) is full.
+    follow_up: AtomicBool,
 }
 
 impl Ticker {
@@ -43,6 +56,7 @@ impl Ticker {
             engine,
             config,
             statement: None,
+            follow_up: AtomicBool::new(false),
         }
     }
 }
@@ -82,7 +96,8 @@ impl Duty for Ticker {
                     self.statement.insert(s).clone()
                 }
             };
-            Ok(match tick_with(client, &stmt).await? {
+            let full = !self.follow_up.swap(false, Ordering::Relaxed);
+            Ok(match tick_with(client, &stmt, full).await? {
                 Some(id) => {
                     self.engine.signals().publish_tick(id);
                     Next::After(self.config.tick_interval)
@@ -112,8 +127,15 @@ impl Duty for Ticker {
                     return;
                 }
                 tokio::select! {
-                    _ = tokio::time::sleep_until(deadline) => return,
+                    _ = tokio::time::sleep_until(deadline) => {
+                        // Nothing said the log grew since the tick: a follow-up pass.
+                        self.follow_up.store(!grew, Ordering::Relaxed);
+                        return;
+                    }
                     _ = signals.growth().here.notified() => grew = true,
+                    // Another process's enqueue (its nudge): its transaction began after
+                    // the tick, so only a full pass would see it.
+                    _ = signals.growth().elsewhere.notified() => grew = true,
                     _ = signals.hunger().notified() => {}
                 }
             }

@@ -8,6 +8,13 @@
 --    transaction is running but NOT listed in xip) has ended. Counted without enumerating:
 --    xids in [last.xmax, cur.xmax), minus those still running (in cur's xip), minus the last
 --    tick's own transaction — otherwise every tick would cause the next.
+--
+-- $1 (full): whether the third test applies. A pass right after a tick, when nothing said
+-- the log grew since, leaves it out (ticker.rs): the transactions that begin and end in
+-- between are then the claims and completions the tick just caused, and counting them made
+-- every tick cause the next (docs/performance.md, "Ticks that cause ticks"). A writer that
+-- does not tell the ticker still moves the sequence (every path that leaves `seq` to its
+-- default) or is caught by the next full pass, at most `idle_tick_interval` later.
 -- Plan: the last tick is Limit over Merge Append of ticks_id (one probe per partition).
 WITH last AS (
     SELECT t.snap, t.seq_hi, t.own_xid FROM pgferry.ticks t ORDER BY t.tick_id DESC LIMIT 1
@@ -22,11 +29,13 @@ due AS (
         OR cur.seq_hi <> last.seq_hi
         OR EXISTS (SELECT 1 FROM pg_snapshot_xip(last.snap) x
                     WHERE pg_visible_in_snapshot(x, cur.snap))
-        OR (pg_snapshot_xmax(cur.snap)::text::bigint - pg_snapshot_xmax(last.snap)::text::bigint)
-           - (SELECT count(*) FROM pg_snapshot_xip(cur.snap) x WHERE x >= pg_snapshot_xmax(last.snap))
-           - CASE WHEN last.own_xid >= pg_snapshot_xmax(last.snap)
-                   AND pg_visible_in_snapshot(last.own_xid, cur.snap) THEN 1 ELSE 0 END
-           > 0
+        OR ($1::boolean
+            AND (pg_snapshot_xmax(cur.snap)::text::bigint - pg_snapshot_xmax(last.snap)::text::bigint)
+                - (SELECT count(*) FROM pg_snapshot_xip(cur.snap) x
+                    WHERE x >= pg_snapshot_xmax(last.snap))
+                - CASE WHEN last.own_xid >= pg_snapshot_xmax(last.snap)
+                        AND pg_visible_in_snapshot(last.own_xid, cur.snap) THEN 1 ELSE 0 END
+                > 0)
 ),
 ins AS (
     INSERT INTO pgferry.ticks (segment, tick_id, snap, seq_hi)
