@@ -141,6 +141,11 @@ pub async fn fire_due(engine: &Engine, client: &mut Client, now: SystemTime) -> 
     }
     tx.commit().await?;
     crate::metrics::record(&released);
+    // The jobs exist from the COMMIT: `enqueue_tx` told no one, so tell the ticker now
+    // (a pass right after a tick does not look for such writers; leader/ticker.rs).
+    if released.fired > 0 {
+        engine.signals().growth().grew();
+    }
     let mut report = FireReport::default();
 
     let tx = client.transaction().await?;
@@ -153,6 +158,9 @@ pub async fn fire_due(engine: &Engine, client: &mut Client, now: SystemTime) -> 
     }
     execute(engine, &tx, plans, now, None, &mut report).await?;
     tx.commit().await?;
+    if report.fired > 0 {
+        engine.signals().growth().grew();
+    }
     // Lag counts to the COMMIT (when the job exists), not to the start of the pass.
     let pass = SystemTime::now().duration_since(now).unwrap_or_default();
     for lag in &mut report.lag {

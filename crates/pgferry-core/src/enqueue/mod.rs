@@ -297,7 +297,9 @@ impl Engine {
     /// Enqueues inside the caller's transaction (or on any client): the jobs become
     /// claimable when that transaction commits, and never if it rolls back. One statement
     /// (a COPY, prepared on the caller's connection first). The caller's COMMIT is what
-    /// makes the jobs exist; this returns before it.
+    /// makes the jobs exist; this returns before it. Call `signals().growth().grew()` after
+    /// that COMMIT to have them ticked at once; otherwise the leader's next full tick pass
+    /// sees them, at most `idle_tick_interval` later (leader/ticker.rs).
     pub async fn enqueue_tx<C: GenericClient>(
         &self,
         client: &C,
