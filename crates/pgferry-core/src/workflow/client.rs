@@ -327,10 +327,14 @@ impl Workflows {
 
     /// Cancels an instance and its descendants; returns the status it had (a terminal one:
     /// nothing changed).
+    ///
+    /// A cancel locks the instance's chain, then its concurrency key and its children. A
+    /// batch of outcomes that locked one of those children first (a plain step of it) and
+    /// then wants the chain can deadlock with it; should Postgres abort the cancel, nothing
+    /// of it was written and it is run again.
     pub async fn cancel(&self, id: i64, reason: Option<&str>) -> Result<String> {
         let client = self.pool.get().await?;
-        let row = client
-            .query_one(CANCEL, &[&id, &reason])
+        let row = one_row_again_if_deadlocked(&client, CANCEL, &[&id, &reason])
             .await
             .map_err(|e| instance_error(e, &id.to_string()))?;
         Ok(row.try_get("previous")?)
@@ -339,8 +343,7 @@ impl Workflows {
     /// Runs a failed instance again from the step that failed; returns that step.
     pub async fn retry(&self, id: i64) -> Result<String> {
         let client = self.pool.get().await?;
-        let row = client
-            .query_one(RETRY, &[&id])
+        let row = one_row_again_if_deadlocked(&client, RETRY, &[&id])
             .await
             .map_err(|e| instance_error(e, &id.to_string()))?;
         Ok(row.try_get("step")?)
@@ -473,6 +476,25 @@ impl Workflows {
             Err(e) => return Err(e.into()),
         }
         Ok(done)
+    }
+}
+
+/// Runs a one-statement transaction again when Postgres aborted it as a deadlock victim
+/// (nothing of it was written), up to three times in all.
+async fn one_row_again_if_deadlocked(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> std::result::Result<tokio_postgres::Row, tokio_postgres::Error> {
+    let mut tries = 1;
+    loop {
+        match client.query_one(sql, params).await {
+            Err(e) if tries < 3 && e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) => {
+                tracing::debug!("a workflow statement was a deadlock victim; running it again");
+                tries += 1;
+            }
+            other => return other,
+        }
     }
 }
 

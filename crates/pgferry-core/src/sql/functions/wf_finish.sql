@@ -159,6 +159,26 @@ BEGIN
         RETURN;
     END IF;
 
+    -- The rest take their instances' locks before any key's row: first the chains of the
+    -- parents their end may join (root first, as wf_lock_chain does), then the instances
+    -- in id order. A cancel locks its instance and then its key; a batch that held a key
+    -- (an earlier outcome gave its slot back) while it waited for an instance being
+    -- cancelled would deadlock with that cancel.
+    FOR n IN SELECT DISTINCT i.parent_id
+               FROM jsonb_array_elements(p_outcomes) AS t(e)
+               JOIN pgferry.wf_instances i ON i.id = (t.e->>'id')::bigint
+              WHERE i.parent_id IS NOT NULL AND t.e->>'outcome' IN ('done', 'fail', 'retry')
+                AND i.id <> ALL (v_ids)
+              ORDER BY 1
+    LOOP
+        PERFORM pgferry.wf_lock_chain(n);
+    END LOOP;
+    PERFORM 1 FROM pgferry.wf_instances i
+     WHERE i.id IN (SELECT (t.e->>'id')::bigint FROM jsonb_array_elements(p_outcomes) AS t(e))
+       AND i.id <> ALL (v_ids)
+     ORDER BY i.id
+       FOR UPDATE;
+
     -- The rest, one by one in the given order; answers in the given order.
     FOR o, n IN SELECT t.e, t.n FROM jsonb_array_elements(p_outcomes) WITH ORDINALITY AS t(e, n)
                  ORDER BY t.n
