@@ -116,6 +116,10 @@ pub async fn run_once(
     report.schedule_alerts =
         crate::schedule_watch::watch(engine, &tx, now, config.settle, config.batch).await?;
     tx.commit().await?;
+    if !events.is_empty() || report.schedule_alerts > 0 {
+        // The notifications exist from the COMMIT; `enqueue_tx` told the ticker nothing.
+        engine.signals().growth().grew();
+    }
     Ok(report)
 }
 

@@ -403,8 +403,14 @@ impl Monitors {
         tx.execute(PING_INSERT, &[&m.id, &kind.as_str(), &now, &body])
             .await?;
         tx.execute(PING_TRIM, &[&m.id, &PING_HISTORY]).await?;
+        let before = m.state.clone();
         let out = apply_ping(&self.engine, &tx, m, kind, now).await?;
         tx.commit().await?;
+        if out.state != before {
+            // A transition may have notified (an alert's HTTP jobs, `enqueue_tx`): tell the
+            // ticker now that they exist.
+            self.engine.signals().growth().grew();
+        }
         crate::metrics::ping(kind);
         Ok(out)
     }

@@ -422,6 +422,7 @@ impl Webhooks {
         let event = InboundEvent::from_row(&row)?;
         let jobs = fan_out(&self.engine, &*tx, &ep, &event).await?;
         tx.commit().await?;
+        self.grew(jobs.len());
         Ok(Received {
             event_id: event.id,
             duplicate: false,
@@ -454,6 +455,7 @@ impl Webhooks {
         };
         let jobs = fan_out(&self.engine, &*tx, &ep, &event).await?;
         tx.commit().await?;
+        self.grew(jobs.len());
         Ok(jobs)
     }
 
@@ -484,7 +486,17 @@ impl Webhooks {
                 .len();
         }
         tx.commit().await?;
+        self.grew(jobs);
         Ok((rows.len(), jobs))
+    }
+
+    /// After the COMMIT of `n` fan-out jobs: `enqueue_tx` told the ticker nothing, and a
+    /// pass right after a tick does not look for such writers, so tell it now (or the jobs
+    /// wait for its next full pass, up to `idle_tick_interval`).
+    fn grew(&self, n: usize) {
+        if n > 0 {
+            self.engine.signals().growth().grew();
+        }
     }
 }
 
