@@ -235,6 +235,7 @@ pub(crate) async fn steps_phase(
         "duration_s": report.duration_s,
         "steps_per_s": report.jobs_per_s,
         "instances_started_per_s": report.enqueued_per_s,
+        "cpu_per_step": report.cpu_per_step,
         "all_steps_of_the_phase": steps,
         "dead_tuples_per_100k_steps": per_100k(after.0 - before.0),
         "rows_updated_or_deleted_per_100k_steps": per_100k(after.1 - before.1),

@@ -1,12 +1,14 @@
-//! Load for `bench workflow`: bulk starts through `pgferry.wf_start` (one statement per
-//! batch of instances), producers that keep the number of steps waiting bounded, and the
-//! measured window with its progress bar.
+//! Load for `bench workflow`: bulk starts (`Workflows::start_many`, one statement per
+//! batch of instances; `pgferry.wf_start` per instance for seeding and keyed starts),
+//! producers that keep the number of steps waiting bounded, and the measured window with
+//! its progress bar.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use pgferry_core::workflow::WorkerStats;
+use pgferry_core::workflow::{Start, WorkerStats, Workflows};
+use serde_json::json;
 use tokio_postgres::{Client, Config};
 
 use crate::measure::{self, Counters};
@@ -89,14 +91,30 @@ pub fn producer_on(
     opts: &BenchOpts,
 ) -> tokio::task::JoinHandle<anyhow::Result<()>> {
     let (batch, max_depth) = (opts.enqueue_batch as i32, opts.max_depth as u64);
+    // Batches through `Workflows::start_many` (one set-based statement, as a user starts
+    // a batch), or, with PGFERRY_BENCH_WORKFLOW_START=function, through `wf_start` per
+    // instance as before (for comparisons in one binary).
+    let per_instance = std::env::var("PGFERRY_BENCH_WORKFLOW_START").as_deref() == Ok("function");
     tokio::spawn(async move {
         let c = measure::connect(&config, "wf-producer").await?;
+        let wf = Workflows::new(pgferry_core::db::pool(&config, "wf-producer", 1));
+        let mut n = 0i64;
         while counters.running() {
             if counters.depth() > max_depth {
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 continue;
             }
-            c.query_one(START_BULK, &[&batch, &kind, &queue]).await?;
+            if per_instance {
+                c.query_one(START_BULK, &[&batch, &kind, &queue]).await?;
+            } else {
+                let starts: Vec<Start> = (0..batch)
+                    .map(|_| {
+                        n += 1;
+                        Start::new(kind, queue.as_str(), json!({ "i": n }))
+                    })
+                    .collect();
+                wf.start_many(&starts).await?;
+            }
             counters.add_enqueued(3 * batch as u64);
         }
         Ok(())
@@ -139,13 +157,15 @@ pub struct Window {
     pub duration_s: f64,
     pub jobs_per_s: f64,
     pub enqueued_per_s: f64,
+    /// CPU per step of the bench process and of the cluster over the window (cpu.rs).
+    pub cpu_per_step: Option<crate::cpu::PerJob>,
 }
 
 /// Warmup, then the measured window with a progress bar; steps are counted from the
 /// workers' stats. Stops the producer at the end.
 pub async fn window(
     label: &str,
-    _config: &Config,
+    config: &Config,
     counters: &Arc<Counters>,
     stats: &[Arc<WorkerStats>],
     opts: &BenchOpts,
@@ -166,7 +186,8 @@ pub async fn window(
             }
         })
     };
-    let w = measured(label, counters, steps, opts, producer).await;
+    let admin = crate::measure::connect(config, "cpu").await?;
+    let w = measured(label, counters, steps, opts, producer, Some(&admin)).await;
     feed.await?;
     w
 }
@@ -185,6 +206,7 @@ pub async fn window_counted(
         || applied.load(Ordering::Relaxed),
         opts,
         producer,
+        None,
     )
     .await
 }
@@ -195,6 +217,7 @@ async fn measured(
     steps: impl Fn() -> u64,
     opts: &BenchOpts,
     producer: tokio::task::JoinHandle<anyhow::Result<()>>,
+    cpu_admin: Option<&Client>,
 ) -> anyhow::Result<Window> {
     let bar = indicatif::ProgressBar::new(opts.duration.as_secs().max(1));
     bar.set_style(
@@ -204,6 +227,10 @@ async fn measured(
     );
     bar.set_prefix(label.to_string());
     tokio::time::sleep(opts.warmup).await;
+    let cpu0 = match cpu_admin {
+        Some(c) => crate::cpu::Sample::take(c).await,
+        None => None,
+    };
     let (s0, e0) = (steps(), counters.enqueued.load(Ordering::Relaxed));
     let start = Instant::now();
     while start.elapsed() < opts.duration {
@@ -214,6 +241,10 @@ async fn measured(
     }
     let elapsed = start.elapsed().as_secs_f64();
     let (s1, e1) = (steps(), counters.enqueued.load(Ordering::Relaxed));
+    let cpu1 = match cpu_admin {
+        Some(c) => crate::cpu::Sample::take(c).await,
+        None => None,
+    };
     counters.stop.store(true, Ordering::SeqCst);
     producer.await??;
     bar.finish_and_clear();
@@ -222,5 +253,6 @@ async fn measured(
         duration_s: elapsed,
         jobs_per_s: (s1 - s0) as f64 / elapsed,
         enqueued_per_s: (e1 - e0) as f64 / 3.0 / elapsed,
+        cpu_per_step: cpu0.zip(cpu1).and_then(|(a, b)| a.per_job(&b, s1 - s0)),
     })
 }

@@ -78,7 +78,7 @@ impl Start {
         }
     }
 
-    fn validate(&self) -> Result<()> {
+    pub(super) fn validate(&self) -> Result<()> {
         crate::job::validate_kind(&self.kind)?;
         crate::job::validate_queue_name(&self.queue)?;
         validate::name("step", &self.step)?;

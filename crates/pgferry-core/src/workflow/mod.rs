@@ -12,6 +12,7 @@ mod inspect;
 mod lease;
 mod machine;
 pub mod retention;
+mod start_many;
 pub mod sweeper;
 mod validate;
 mod wake;
@@ -29,5 +30,6 @@ pub use machine::{
     Caps, Child, ChildFailure, ChildResult, ClaimedStep, Handler, Join, Machine, Outcome, Signal,
     Wake,
 };
+pub use start_many::MAX_START_BATCH;
 pub use validate::MAX_PRIORITY;
 pub use worker::{Worker, WorkerConfig, WorkerStats};
