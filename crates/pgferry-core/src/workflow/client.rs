@@ -334,7 +334,8 @@ impl Workflows {
     /// of it was written and it is run again.
     pub async fn cancel(&self, id: i64, reason: Option<&str>) -> Result<String> {
         let client = self.pool.get().await?;
-        let row = one_row_again_if_deadlocked(&client, CANCEL, &[&id, &reason])
+        let params: [&(dyn ToSql + Sync); 2] = [&id, &reason];
+        let row = again_if_deadlocked(|| client.query_one(CANCEL, &params))
             .await
             .map_err(|e| instance_error(e, &id.to_string()))?;
         Ok(row.try_get("previous")?)
@@ -343,7 +344,8 @@ impl Workflows {
     /// Runs a failed instance again from the step that failed; returns that step.
     pub async fn retry(&self, id: i64) -> Result<String> {
         let client = self.pool.get().await?;
-        let row = one_row_again_if_deadlocked(&client, RETRY, &[&id])
+        let params: [&(dyn ToSql + Sync); 1] = [&id];
+        let row = again_if_deadlocked(|| client.query_one(RETRY, &params))
             .await
             .map_err(|e| instance_error(e, &id.to_string()))?;
         Ok(row.try_get("step")?)
@@ -479,21 +481,42 @@ impl Workflows {
     }
 }
 
-/// Runs a one-statement transaction again when Postgres aborted it as a deadlock victim
-/// (nothing of it was written), up to three times in all.
-async fn one_row_again_if_deadlocked(
-    client: &tokio_postgres::Client,
-    sql: &str,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-) -> std::result::Result<tokio_postgres::Row, tokio_postgres::Error> {
+/// Runs a transaction again when Postgres aborted it as a deadlock victim (nothing of it
+/// was written), up to three times in all. `run` makes one whole attempt.
+pub(super) async fn again_if_deadlocked<T, E, F, Fut>(mut run: F) -> std::result::Result<T, E>
+where
+    E: DbCode,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, E>>,
+{
     let mut tries = 1;
     loop {
-        match client.query_one(sql, params).await {
-            Err(e) if tries < 3 && e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) => {
-                tracing::debug!("a workflow statement was a deadlock victim; running it again");
+        match run().await {
+            Err(e) if tries < 3 && e.db_code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) => {
+                tracing::debug!("a workflow transaction was a deadlock victim; running it again");
                 tries += 1;
             }
             other => return other,
+        }
+    }
+}
+
+/// The SQLSTATE of an error that came from the database.
+pub(super) trait DbCode {
+    fn db_code(&self) -> Option<&SqlState>;
+}
+
+impl DbCode for tokio_postgres::Error {
+    fn db_code(&self) -> Option<&SqlState> {
+        self.code()
+    }
+}
+
+impl DbCode for Error {
+    fn db_code(&self) -> Option<&SqlState> {
+        match self {
+            Error::Db(e) => e.code(),
+            _ => None,
         }
     }
 }

@@ -47,19 +47,7 @@ impl Workflows {
         // Keyed starts lock their keys' rows in the batch's order, outcomes in their
         // instances' order: should Postgres abort the batch as a deadlock victim, nothing
         // of it was written, and it runs again (up to three times in all).
-        let mut tries = 1;
-        loop {
-            match self.start_many_once(starts).await {
-                Err(Error::Db(e))
-                    if tries < 3
-                        && e.code()
-                            == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED) =>
-                {
-                    tries += 1;
-                }
-                other => return other,
-            }
-        }
+        super::client::again_if_deadlocked(|| self.start_many_once(starts)).await
     }
 
     async fn start_many_once(&self, starts: &[Start]) -> Result<Vec<Started>> {
