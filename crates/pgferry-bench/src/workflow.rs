@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use pgferry_core::workflow::{
     Child, ClaimedStep, Join, Machine, Outcome, Target, Worker, WorkerConfig, Workflows,
 };
@@ -40,20 +41,32 @@ pub async fn run(base: &Config, opts: &BenchOpts) -> anyhow::Result<Value> {
     let wf = Workflows::new(pool.clone());
     // Idle workers are woken by signal deliveries (pgferry_wf_ready), as with an engine.
     let listener = wf.listen_ready(config.clone());
-    let three = three_step(&config, &wf, opts).await?;
+    let three = three_step(&config, &wf, opts)
+        .await
+        .context("the 3-step phase")?;
     let steps_per_s = three["steps_per_s"].as_f64().unwrap_or(0.0);
-    let code = code_three_step(&config, &wf, opts).await?;
+    let code = code_three_step(&config, &wf, opts)
+        .await
+        .context("the code-first phase")?;
     let code_steps_per_s = code["steps_per_s"].as_f64().unwrap_or(0.0);
     // Half of the signal path's own saturation (closed loop, workflow_signal.rs); the
     // three-step rate in round trips (each costs three steps) only sizes the probe.
     let (saturation, signal_saturation) =
-        crate::workflow_signal::saturation(&config, &wf, opts, steps_per_s / 3.0).await?;
+        crate::workflow_signal::saturation(&config, &wf, opts, steps_per_s / 3.0)
+            .await
+            .context("the signal saturation phase")?;
     let signal_rate = (saturation / 2.0).max(10.0);
-    let mut signal = signal_round_trip(&config, &wf, opts, signal_rate).await?;
+    let mut signal = signal_round_trip(&config, &wf, opts, signal_rate)
+        .await
+        .context("the signal round-trip phase")?;
     signal["saturation"] = signal_saturation;
     signal["three_step_half_rate_per_s"] = json!(steps_per_s / 2.0 / 3.0);
-    let fan_out = fan_out(&config, &wf, opts).await?;
-    let hot_key = hot_key(&config, &wf, opts).await?;
+    let fan_out = fan_out(&config, &wf, opts)
+        .await
+        .context("the fan-out phase")?;
+    let hot_key = hot_key(&config, &wf, opts)
+        .await
+        .context("the hot-key phase")?;
     pool.close();
     listener.abort();
     // Last, on its own database: the hot statements on the full-size seeded dataset
@@ -475,12 +488,16 @@ async fn hot_key(config: &Config, wf: &Workflows, opts: &BenchOpts) -> anyhow::R
     for round in 0..2 * opts.hot_key_pairs.max(1) {
         let hot = crate::paired::is_b(round);
         if hot && !hot_started {
-            load::start_bulk_keyed(&admin, "three", "hot_b", 20_000, "hot").await?;
+            load::start_bulk_keyed(&admin, "three", "hot_b", 20_000, "hot")
+                .await
+                .context("starting the hot key's instances")?;
             hot_started = true;
         }
         let queue = if hot { "hot_b" } else { "hot_a" };
         let prefix = format!("{}{round}-key-", if hot { "b" } else { "a" });
-        let r = hot_key_round(config, wf, opts, queue, prefix).await?;
+        let r = hot_key_round(config, wf, opts, queue, prefix)
+            .await
+            .with_context(|| format!("hot key round {round}"))?;
         runs.push((hot, r["steps_per_s"].as_f64().unwrap_or(0.0)));
         rounds.push(json!({"round": round, "hot_key": hot, "queue": queue, "result": r}));
     }
@@ -549,7 +566,7 @@ async fn hot_key_round(
     measuring.store(false, Ordering::SeqCst);
     let secs = t.elapsed().as_secs_f64();
     counters.stop.store(true, Ordering::SeqCst);
-    producer.await??;
+    producer.await?.context("the keyed producer")?;
     // Drain this round's steps, so that the next round starts from the same backlog.
     let drain = Instant::now();
     while counters.depth() > 0 && drain.elapsed() < Duration::from_secs(60) {
@@ -557,7 +574,7 @@ async fn hot_key_round(
     }
     let _ = stop_tx.send(true);
     for w in workers {
-        w.await??;
+        w.await?.context("a worker")?;
     }
     let n = other.load(Ordering::SeqCst);
     Ok(

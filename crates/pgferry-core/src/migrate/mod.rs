@@ -137,6 +137,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0025_scheduled_first_run.sql",
         sql: include_str!("../../migrations/0025_scheduled_first_run.sql"),
     },
+    Migration {
+        version: 26,
+        name: "0026_workflow_continued_columns.sql",
+        sql: include_str!("../../migrations/0026_workflow_continued_columns.sql"),
+    },
 ];
 
 /// The engine's live functions, callees before SQL-language callers.

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::Pool;
 use serde_json::Value;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{Json, ToSql};
 use tokio_postgres::GenericClient;
 
 use super::machine::{ClaimedStep, Machine, Outcome, Wake};
@@ -462,7 +462,9 @@ impl Workflows {
         let client = self.pool.get().await?;
         let stmt = client.prepare_cached(FINISH).await?;
         let mut done: Vec<Finished> = (0..outcomes.len()).map(|_| Finished::default()).collect();
-        match client.query(&stmt, &[&Value::Array(items.clone())]).await {
+        // Json(&items): the batch is encoded from the items as they are, not copied into one
+        // Value first (the items are kept for a deadlock's one-at-a-time run below).
+        match client.query(&stmt, &[&Json(&items)]).await {
             Ok(rows) => {
                 for (&i, row) in order.iter().zip(rows.iter()) {
                     done[i] = finished(row)?;
@@ -530,39 +532,27 @@ pub struct Finished {
     pub continued: Option<ClaimedStep>,
 }
 
-/// The columns of a claim that a continued step has (wf_finish.sql's `continued`).
-#[derive(serde::Deserialize)]
-struct ContinuedStep {
-    id: i64,
-    kind: String,
-    step: String,
-    state: Value,
-    input: Value,
-    attempt: i32,
-    max_attempts: i32,
-    step_seq: i32,
-    parent_id: Option<i64>,
-}
-
+/// One outcome's answer (finish.sql): applied, and a continued step's claim in the
+/// `cont_*` columns (`cont_step_seq` NULL: it did not continue).
 fn finished(r: &tokio_postgres::Row) -> Result<Finished> {
-    let continued: Option<Value> = r.try_get("continued")?;
-    let continued = continued
-        .map(|v| decode::<ContinuedStep>("continued", v))
-        .transpose()?
-        .map(|c| ClaimedStep {
-            id: c.id,
-            kind: c.kind,
-            step: c.step,
-            state: c.state,
-            input: c.input,
-            attempt: c.attempt,
-            max_attempts: c.max_attempts,
-            seq: c.step_seq,
+    let seq: Option<i32> = r.try_get("cont_step_seq")?;
+    let continued = match seq {
+        None => None,
+        Some(seq) => Some(ClaimedStep {
+            id: r.try_get("id")?,
+            kind: r.try_get("cont_kind")?,
+            step: r.try_get("cont_step")?,
+            state: r.try_get("cont_state")?,
+            input: r.try_get("cont_input")?,
+            attempt: r.try_get("cont_attempt")?,
+            max_attempts: r.try_get("cont_max_attempts")?,
+            seq,
             wake: None,
-            parent_id: c.parent_id,
+            parent_id: r.try_get("cont_parent_id")?,
             inbox: None,
             children: None,
-        });
+        }),
+    };
     Ok(Finished {
         applied: r.try_get("applied")?,
         continued,

@@ -17,7 +17,7 @@
 --
 -- A plain `next` that asks to continue ("continue_lease_ms": the worker's lease, ADR 0016
 -- addendum "Continued steps") is not put back in the picker: its next step is claimed by
--- the same statement, for the same worker, and returned in `continued` (the columns a
+-- the same statement, for the same worker, and returned in the `cont_*` columns (those a
 -- claim returns). It skips the picker row's two updates (due now, then leased) and the
 -- picker's walk and locks. Its picker row keeps the lease it has while at least half of
 -- the lease is left, and is renewed otherwise, so a continued step has at least half its
@@ -26,15 +26,26 @@
 -- The answers of the plain part are aligned arrays in the given order, returned as they
 -- are when the whole batch was plain (docs/adr/0016-set-based-outcomes.md, addendum "HOT
 -- step updates"; a jsonb object keyed by position used to copy every continued step in
--- and out again).
+-- and out again). A continued step is answered in the cont_* columns (cont_step_seq NULL:
+-- the outcome did not continue), not as a jsonb object built per step, which took its
+-- state and input apart and put them together again (migration 0026).
 CREATE OR REPLACE FUNCTION pgferry.wf_finish(p_outcomes jsonb)
-RETURNS TABLE (id bigint, applied boolean, continued jsonb)
+RETURNS TABLE (id bigint, applied boolean, cont_kind text, cont_step text, cont_state jsonb,
+               cont_input jsonb, cont_attempt int, cont_max_attempts int, cont_step_seq int,
+               cont_parent_id bigint)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_n     bigint[];
     v_ids   bigint[];
-    v_cont  jsonb[];
+    v_kind  text[];
+    v_step  text[];
+    v_state jsonb[];
+    v_input jsonb[];
+    v_att   int[];
+    v_max   int[];
+    v_seq   int[];
+    v_par   bigint[];
     v_k     int := 1;
     o       jsonb;
     n       bigint;
@@ -139,23 +150,29 @@ BEGIN
                updated_at = now()
           FROM plain p
          WHERE i.id = p.id
-        RETURNING p.n, i.id,
-                  CASE WHEN p.lease_ms IS NOT NULL THEN
-                      jsonb_build_object('id', i.id, 'kind', i.kind, 'step', i.step,
-                                         'state', i.state, 'input', i.input,
-                                         'attempt', i.attempt, 'max_attempts', i.max_attempts,
-                                         'step_seq', i.step_seq, 'parent_id', i.parent_id)
-                  END AS cont
+        RETURNING p.n, i.id, p.lease_ms IS NOT NULL AS cont, i.kind, i.step, i.state, i.input,
+                  i.attempt, i.max_attempts, i.step_seq, i.parent_id
     )
     -- The plain outcomes' answers, in the given order (aligned arrays: a jsonb object keyed
-    -- by position, as before, copied every continued step into it and out again).
+    -- by position, as before, copied every continued step into it and out again); a
+    -- continued step's columns, NULL for the others.
     SELECT coalesce(array_agg(m.n ORDER BY m.n), '{}'), coalesce(array_agg(m.id ORDER BY m.n), '{}'),
-           coalesce(array_agg(m.cont ORDER BY m.n), '{}')
-      INTO v_n, v_ids, v_cont FROM moved m;
+           coalesce(array_agg(CASE WHEN m.cont THEN m.kind END ORDER BY m.n), '{}'),
+           coalesce(array_agg(CASE WHEN m.cont THEN m.step END ORDER BY m.n), '{}'),
+           coalesce(array_agg(CASE WHEN m.cont THEN m.state END ORDER BY m.n), '{}'),
+           coalesce(array_agg(CASE WHEN m.cont THEN m.input END ORDER BY m.n), '{}'),
+           coalesce(array_agg(CASE WHEN m.cont THEN m.attempt END ORDER BY m.n), '{}'),
+           coalesce(array_agg(CASE WHEN m.cont THEN m.max_attempts END ORDER BY m.n), '{}'),
+           coalesce(array_agg(CASE WHEN m.cont THEN m.step_seq END ORDER BY m.n), '{}'),
+           coalesce(array_agg(CASE WHEN m.cont THEN m.parent_id END ORDER BY m.n), '{}')
+      INTO v_n, v_ids, v_kind, v_step, v_state, v_input, v_att, v_max, v_seq, v_par
+      FROM moved m;
 
     -- The common batch is all plain: its answers are those arrays, with no loop.
     IF cardinality(v_n) = jsonb_array_length(p_outcomes) THEN
-        RETURN QUERY SELECT u.id, true, u.cont FROM unnest(v_ids, v_cont) AS u(id, cont);
+        RETURN QUERY SELECT u.id, true, u.k, u.s, u.st, u.inp, u.a, u.ma, u.sq, u.par
+                       FROM unnest(v_ids, v_kind, v_step, v_state, v_input, v_att, v_max,
+                                   v_seq, v_par) AS u(id, k, s, st, inp, a, ma, sq, par);
         RETURN;
     END IF;
 
@@ -186,11 +203,20 @@ BEGIN
         id := (o->>'id')::bigint;
         IF v_k <= cardinality(v_n) AND v_n[v_k] = n THEN
             applied := true;
-            continued := v_cont[v_k];
+            cont_kind := v_kind[v_k];
+            cont_step := v_step[v_k];
+            cont_state := v_state[v_k];
+            cont_input := v_input[v_k];
+            cont_attempt := v_att[v_k];
+            cont_max_attempts := v_max[v_k];
+            cont_step_seq := v_seq[v_k];
+            cont_parent_id := v_par[v_k];
             v_k := v_k + 1;
         ELSE
             applied := pgferry.wf_apply(o);
-            continued := NULL;
+            cont_kind := NULL; cont_step := NULL; cont_state := NULL; cont_input := NULL;
+            cont_attempt := NULL; cont_max_attempts := NULL; cont_step_seq := NULL;
+            cont_parent_id := NULL;
         END IF;
         RETURN NEXT;
     END LOOP;
