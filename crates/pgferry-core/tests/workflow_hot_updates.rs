@@ -11,15 +11,6 @@
 
 mod common;
 
-/// wf_finish's answers, a continued step's `cont_*` columns as one object (migration 0026).
-const FINISH: &str = "SELECT id, applied,
-        CASE WHEN cont_step_seq IS NOT NULL THEN
-            jsonb_build_object('id', id, 'kind', cont_kind, 'step', cont_step,
-                               'state', cont_state, 'input', cont_input,
-                               'attempt', cont_attempt, 'step_seq', cont_step_seq)
-        END AS continued
-   FROM pgferry.wf_finish($1::jsonb)";
-
 use pgferry_core::workflow::{Start, Workflows};
 use serde_json::json;
 
@@ -68,7 +59,7 @@ async fn a_claim_and_a_continued_next_of_a_full_batch_are_hot_updates() {
     let (claim_upd, claim_hot) = updates(&tx).await;
     assert_eq!(claim_upd, BATCH, "the claim updates each instance once");
 
-    let answered = tx.query(FINISH, &[&claimed]).await.unwrap();
+    let answered = tx.query(common::WF_FINISH, &[&claimed]).await.unwrap();
     assert_eq!(answered.len() as i64, BATCH);
     for r in &answered {
         assert!(r.get::<_, bool>("applied"));
@@ -127,7 +118,7 @@ async fn a_mixed_batch_answers_in_the_given_order() {
         {"id": d.0, "seq": d.1, "outcome": "next", "step": "two"},
         {"id": a.0, "seq": a.1, "outcome": "next", "step": "three"},
     ]);
-    let rows = admin.query(FINISH, &[&outcomes]).await.unwrap();
+    let rows = admin.query(common::WF_FINISH, &[&outcomes]).await.unwrap();
     let got: Vec<(i64, bool, Option<String>)> = rows
         .iter()
         .map(|r| {
@@ -180,7 +171,7 @@ async fn a_mixed_batch_answers_in_the_given_order() {
         {"id": a.0, "seq": seq_a, "outcome": "next", "step": "three",
          "continue_lease_ms": 30000},
     ]);
-    let rows = admin.query(FINISH, &[&plain]).await.unwrap();
+    let rows = admin.query(common::WF_FINISH, &[&plain]).await.unwrap();
     assert_eq!(rows.len(), 1);
     let c: serde_json::Value = rows[0].get("continued");
     assert_eq!(
@@ -193,7 +184,7 @@ async fn a_mixed_batch_answers_in_the_given_order() {
     assert_eq!(c["step"], "three");
     assert_eq!(c["step_seq"], seq_a + 1);
     let done = json!([{"id": a.0, "seq": seq_a + 1, "outcome": "done", "result": 1}]);
-    let rows = admin.query(FINISH, &[&done]).await.unwrap();
+    let rows = admin.query(common::WF_FINISH, &[&done]).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert!(rows[0].get::<_, bool>("applied"));
     assert!(rows[0]

@@ -7,15 +7,6 @@
 
 mod common;
 
-/// wf_finish's answers, a continued step's `cont_*` columns as one object (migration 0026).
-const FINISH: &str = "SELECT id, applied,
-        CASE WHEN cont_step_seq IS NOT NULL THEN
-            jsonb_build_object('id', id, 'kind', cont_kind, 'step', cont_step,
-                               'state', cont_state, 'input', cont_input,
-                               'attempt', cont_attempt, 'step_seq', cont_step_seq)
-        END AS continued
-   FROM pgferry.wf_finish($1::jsonb)";
-
 use std::time::{Duration, Instant};
 
 use pgferry_core::workflow::{
@@ -189,7 +180,7 @@ async fn hot_statement_plans_on_a_seeded_dataset() {
     item["continue_lease_ms"] = json!(30_000);
     common::drain(&mut notices);
     let r = client
-        .query_one(FINISH, &[&serde_json::Value::Array(vec![item])])
+        .query_one(common::WF_FINISH, &[&serde_json::Value::Array(vec![item])])
         .await
         .unwrap();
     assert!(r.get::<_, bool>("applied"));

@@ -314,3 +314,12 @@ pub async fn walk_jobs(
     }
     panic!("listing never ended");
 }
+
+/// wf_finish's answers, a continued step's `cont_*` columns as one object (migration 0026).
+pub const WF_FINISH: &str = "SELECT id, applied,
+        CASE WHEN cont_step_seq IS NOT NULL THEN
+            jsonb_build_object('id', id, 'kind', cont_kind, 'step', cont_step,
+                               'state', cont_state, 'input', cont_input,
+                               'attempt', cont_attempt, 'step_seq', cont_step_seq)
+        END AS continued
+   FROM pgferry.wf_finish($1::jsonb)";
