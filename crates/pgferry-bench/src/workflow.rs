@@ -204,6 +204,15 @@ async fn three_step(config: &Config, wf: &Workflows, opts: &BenchOpts) -> anyhow
     .await
 }
 
+/// Producers of a steps phase: `--producers`, unless PGFERRY_BENCH_WORKFLOW_PRODUCERS says.
+fn phase_producers(opts: &BenchOpts) -> usize {
+    std::env::var("PGFERRY_BENCH_WORKFLOW_PRODUCERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(opts.producers)
+        .max(1)
+}
+
 /// The code-first twin of `three_step` (issue 20): a workflow function of three
 /// `ctx.step`s (`pgferry_core::workflow::code::examples::three_steps`), on its own queue.
 async fn code_three_step(
@@ -228,7 +237,18 @@ pub(crate) async fn steps_phase(
     let admin = measure::connect(config, "admin").await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let counters = Arc::new(Counters::default());
-    let producer = load::producer(config.clone(), counters.clone(), kind, queue, opts);
+    // As many producers as the cycle of the same run has (`--producers`), each starting
+    // batches of `--enqueue-batch` within one depth (PGFERRY_BENCH_WORKFLOW_PRODUCERS
+    // overrides the count for comparisons; it was one until 2026-11-29).
+    let producers: Vec<_> = (0..phase_producers(opts))
+        .map(|_| load::producer(config.clone(), counters.clone(), kind, queue, opts))
+        .collect();
+    let producer = tokio::spawn(async move {
+        for p in producers {
+            p.await??;
+        }
+        Ok(())
+    });
     let (workers, stats) = spawn_workers(wf, opts, queue, &[machine], &stop_rx);
     // Cumulative statistics reach pg_stat_user_tables within a second; the phase's cost is
     // the difference of two settled readings.
@@ -245,6 +265,7 @@ pub(crate) async fn steps_phase(
     let per_100k = |x: i64| x as f64 * 100_000.0 / steps.max(1) as f64;
     Ok(json!({
         "steps": report.jobs,
+        "producers": phase_producers(opts),
         "duration_s": report.duration_s,
         "steps_per_s": report.jobs_per_s,
         "instances_started_per_s": report.enqueued_per_s,

@@ -171,3 +171,46 @@ async fn a_cancel_chosen_as_a_deadlock_victim_runs_again() {
     assert_eq!(status(&admin, parent).await, "cancelled");
     assert_eq!(status(&admin, child).await, "cancelled");
 }
+
+/// Workers started together register the same kinds, each in its own order (a worker's
+/// machines are a map), and two registrations that lock two kinds' rows in opposite orders
+/// deadlock: a worker then failed to start (seen in `bench workflow`'s fan-out phase). The
+/// rows are written in kind order, so a registration waiting for one kind's row holds no
+/// row of a kind after it. Without the order the one named first here (`lock_b`) is held.
+#[tokio::test]
+async fn kinds_are_registered_in_kind_order() {
+    use pgferry_core::workflow::Machine;
+    let s = common::setup().await;
+    let wf = Workflows::of(&s.engine);
+    // Both rows exist: a registration locks the row it finds, changed or not.
+    wf.register(&[&Machine::new("lock_a"), &Machine::new("lock_b")])
+        .await
+        .unwrap();
+    let mut holder = s.db.connect().await;
+    let admin = s.db.connect().await;
+    let tx = holder.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM pgferry.wf_kinds WHERE kind = 'lock_a' FOR UPDATE",
+        &[],
+    )
+    .await
+    .unwrap();
+    let wf2 = wf.clone();
+    let waiting = tokio::spawn(async move {
+        let (b, a) = (Machine::new("lock_b").with_inbox(), Machine::new("lock_a"));
+        wf2.register(&[&b, &a]).await
+    });
+    until_a_lock_is_awaited(&admin).await;
+    let probe = admin
+        .execute(
+            "SELECT 1 FROM pgferry.wf_kinds WHERE kind = 'lock_b' FOR UPDATE NOWAIT",
+            &[],
+        )
+        .await;
+    assert!(
+        probe.is_ok(),
+        "the waiting registration holds lock_b: {probe:?}"
+    );
+    tx.rollback().await.unwrap();
+    waiting.await.unwrap().unwrap();
+}
