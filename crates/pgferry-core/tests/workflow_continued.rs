@@ -260,6 +260,7 @@ async fn one_worker_pass_runs_a_three_step_instance_to_its_end() {
     for i in 0..20 {
         ids.push(start(&wf, "three", "q", i).await);
     }
+    let worker_name = WorkerConfig::new("q").name;
     let worker = Worker::new(wf.clone(), WorkerConfig::new("q")).machine(three_steps());
     worker.register().await.unwrap();
     // One claim; the two `next`s continue on this worker, so the pass ends the instances.
@@ -268,6 +269,28 @@ async fn one_worker_pass_runs_a_three_step_instance_to_its_end() {
         let info = wf.get(*id).await.unwrap();
         assert_eq!(info.status, "done");
         assert_eq!(info.result, Some(json!({"from": i})));
+        // Each step's history row is the step as it ran (its name, claim, attempt, worker
+        // and start), not the row the outcome moved the instance to.
+        let h: Vec<_> = info
+            .history
+            .iter()
+            .map(|r| (r.step_seq, r.step.as_str(), r.attempt, r.outcome.as_str()))
+            .collect();
+        assert_eq!(
+            h,
+            [
+                (1, "start", 1, "next"),
+                (2, "two", 1, "next"),
+                (3, "three", 1, "done")
+            ]
+        );
+        for r in &info.history {
+            assert_eq!(r.worker.as_deref(), Some(worker_name.as_str()));
+            let started = r.started_at.as_deref().expect("a step's start");
+            assert!(started <= r.finished_at.as_str(), "{r:?}");
+        }
+        let starts: Vec<_> = info.history.iter().map(|r| &r.started_at).collect();
+        assert!(starts.windows(2).all(|w| w[0] < w[1]), "{starts:?}");
     }
     assert_eq!(
         worker

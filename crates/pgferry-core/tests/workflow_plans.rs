@@ -173,11 +173,14 @@ async fn hot_statement_plans_on_a_seeded_dataset() {
         checked(&mut notices);
     }
 
-    // A plain `next` that continues (continued steps): its next step comes back from the
-    // same statement, the picker row is reached through its primary key only.
+    // A plain `next` that continues (continued steps) and renews its lease: its next step
+    // comes back from the same statement; the instance is reached through its primary key
+    // by the update alone (no read and no lock before it: ADR 0016, "The update is the
+    // lock"), the picker row through its primary key only.
     let (id, seq) = rows[kinds.len()];
     let mut item = Outcome::next("two", json!({})).to_wire(id, seq);
     item["continue_lease_ms"] = json!(30_000);
+    item["renew_lease"] = json!(true);
     common::drain(&mut notices);
     let r = client
         .query_one(common::WF_FINISH, &[&serde_json::Value::Array(vec![item])])
@@ -194,7 +197,17 @@ async fn hot_statement_plans_on_a_seeded_dataset() {
         .iter()
         .find(|p| p.contains("renewed AS"))
         .expect("the outcome statement's plan");
-    assert!(fin.contains("Index Scan using wf_ready_pkey"), "{fin}");
+    assert!(
+        fin.contains("Conflict Arbiter Indexes: wf_ready_pkey"),
+        "{fin}"
+    );
+    assert!(fin.contains("Index Scan using wf_instances_pkey"), "{fin}");
+    assert!(!fin.contains("LockRows"), "{fin}");
+    assert_eq!(
+        fin.matches("on wf_instances").count(),
+        2,
+        "the update and its scan only: {fin}"
+    );
 
     // A child's `done` with its parent's join, and a signal delivered to an awaiting
     // instance, and a start deduplicated by correlation key.

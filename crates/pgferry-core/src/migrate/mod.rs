@@ -142,6 +142,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0026_workflow_continued_columns.sql",
         sql: include_str!("../../migrations/0026_workflow_continued_columns.sql"),
     },
+    Migration {
+        version: 27,
+        name: "0027_workflow_previous_step.sql",
+        sql: include_str!("../../migrations/0027_workflow_previous_step.sql"),
+    },
 ];
 
 /// The engine's live functions, callees before SQL-language callers.

@@ -2,7 +2,7 @@
 //! their outcomes. Each operation is one statement (a call of a function in src/sql/functions/wf_*.sql),
 //! also inside the caller's transaction where that makes sense (`*_tx`).
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use deadpool_postgres::Pool;
 use serde_json::Value;
@@ -197,6 +197,8 @@ pub struct StepRef {
     pub seq: i32,
     /// Orders a batch's outcomes (parents' locks are taken in one order).
     pub parent_id: Option<i64>,
+    /// [`ClaimedStep::leased_at`]: whether a continued step renews its lease.
+    pub leased_at: Option<Instant>,
 }
 
 impl ClaimedStep {
@@ -205,6 +207,7 @@ impl ClaimedStep {
             id: self.id,
             seq: self.seq,
             parent_id: self.parent_id,
+            leased_at: self.leased_at,
         }
     }
 }
@@ -404,10 +407,11 @@ impl Workflows {
         let max = i32::try_from(max.clamp(1, 10_000)).unwrap_or(10_000);
         let lease_ms = i32::try_from(lease.as_millis()).unwrap_or(i32::MAX);
         let stmt = client.prepare_cached(CLAIM).await?;
+        let sent = Instant::now();
         let rows = client
             .query(&stmt, &[&queue, &max, &worker, &lease_ms])
             .await?;
-        rows.iter().map(claimed).collect()
+        rows.iter().map(|r| claimed(r, sent)).collect()
     }
 
     /// Records a batch of outcomes in one statement; per outcome, whether it was applied
@@ -426,7 +430,9 @@ impl Workflows {
     /// rate key) continues: its next step is claimed by the same statement, for the same
     /// worker, and comes back in [`Finished::continued`] instead of going through the
     /// picker (ADR 0016, addendum "Continued steps"). The continued step holds at least
-    /// half of `lease` (the picker row's lease is renewed when less than half is left).
+    /// half of `lease`: its lease is renewed when less than half of it is left by this
+    /// process's clock ([`StepRef::leased_at`]; always when that is not known), and not
+    /// written at all otherwise.
     pub async fn finish_continuing(
         &self,
         outcomes: &[(StepRef, Outcome)],
@@ -449,6 +455,9 @@ impl Workflows {
             (r.parent_id.unwrap_or(r.id), r.id)
         });
         let mut items = Vec::with_capacity(outcomes.len());
+        // Taken before the statement is sent: a lease it renews starts no earlier.
+        let sent = Instant::now();
+        let mut leased_at = vec![None; outcomes.len()];
         for &i in &order {
             let (r, o) = &outcomes[i];
             validate::outcome(o)?;
@@ -456,6 +465,17 @@ impl Workflows {
             if let (Some(lease), Outcome::Next { .. }) = (lease, o) {
                 item["continue_lease_ms"] =
                     Value::from(lease.as_millis().min(i32::MAX as u128) as u64);
+                // Renewed when less than half of the lease is left (the picker row is
+                // not read to find out: wf_finish.sql writes it only when asked).
+                match r.leased_at {
+                    Some(t) if sent.saturating_duration_since(t) < lease / 2 => {
+                        leased_at[i] = Some(t)
+                    }
+                    _ => {
+                        item["renew_lease"] = Value::Bool(true);
+                        leased_at[i] = Some(sent);
+                    }
+                }
             }
             items.push(item);
         }
@@ -467,14 +487,14 @@ impl Workflows {
         match client.query(&stmt, &[&Json(&items)]).await {
             Ok(rows) => {
                 for (&i, row) in order.iter().zip(rows.iter()) {
-                    done[i] = finished(row)?;
+                    done[i] = finished(row, leased_at[i])?;
                 }
             }
             Err(e) if e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) => {
                 tracing::debug!("workflow outcome batch deadlocked; applying one at a time");
                 for (&i, item) in order.iter().zip(items) {
                     let rows = client.query(&stmt, &[&Value::Array(vec![item])]).await?;
-                    done[i] = finished(&rows[0])?;
+                    done[i] = finished(&rows[0], leased_at[i])?;
                 }
             }
             Err(e) => return Err(e.into()),
@@ -533,8 +553,8 @@ pub struct Finished {
 }
 
 /// One outcome's answer (finish.sql): applied, and a continued step's claim in the
-/// `cont_*` columns (`cont_step_seq` NULL: it did not continue).
-fn finished(r: &tokio_postgres::Row) -> Result<Finished> {
+/// `cont_*` columns (`cont_step_seq` NULL: it did not continue), its lease from `leased_at`.
+fn finished(r: &tokio_postgres::Row, leased_at: Option<Instant>) -> Result<Finished> {
     let seq: Option<i32> = r.try_get("cont_step_seq")?;
     let continued = match seq {
         None => None,
@@ -551,6 +571,7 @@ fn finished(r: &tokio_postgres::Row) -> Result<Finished> {
             parent_id: r.try_get("cont_parent_id")?,
             inbox: None,
             children: None,
+            leased_at,
         }),
     };
     Ok(Finished {
@@ -559,7 +580,7 @@ fn finished(r: &tokio_postgres::Row) -> Result<Finished> {
     })
 }
 
-fn claimed(r: &tokio_postgres::Row) -> Result<ClaimedStep> {
+fn claimed(r: &tokio_postgres::Row, leased_at: Instant) -> Result<ClaimedStep> {
     let wake: Option<String> = r.try_get("wake")?;
     let inbox: Option<Value> = r.try_get("inbox")?;
     let children: Option<Value> = r.try_get("children")?;
@@ -581,6 +602,7 @@ fn claimed(r: &tokio_postgres::Row) -> Result<ClaimedStep> {
         parent_id: r.try_get("parent_id")?,
         inbox: inbox.map(|v| decode("inbox", v)).transpose()?,
         children: children.map(|v| decode("children", v)).transpose()?,
+        leased_at: Some(leased_at),
     })
 }
 

@@ -307,6 +307,11 @@ pub struct ClaimedStep {
     pub inbox: Option<Vec<Signal>>,
     /// Only for machines that declared [`Caps::children`]: the joined children.
     pub children: Option<Vec<ChildResult>>,
+    /// When this process sent the claim (or the renewal) that leased the step, by its own
+    /// clock: the lease lasts at least until this plus the lease asked for. A continued
+    /// step's lease is renewed from it (ADR 0016, addendum "The update is the lock").
+    /// None: not known, and a continued step renews its lease.
+    pub leased_at: Option<std::time::Instant>,
 }
 
 impl ClaimedStep {

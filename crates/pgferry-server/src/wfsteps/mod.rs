@@ -73,6 +73,8 @@ impl StepToken {
             id: self.id,
             seq: self.seq,
             parent_id: self.parent_id,
+            // Remote workers do not continue steps (finish, not finish_continuing).
+            leased_at: None,
         }
     }
 }

@@ -19,9 +19,10 @@
 -- addendum "Continued steps") is not put back in the picker: its next step is claimed by
 -- the same statement, for the same worker, and returned in the `cont_*` columns (those a
 -- claim returns). It skips the picker row's two updates (due now, then leased) and the
--- picker's walk and locks. Its picker row keeps the lease it has while at least half of
--- the lease is left, and is renewed otherwise, so a continued step has at least half its
--- lease; a worker that dies mid-chain leaves a row that comes due, as after any claim.
+-- picker's walk and locks. Its picker row keeps the lease it has unless the outcome asks
+-- to renew it ("renew_lease": the worker renews when less than half is left by its
+-- clock), so a continued step has at least half its lease; a worker that dies mid-chain
+-- leaves a row that comes due, as after any claim.
 --
 -- The answers of the plain part are aligned arrays in the given order, returned as they
 -- are when the whole batch was plain (docs/adr/0016-set-based-outcomes.md, addendum "HOT
@@ -54,19 +55,48 @@ BEGIN
         -- One outcome per instance (a repeated one is stale, below, as it always was).
         SELECT DISTINCT ON ((t.e->>'id')::bigint)
                (t.e->>'id')::bigint AS id, (t.e->>'seq')::int AS seq,
-               t.e->>'outcome' AS kind, t.e AS o, t.n
+               t.e->>'outcome' AS kind, t.e AS o, t.n,
+               CASE WHEN t.e->>'outcome' = 'next'
+                    THEN (t.e->>'continue_lease_ms')::float8 END AS lease_ms
           FROM jsonb_array_elements(p_outcomes) WITH ORDINALITY AS t(e, n)
          WHERE t.e->>'outcome' IN ('next', 'retry', 'sleep', 'done')
          ORDER BY (t.e->>'id')::bigint, t.n
-    ), plain AS (
-        -- Locked in id order; a row changed meanwhile (cancelled, claimed again) is
-        -- re-checked on its new version by the lock and falls out (stale, in wf_apply).
-        SELECT i.id, i.step_seq, i.step, i.attempt, i.worker, i.step_started_at, i.queue,
-               i.priority, b.kind, b.o, b.n,
-               CASE WHEN b.kind = 'next' THEN (b.o->>'continue_lease_ms')::float8 END AS lease_ms
-          FROM pgferry.wf_instances i
-          JOIN b ON b.id = i.id
-         WHERE i.status = 'running' AND i.step_seq = b.seq AND NOT i.has_slot
+    ), moved AS (
+        -- The plain outcomes' instances, read, locked and moved by this one update (in id
+        -- order, b's): a row changed meanwhile (cancelled, claimed again) is re-checked on
+        -- its new version and falls out (stale, in wf_apply). No read before it and no
+        -- FOR UPDATE (ADR 0016, addendum "The update is the lock"): the step that ran is
+        -- kept in the prev_* columns, because RETURNING sees only the new row and the
+        -- history row below needs the old one (not its worker: this update never changes
+        -- it).
+        UPDATE pgferry.wf_instances i
+           SET step = CASE WHEN b.kind IN ('next', 'sleep') THEN b.o->>'step' ELSE i.step END,
+               state = CASE WHEN b.kind IN ('next', 'sleep')
+                            THEN coalesce(nullif(b.o->'state', 'null'::jsonb), i.state)
+                            ELSE i.state END,
+               status = CASE WHEN b.lease_ms IS NOT NULL THEN 'running'
+                             WHEN b.kind = 'sleep' THEN 'sleeping' WHEN b.kind = 'done' THEN 'done'
+                             ELSE 'runnable' END,
+               -- A continued step is claimed here: a late answer to the step just
+               -- finished is stale, as after any claim.
+               step_seq = CASE WHEN b.lease_ms IS NOT NULL THEN i.step_seq + 1
+                               ELSE i.step_seq END,
+               step_started_at = CASE WHEN b.lease_ms IS NOT NULL THEN now()
+                                      ELSE i.step_started_at END,
+               attempt = CASE b.kind WHEN 'retry' THEN i.attempt + 1 WHEN 'done' THEN i.attempt
+                                     ELSE 1 END,
+               wake = CASE WHEN b.kind = 'retry' THEN i.wake END,
+               error = CASE b.kind WHEN 'retry' THEN b.o->>'reason' WHEN 'done' THEN NULL
+                                   ELSE i.error END,
+               active = b.kind <> 'done',
+               result = CASE WHEN b.kind = 'done' THEN b.o->'result' ELSE i.result END,
+               awaits = CASE WHEN b.kind = 'done' THEN NULL ELSE i.awaits END,
+               await_deadline = CASE WHEN b.kind = 'done' THEN NULL ELSE i.await_deadline END,
+               finished_at = CASE WHEN b.kind = 'done' THEN now() ELSE i.finished_at END,
+               updated_at = now(),
+               prev_step = i.step, prev_attempt = i.attempt, prev_started_at = i.step_started_at
+          FROM b
+         WHERE i.id = b.id AND i.status = 'running' AND i.step_seq = b.seq AND NOT i.has_slot
            AND CASE b.kind
                  WHEN 'next' THEN i.concurrency_key IS NULL AND i.rate_key IS NULL
                  WHEN 'retry' THEN i.concurrency_key IS NULL AND i.rate_key IS NULL
@@ -74,84 +104,45 @@ BEGIN
                  WHEN 'sleep' THEN true
                  WHEN 'done' THEN i.parent_id IS NULL AND i.join_gen IS NULL
                END
-         ORDER BY i.id
-           FOR UPDATE OF i
+        RETURNING b.n, i.id, b.lease_ms IS NOT NULL AS cont, i.kind, i.step, i.state, i.input,
+                  i.attempt, i.max_attempts, i.step_seq, i.parent_id, b.kind AS outcome,
+                  b.o, b.lease_ms, i.queue, i.priority, b.seq AS old_seq,
+                  i.prev_step AS old_step, i.prev_attempt AS old_attempt,
+                  i.worker AS old_worker, i.prev_started_at AS old_started
     ), history AS (
         INSERT INTO pgferry.wf_steps (instance_id, step_seq, step, attempt, outcome, error,
                                       worker, started_at)
-        SELECT p.id, p.step_seq, p.step, p.attempt, p.kind, p.o->>'reason', p.worker,
-               p.step_started_at
-          FROM plain p
+        SELECT m.id, m.old_seq, m.old_step, m.old_attempt, m.outcome, m.o->>'reason',
+               m.old_worker, m.old_started
+          FROM moved m
     ), picker AS (
         -- The row the claim leased comes due again: now, after the delay, or at the wake-up.
         INSERT INTO pgferry.wf_ready (instance_id, queue, priority, visible_at)
-        SELECT p.id, p.queue, p.priority,
-               CASE p.kind
+        SELECT m.id, m.queue, m.priority,
+               CASE m.outcome
                  WHEN 'next' THEN now()
                  WHEN 'retry' THEN now() + make_interval(
-                                       secs => coalesce((p.o->>'delay_ms')::float8, 0) / 1000)
-                 ELSE to_timestamp((p.o->>'until_ms')::float8 / 1000)
+                                       secs => coalesce((m.o->>'delay_ms')::float8, 0) / 1000)
+                 ELSE to_timestamp((m.o->>'until_ms')::float8 / 1000)
                END
-          FROM plain p
-         WHERE p.kind <> 'done' AND p.lease_ms IS NULL
+          FROM moved m
+         WHERE m.outcome <> 'done' AND m.lease_ms IS NULL
         ON CONFLICT (instance_id) DO UPDATE SET visible_at = EXCLUDED.visible_at
-    ), lease AS (
-        -- A continued step's picker row, read once: the lease it has (NULL: no row, never
-        -- while running; it is put back below).
-        SELECT p.id, p.queue, p.priority, p.lease_ms, r.visible_at
-          FROM plain p
-          LEFT JOIN pgferry.wf_ready r ON r.instance_id = p.id
-         WHERE p.lease_ms IS NOT NULL
-    ), kept AS (
-        -- A missing picker row is put back with the continued step's lease.
-        INSERT INTO pgferry.wf_ready (instance_id, queue, priority, visible_at)
-        SELECT l.id, l.queue, l.priority, now() + make_interval(secs => l.lease_ms / 1000)
-          FROM lease l
-         WHERE l.visible_at IS NULL
-        ON CONFLICT (instance_id) DO NOTHING
     ), renewed AS (
-        -- The lease is renewed only when less than half of it is left (a picker row update
-        -- is never HOT), decided on the row as `lease` read it: one index probe per step,
-        -- where the put-back's conflict check and this update's own read made two. Only a
-        -- heartbeat (extend.sql) moves it meanwhile, to a lease end of the same kind.
-        UPDATE pgferry.wf_ready r
-           SET visible_at = now() + make_interval(secs => l.lease_ms / 1000)
-          FROM lease l
-         WHERE r.instance_id = l.id
-           AND l.visible_at < now() + make_interval(secs => l.lease_ms / 2000)
+        -- A continued step's lease is written only when its worker asks ("renew_lease":
+        -- less than half of the lease it took is left by the worker's clock, counted from
+        -- before it sent the claim or the last renewal). Otherwise its picker row keeps
+        -- the lease it has and is not read: the worker knows when it took it (ADR 0016,
+        -- addendum "The update is the lock"). A missing row (never while running) is put
+        -- back by the renewal.
+        INSERT INTO pgferry.wf_ready (instance_id, queue, priority, visible_at)
+        SELECT m.id, m.queue, m.priority, now() + make_interval(secs => m.lease_ms / 1000)
+          FROM moved m
+         WHERE m.lease_ms IS NOT NULL AND (m.o->>'renew_lease')::boolean
+        ON CONFLICT (instance_id) DO UPDATE SET visible_at = EXCLUDED.visible_at
     ), ended AS (
-        DELETE FROM pgferry.wf_ready r USING plain p
-         WHERE r.instance_id = p.id AND p.kind = 'done'
-    ), moved AS (
-        UPDATE pgferry.wf_instances i
-           SET step = CASE WHEN p.kind IN ('next', 'sleep') THEN p.o->>'step' ELSE i.step END,
-               state = CASE WHEN p.kind IN ('next', 'sleep')
-                            THEN coalesce(nullif(p.o->'state', 'null'::jsonb), i.state)
-                            ELSE i.state END,
-               status = CASE WHEN p.lease_ms IS NOT NULL THEN 'running'
-                             WHEN p.kind = 'sleep' THEN 'sleeping' WHEN p.kind = 'done' THEN 'done'
-                             ELSE 'runnable' END,
-               -- A continued step is claimed here: a late answer to the step just
-               -- finished is stale, as after any claim.
-               step_seq = CASE WHEN p.lease_ms IS NOT NULL THEN i.step_seq + 1
-                               ELSE i.step_seq END,
-               step_started_at = CASE WHEN p.lease_ms IS NOT NULL THEN now()
-                                      ELSE i.step_started_at END,
-               attempt = CASE p.kind WHEN 'retry' THEN i.attempt + 1 WHEN 'done' THEN i.attempt
-                                     ELSE 1 END,
-               wake = CASE WHEN p.kind = 'retry' THEN i.wake END,
-               error = CASE p.kind WHEN 'retry' THEN p.o->>'reason' WHEN 'done' THEN NULL
-                                   ELSE i.error END,
-               active = p.kind <> 'done',
-               result = CASE WHEN p.kind = 'done' THEN p.o->'result' ELSE i.result END,
-               awaits = CASE WHEN p.kind = 'done' THEN NULL ELSE i.awaits END,
-               await_deadline = CASE WHEN p.kind = 'done' THEN NULL ELSE i.await_deadline END,
-               finished_at = CASE WHEN p.kind = 'done' THEN now() ELSE i.finished_at END,
-               updated_at = now()
-          FROM plain p
-         WHERE i.id = p.id
-        RETURNING p.n, i.id, p.lease_ms IS NOT NULL AS cont, i.kind, i.step, i.state, i.input,
-                  i.attempt, i.max_attempts, i.step_seq, i.parent_id
+        DELETE FROM pgferry.wf_ready r USING moved m
+         WHERE r.instance_id = m.id AND m.outcome = 'done'
     )
     -- The plain outcomes' answers, in the given order (aligned arrays: a jsonb object keyed
     -- by position, as before, copied every continued step into it and out again); a
