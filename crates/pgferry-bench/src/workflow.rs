@@ -35,14 +35,9 @@ use crate::BenchOpts;
 /// Everything in one JSON document.
 pub async fn run(base: &Config, opts: &BenchOpts) -> anyhow::Result<Value> {
     let cycle = crate::run(crate::Variant::Cycle, base, "bench_cycle", opts).await?;
-    let config = crate::fresh_database(base, "bench_workflow").await?;
-    let mut c = measure::connect(&config, "migrate").await?;
-    migrate::up(&mut c).await?;
-    let pool = db::pool(&config, "bench-wf", opts.workers + 4);
-    let wf = Workflows::new(pool.clone());
-    // Idle workers are woken by signal deliveries (pgferry_wf_ready), as with an engine.
-    let listener = wf.listen_ready(config.clone());
-    let three = three_step(&config, &wf, opts)
+    let db = WorkflowDb::open(base, "bench_workflow", opts).await?;
+    let (config, wf) = (&db.config, &db.wf);
+    let three = three_step(config, wf, opts)
         .await
         .context("the 3-step phase")?;
     let steps_per_s = three["steps_per_s"].as_f64().unwrap_or(0.0);
@@ -55,30 +50,29 @@ pub async fn run(base: &Config, opts: &BenchOpts) -> anyhow::Result<Value> {
     let cycle_again = crate::run(crate::Variant::Cycle, base, "bench_cycle_again", opts)
         .await
         .context("the second cycle window")?;
-    let code = code_three_step(&config, &wf, opts)
+    let code = code_three_step(config, wf, opts)
         .await
         .context("the code-first phase")?;
     let code_steps_per_s = code["steps_per_s"].as_f64().unwrap_or(0.0);
     // Half of the signal path's own saturation (closed loop, workflow_signal.rs); the
     // three-step rate in round trips (each costs three steps) only sizes the probe.
     let (saturation, signal_saturation) =
-        crate::workflow_signal::saturation(&config, &wf, opts, steps_per_s / 3.0)
+        crate::workflow_signal::saturation(config, wf, opts, steps_per_s / 3.0)
             .await
             .context("the signal saturation phase")?;
     let signal_rate = (saturation / 2.0).max(10.0);
-    let mut signal = signal_round_trip(&config, &wf, opts, signal_rate)
+    let mut signal = signal_round_trip(config, wf, opts, signal_rate)
         .await
         .context("the signal round-trip phase")?;
     signal["saturation"] = signal_saturation;
     signal["three_step_half_rate_per_s"] = json!(steps_per_s / 2.0 / 3.0);
-    let fan_out = fan_out(&config, &wf, opts)
+    let fan_out = fan_out(config, wf, opts)
         .await
         .context("the fan-out phase")?;
-    let hot_key = hot_key(&config, &wf, opts)
+    let hot_key = hot_key(config, wf, opts)
         .await
         .context("the hot-key phase")?;
-    pool.close();
-    listener.abort();
+    db.close();
     // Last, on its own database: the hot statements on the full-size seeded dataset
     // (minutes to seed; PGFERRY_BENCH_WORKFLOW_NO_SEED=1 leaves it out while iterating).
     let statements = if std::env::var_os("PGFERRY_BENCH_WORKFLOW_NO_SEED").is_some() {
@@ -202,18 +196,43 @@ async fn instance_updates(admin: &Client) -> anyhow::Result<i64> {
         .get("updates"))
 }
 
+/// A fresh, migrated database with the workers' pool and its wake-up listener.
+struct WorkflowDb {
+    config: Config,
+    pool: deadpool_postgres::Pool,
+    wf: Workflows,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl WorkflowDb {
+    async fn open(base: &Config, name: &str, opts: &BenchOpts) -> anyhow::Result<WorkflowDb> {
+        let config = crate::fresh_database(base, name).await?;
+        let mut c = measure::connect(&config, "migrate").await?;
+        migrate::up(&mut c).await?;
+        let pool = db::pool(&config, "bench-wf", opts.workers + 4);
+        let wf = Workflows::new(pool.clone());
+        // Idle workers are woken by signal deliveries (pgferry_wf_ready), as with an engine.
+        let listener = wf.listen_ready(config.clone());
+        Ok(WorkflowDb {
+            config,
+            pool,
+            wf,
+            listener,
+        })
+    }
+
+    fn close(&self) {
+        self.pool.close();
+        self.listener.abort();
+    }
+}
+
 /// `three_step` again, on a fresh database of its own (as the first window had: the same
 /// empty tables), with its own workers' pool.
 async fn three_step_fresh(base: &Config, opts: &BenchOpts) -> anyhow::Result<Value> {
-    let config = crate::fresh_database(base, "bench_workflow_again").await?;
-    let mut c = measure::connect(&config, "migrate").await?;
-    migrate::up(&mut c).await?;
-    let pool = db::pool(&config, "bench-wf", opts.workers + 4);
-    let wf = Workflows::new(pool.clone());
-    let listener = wf.listen_ready(config.clone());
-    let report = three_step(&config, &wf, opts).await;
-    pool.close();
-    listener.abort();
+    let db = WorkflowDb::open(base, "bench_workflow_again", opts).await?;
+    let report = three_step(&db.config, &db.wf, opts).await;
+    db.close();
     report
 }
 
