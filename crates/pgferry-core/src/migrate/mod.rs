@@ -147,6 +147,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0027_workflow_previous_step.sql",
         sql: include_str!("../../migrations/0027_workflow_previous_step.sql"),
     },
+    Migration {
+        version: 28,
+        name: "0028_workflow_finish_answers.sql",
+        sql: include_str!("../../migrations/0028_workflow_finish_answers.sql"),
+    },
 ];
 
 /// The engine's live functions, callees before SQL-language callers.

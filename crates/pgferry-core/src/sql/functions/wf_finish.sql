@@ -24,12 +24,13 @@
 -- clock), so a continued step has at least half its lease; a worker that dies mid-chain
 -- leaves a row that comes due, as after any claim.
 --
--- The answers of the plain part are aligned arrays in the given order, returned as they
--- are when the whole batch was plain (docs/adr/0016-set-based-outcomes.md, addendum "HOT
--- step updates"; a jsonb object keyed by position used to copy every continued step in
--- and out again). A continued step is answered in the cont_* columns (cont_step_seq NULL:
--- the outcome did not continue), not as a jsonb object built per step, which took its
--- state and input apart and put them together again (migration 0026).
+-- The answers of the plain part are one array of rows (pgferry.wf_finish_answer, migration
+-- 0028) in the given order, returned as they are when the whole batch was plain: one sort
+-- of the batch, where ten aligned arrays took ten, each copying every continued step's
+-- state and input (docs/performance.md "One array of answers"). A continued step is
+-- answered in the cont_* columns (cont_step_seq NULL: the outcome did not continue), not
+-- as a jsonb object built per step, which took its state and input apart and put them
+-- together again (migration 0026).
 CREATE OR REPLACE FUNCTION pgferry.wf_finish(p_outcomes jsonb)
 RETURNS TABLE (id bigint, applied boolean, cont_kind text, cont_step text, cont_state jsonb,
                cont_input jsonb, cont_attempt int, cont_max_attempts int, cont_step_seq int,
@@ -37,16 +38,8 @@ RETURNS TABLE (id bigint, applied boolean, cont_kind text, cont_step text, cont_
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    v_n     bigint[];
+    v_ans   pgferry.wf_finish_answer[];
     v_ids   bigint[];
-    v_kind  text[];
-    v_step  text[];
-    v_state jsonb[];
-    v_input jsonb[];
-    v_att   int[];
-    v_max   int[];
-    v_seq   int[];
-    v_par   bigint[];
     v_k     int := 1;
     o       jsonb;
     n       bigint;
@@ -144,28 +137,28 @@ BEGIN
         DELETE FROM pgferry.wf_ready r USING moved m
          WHERE r.instance_id = m.id AND m.outcome = 'done'
     )
-    -- The plain outcomes' answers, in the given order (aligned arrays: a jsonb object keyed
-    -- by position, as before, copied every continued step into it and out again); a
+    -- The plain outcomes' answers, in the given order, as one array of rows (one sort); a
     -- continued step's columns, NULL for the others.
-    SELECT coalesce(array_agg(m.n ORDER BY m.n), '{}'), coalesce(array_agg(m.id ORDER BY m.n), '{}'),
-           coalesce(array_agg(CASE WHEN m.cont THEN m.kind END ORDER BY m.n), '{}'),
-           coalesce(array_agg(CASE WHEN m.cont THEN m.step END ORDER BY m.n), '{}'),
-           coalesce(array_agg(CASE WHEN m.cont THEN m.state END ORDER BY m.n), '{}'),
-           coalesce(array_agg(CASE WHEN m.cont THEN m.input END ORDER BY m.n), '{}'),
-           coalesce(array_agg(CASE WHEN m.cont THEN m.attempt END ORDER BY m.n), '{}'),
-           coalesce(array_agg(CASE WHEN m.cont THEN m.max_attempts END ORDER BY m.n), '{}'),
-           coalesce(array_agg(CASE WHEN m.cont THEN m.step_seq END ORDER BY m.n), '{}'),
-           coalesce(array_agg(CASE WHEN m.cont THEN m.parent_id END ORDER BY m.n), '{}')
-      INTO v_n, v_ids, v_kind, v_step, v_state, v_input, v_att, v_max, v_seq, v_par
+    SELECT coalesce(array_agg(ROW(m.n, m.id, CASE WHEN m.cont THEN m.kind END,
+                                  CASE WHEN m.cont THEN m.step END,
+                                  CASE WHEN m.cont THEN m.state END,
+                                  CASE WHEN m.cont THEN m.input END,
+                                  CASE WHEN m.cont THEN m.attempt END,
+                                  CASE WHEN m.cont THEN m.max_attempts END,
+                                  CASE WHEN m.cont THEN m.step_seq END,
+                                  CASE WHEN m.cont THEN m.parent_id END
+                              )::pgferry.wf_finish_answer ORDER BY m.n), '{}')
+      INTO v_ans
       FROM moved m;
 
-    -- The common batch is all plain: its answers are those arrays, with no loop.
-    IF cardinality(v_n) = jsonb_array_length(p_outcomes) THEN
-        RETURN QUERY SELECT u.id, true, u.k, u.s, u.st, u.inp, u.a, u.ma, u.sq, u.par
-                       FROM unnest(v_ids, v_kind, v_step, v_state, v_input, v_att, v_max,
-                                   v_seq, v_par) AS u(id, k, s, st, inp, a, ma, sq, par);
+    -- The common batch is all plain: its answers are that array, with no loop.
+    IF cardinality(v_ans) = jsonb_array_length(p_outcomes) THEN
+        RETURN QUERY SELECT u.id, true, u.kind, u.step, u.state, u.input, u.attempt,
+                            u.max_attempts, u.step_seq, u.parent_id
+                       FROM unnest(v_ans) AS u;
         RETURN;
     END IF;
+    v_ids := ARRAY(SELECT u.id FROM unnest(v_ans) AS u);
 
     -- The rest take their instances' locks before any key's row: first the chains of the
     -- parents their end may join (root first, as wf_lock_chain does), then the instances
@@ -192,16 +185,16 @@ BEGIN
                  ORDER BY t.n
     LOOP
         id := (o->>'id')::bigint;
-        IF v_k <= cardinality(v_n) AND v_n[v_k] = n THEN
+        IF v_k <= cardinality(v_ans) AND v_ans[v_k].n = n THEN
             applied := true;
-            cont_kind := v_kind[v_k];
-            cont_step := v_step[v_k];
-            cont_state := v_state[v_k];
-            cont_input := v_input[v_k];
-            cont_attempt := v_att[v_k];
-            cont_max_attempts := v_max[v_k];
-            cont_step_seq := v_seq[v_k];
-            cont_parent_id := v_par[v_k];
+            cont_kind := v_ans[v_k].kind;
+            cont_step := v_ans[v_k].step;
+            cont_state := v_ans[v_k].state;
+            cont_input := v_ans[v_k].input;
+            cont_attempt := v_ans[v_k].attempt;
+            cont_max_attempts := v_ans[v_k].max_attempts;
+            cont_step_seq := v_ans[v_k].step_seq;
+            cont_parent_id := v_ans[v_k].parent_id;
             v_k := v_k + 1;
         ELSE
             applied := pgferry.wf_apply(o);
