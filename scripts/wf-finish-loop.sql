@@ -15,13 +15,11 @@ DECLARE
     v_ids bigint[]; v_seqs int[]; o jsonb; t0 timestamptz; k int; r int;
 BEGIN
   FOR r IN 1..p_rounds LOOP
-    WITH given AS (SELECT nextval('pgferry.wf_instance_ids') AS id FROM generate_series(1, 200)),
-         ins AS (INSERT INTO pgferry.wf_instances (id, kind, queue, step, status, input)
-                 SELECT g.id, 'three', 'finq', 'one', 'runnable',
-                        '{"payload":"0123456789012345678901234567890123456789012345678901234567890123"}'
-                   FROM given g)
-    INSERT INTO pgferry.wf_ready (instance_id, queue, priority, visible_at)
-    SELECT g.id, 'finq', 0, now() FROM given g;
+    -- Started through pgferry.wf_start (untimed), as any SQL caller would.
+    PERFORM pgferry.wf_start('three', 'finq', 'one',
+                             '{"payload":"0123456789012345678901234567890123456789012345678901234567890123"}',
+                             NULL, NULL, NULL, NULL, NULL, 0::smallint, NULL, NULL)
+       FROM generate_series(1, 200);
     COMMIT;
     SELECT array_agg(c.id ORDER BY c.id), array_agg(c.step_seq ORDER BY c.id) INTO v_ids, v_seqs
       FROM pgferry.wf_claim('finq', 200, 'w', 60000) c;
