@@ -156,7 +156,7 @@ impl NewJob {
     }
 }
 
-fn json_size(v: &Value) -> usize {
+pub(crate) fn json_size(v: &Value) -> usize {
     // serde_json writes into a counting sink without allocating the string.
     struct Count(usize);
     impl std::io::Write for Count {

@@ -182,6 +182,7 @@ pub const FUNCTIONS: &[Function] = &[
     function!("wf_start"),
     function!("wf_claim"),
     function!("wf_apply"),
+    function!("wf_finish_arrays"),
     function!("wf_finish"),
     function!("wf_signal"),
     function!("wf_cancel"),

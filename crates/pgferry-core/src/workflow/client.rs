@@ -7,10 +7,11 @@ use std::time::{Duration, Instant, SystemTime};
 use deadpool_postgres::Pool;
 use serde_json::Value;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::{Json, ToSql};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::GenericClient;
 
 use super::machine::{ClaimedStep, Machine, Outcome, Wake};
+use super::outcome_arrays::{self, OutcomeItem};
 use super::validate;
 use crate::error::{Error, Result};
 
@@ -461,30 +462,29 @@ impl Workflows {
         for &i in &order {
             let (r, o) = &outcomes[i];
             validate::outcome(o)?;
-            let mut item = o.to_wire(r.id, r.seq);
+            let mut item = OutcomeItem::new(r.id, r.seq, o);
             if let (Some(lease), Outcome::Next { .. }) = (lease, o) {
-                item["continue_lease_ms"] =
-                    Value::from(lease.as_millis().min(i32::MAX as u128) as u64);
+                let lease_ms = lease.as_millis().min(i32::MAX as u128) as f64;
                 // Renewed when less than half of the lease is left (the picker row is
-                // not read to find out: wf_finish.sql writes it only when asked).
-                match r.leased_at {
+                // not read to find out: wf_finish_arrays.sql writes it only when asked).
+                let renew = match r.leased_at {
                     Some(t) if sent.saturating_duration_since(t) < lease / 2 => {
-                        leased_at[i] = Some(t)
+                        leased_at[i] = Some(t);
+                        false
                     }
                     _ => {
-                        item["renew_lease"] = Value::Bool(true);
                         leased_at[i] = Some(sent);
+                        true
                     }
-                }
+                };
+                item = item.continuing(lease_ms, renew);
             }
             items.push(item);
         }
         let client = self.pool.get().await?;
         let stmt = client.prepare_cached(FINISH).await?;
         let mut done: Vec<Finished> = (0..outcomes.len()).map(|_| Finished::default()).collect();
-        // Json(&items): the batch is encoded from the items as they are, not copied into one
-        // Value first (the items are kept for a deadlock's one-at-a-time run below).
-        match client.query(&stmt, &[&Json(&items)]).await {
+        match outcome_arrays::send(&**client, &stmt, &items).await {
             Ok(rows) => {
                 for (&i, row) in order.iter().zip(rows.iter()) {
                     done[i] = finished(row, leased_at[i])?;
@@ -492,8 +492,9 @@ impl Workflows {
             }
             Err(e) if e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) => {
                 tracing::debug!("workflow outcome batch deadlocked; applying one at a time");
-                for (&i, item) in order.iter().zip(items) {
-                    let rows = client.query(&stmt, &[&Value::Array(vec![item])]).await?;
+                for (&i, item) in order.iter().zip(&items) {
+                    let rows =
+                        outcome_arrays::send(&**client, &stmt, std::slice::from_ref(item)).await?;
                     done[i] = finished(&rows[0], leased_at[i])?;
                 }
             }

@@ -11,6 +11,7 @@ pub mod code;
 mod inspect;
 mod lease;
 mod machine;
+mod outcome_arrays;
 pub mod retention;
 mod start_many;
 pub mod sweeper;

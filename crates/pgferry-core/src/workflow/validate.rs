@@ -37,7 +37,8 @@ pub(crate) fn key(field: &'static str, v: &str) -> Result<()> {
 }
 
 pub(crate) fn payload(field: &'static str, v: &Value) -> Result<()> {
-    let size = serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX);
+    // Counted, not collected: every outcome's state passes here before it is encoded.
+    let size = crate::job::json_size(v);
     if size > MAX_PAYLOAD_BYTES {
         return Err(bad(
             field,
