@@ -83,6 +83,8 @@ pub struct SchedulerReport {
     /// Fires recorded, jobs per fire, gaps in the fire times.
     pub fires: u64,
     pub fires_without_one_job: u64,
+    /// Fired fires whose job exists, pending, but the pending listing did not return it.
+    pub listing_missed: u64,
     pub jobs_without_fire: u64,
     pub fire_gaps: u64,
     pub details: BTreeMap<String, Value>,

@@ -211,29 +211,44 @@ impl Outcome {
         self
     }
 
+    /// The outcome's name on the wire (`outcome` of `pgferry.wf_finish`'s elements, the
+    /// kinds of `pgferry.wf_finish_arrays`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Outcome::Next { .. } => "next",
+            Outcome::Retry { .. } => "retry",
+            Outcome::Await { .. } => "await",
+            Outcome::Sleep { .. } => "sleep",
+            Outcome::Spawn { .. } => "spawn",
+            Outcome::Done { .. } => "done",
+            Outcome::Fail { .. } => "fail",
+        }
+    }
+
     /// The element of `pgferry.wf_finish`'s array for the claim (`id`, `seq`): what other
     /// languages send to record an outcome.
     pub fn to_wire(&self, id: i64, seq: i32) -> Value {
         let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
+        let outcome = self.name();
         match self {
             Outcome::Next { step, state } => {
-                json!({"id": id, "seq": seq, "outcome": "next", "step": step, "state": state})
+                json!({"id": id, "seq": seq, "outcome": outcome, "step": step, "state": state})
             }
-            Outcome::Retry { delay, reason } => json!({"id": id, "seq": seq, "outcome": "retry",
+            Outcome::Retry { delay, reason } => json!({"id": id, "seq": seq, "outcome": outcome,
                 "delay_ms": ms(delay), "reason": reason}),
             Outcome::Await {
                 signals,
                 next,
                 timeout,
                 state,
-            } => json!({"id": id, "seq": seq, "outcome": "await", "signals": signals,
+            } => json!({"id": id, "seq": seq, "outcome": outcome, "signals": signals,
                 "step": next, "timeout_ms": timeout.as_ref().map(ms), "state": state}),
             Outcome::Sleep { until, next, state } => {
                 let until_ms = until
                     .duration_since(SystemTime::UNIX_EPOCH)
                     .map(|d| d.as_secs_f64() * 1000.0)
                     .unwrap_or(0.0);
-                json!({"id": id, "seq": seq, "outcome": "sleep", "until_ms": until_ms,
+                json!({"id": id, "seq": seq, "outcome": outcome, "until_ms": until_ms,
                     "step": next, "state": state})
             }
             Outcome::Spawn {
@@ -242,7 +257,7 @@ impl Outcome {
                 join,
                 on_child_failure,
                 state,
-            } => json!({"id": id, "seq": seq, "outcome": "spawn", "step": next, "state": state,
+            } => json!({"id": id, "seq": seq, "outcome": outcome, "step": next, "state": state,
             "children": children.iter().map(Child::to_json).collect::<Vec<_>>(),
             "join": match join { Join::All => "all", Join::Any => "any" },
             "on_child_failure": match on_child_failure {
@@ -250,10 +265,10 @@ impl Outcome {
                 ChildFailure::Deliver => "deliver",
             }}),
             Outcome::Done { result } => {
-                json!({"id": id, "seq": seq, "outcome": "done", "result": result})
+                json!({"id": id, "seq": seq, "outcome": outcome, "result": result})
             }
             Outcome::Fail { reason } => {
-                json!({"id": id, "seq": seq, "outcome": "fail", "reason": reason})
+                json!({"id": id, "seq": seq, "outcome": outcome, "reason": reason})
             }
         }
     }

@@ -44,18 +44,6 @@ impl<'a> OutcomeItem<'a> {
     }
 }
 
-fn kind(o: &Outcome) -> &'static str {
-    match o {
-        Outcome::Next { .. } => "next",
-        Outcome::Retry { .. } => "retry",
-        Outcome::Await { .. } => "await",
-        Outcome::Sleep { .. } => "sleep",
-        Outcome::Spawn { .. } => "spawn",
-        Outcome::Done { .. } => "done",
-        Outcome::Fail { .. } => "fail",
-    }
-}
-
 /// The step and state the set-based part reads from columns (next and sleep).
 fn step_and_state(o: &Outcome) -> (Option<&str>, Option<Json<&Value>>) {
     match o {
@@ -73,7 +61,7 @@ pub(super) async fn send<C: GenericClient>(
 ) -> Result<Vec<Row>, tokio_postgres::Error> {
     let ids: Vec<i64> = items.iter().map(|i| i.id).collect();
     let seqs: Vec<i32> = items.iter().map(|i| i.seq).collect();
-    let kinds: Vec<&str> = items.iter().map(|i| kind(i.outcome)).collect();
+    let kinds: Vec<&str> = items.iter().map(|i| i.outcome.name()).collect();
     let (steps, states): (Vec<Option<&str>>, Vec<Option<Json<&Value>>>) =
         items.iter().map(|i| step_and_state(i.outcome)).unzip();
     let results: Vec<Option<Json<&Value>>> = items
