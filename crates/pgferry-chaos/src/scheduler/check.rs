@@ -403,16 +403,16 @@ async fn schedules(api: &Api, r: &mut SchedulerReport) -> Result<(), ChaosError>
             if outcome == "fired" {
                 let ids = jobs.get(&key).cloned().unwrap_or_default();
                 let job_id = f["job_id"].as_i64();
-                if ids.is_empty() && job_id.is_some() {
+                if let (true, Some(id)) = (ids.is_empty(), job_id) {
                     // Not in the pending listing: the job itself tells a lost job from a
                     // listing that missed it or a job in another state.
-                    let found = job_of_fire(api, &key, job_id.unwrap_or(0)).await?;
-                    unlisted.push(found.clone());
+                    let found = job_of_fire(api, &key, id).await?;
                     match found["found"].as_str() {
                         Some("pending") => r.listing_missed += 1,
                         Some("scheduled") => {}
                         _ => r.fires_without_one_job += 1,
                     }
+                    unlisted.push(found);
                 } else if ids.len() != 1 || Some(ids[0]) != job_id {
                     r.fires_without_one_job += 1;
                 }

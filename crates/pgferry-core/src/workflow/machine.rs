@@ -229,27 +229,22 @@ impl Outcome {
     /// languages send to record an outcome.
     pub fn to_wire(&self, id: i64, seq: i32) -> Value {
         let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
-        let outcome = self.name();
-        match self {
-            Outcome::Next { step, state } => {
-                json!({"id": id, "seq": seq, "outcome": outcome, "step": step, "state": state})
-            }
-            Outcome::Retry { delay, reason } => json!({"id": id, "seq": seq, "outcome": outcome,
-                "delay_ms": ms(delay), "reason": reason}),
+        let mut wire = match self {
+            Outcome::Next { step, state } => json!({"step": step, "state": state}),
+            Outcome::Retry { delay, reason } => json!({"delay_ms": ms(delay), "reason": reason}),
             Outcome::Await {
                 signals,
                 next,
                 timeout,
                 state,
-            } => json!({"id": id, "seq": seq, "outcome": outcome, "signals": signals,
-                "step": next, "timeout_ms": timeout.as_ref().map(ms), "state": state}),
+            } => json!({"signals": signals, "step": next,
+                "timeout_ms": timeout.as_ref().map(ms), "state": state}),
             Outcome::Sleep { until, next, state } => {
                 let until_ms = until
                     .duration_since(SystemTime::UNIX_EPOCH)
                     .map(|d| d.as_secs_f64() * 1000.0)
                     .unwrap_or(0.0);
-                json!({"id": id, "seq": seq, "outcome": outcome, "until_ms": until_ms,
-                    "step": next, "state": state})
+                json!({"until_ms": until_ms, "step": next, "state": state})
             }
             Outcome::Spawn {
                 children,
@@ -257,20 +252,20 @@ impl Outcome {
                 join,
                 on_child_failure,
                 state,
-            } => json!({"id": id, "seq": seq, "outcome": outcome, "step": next, "state": state,
+            } => json!({"step": next, "state": state,
             "children": children.iter().map(Child::to_json).collect::<Vec<_>>(),
             "join": match join { Join::All => "all", Join::Any => "any" },
             "on_child_failure": match on_child_failure {
                 ChildFailure::FailParent => "fail_parent",
                 ChildFailure::Deliver => "deliver",
             }}),
-            Outcome::Done { result } => {
-                json!({"id": id, "seq": seq, "outcome": outcome, "result": result})
-            }
-            Outcome::Fail { reason } => {
-                json!({"id": id, "seq": seq, "outcome": outcome, "reason": reason})
-            }
-        }
+            Outcome::Done { result } => json!({"result": result}),
+            Outcome::Fail { reason } => json!({"reason": reason}),
+        };
+        wire["id"] = id.into();
+        wire["seq"] = seq.into();
+        wire["outcome"] = self.name().into();
+        wire
     }
 }
 
