@@ -21,6 +21,7 @@ pub mod leader;
 pub mod listen;
 pub mod listing;
 mod listing_first_runs;
+mod listing_scheduled_lanes;
 pub mod lookup;
 pub mod migrate;
 pub mod queues;

@@ -4,7 +4,8 @@
 //! The log has no per-queue job index (it would cost every enqueue another index entry), so
 //! a queue's jobs are found where each state lives, per lane, through indexes that exist for
 //! other reasons. A listing walks up to four phases, in this order (newest first in each):
-//!   1. scheduled — `scheduled` by job id (index scheduled_lane);
+//!   1. scheduled — `scheduled` by job id (index scheduled_lane); without a kind or text
+//!      filter one walk per lane merged by the engine (listing_scheduled_lanes.rs);
 //!   2. pending — log rows the lane's cursor has not passed, by claim order (ready_claim);
 //!   3. claimed — attempts handed out, newest receipt first (receipts_cursor), with their
 //!      outcomes (completions_receipt): running, completed, dead, cancelled;
@@ -29,6 +30,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::job::validate_queue_name;
 use crate::listing_first_runs;
+use crate::listing_scheduled_lanes;
 use crate::lookup::{JobInfo, JobState};
 
 const LIST_SCHEDULED: &str = include_str!("sql/list_scheduled.sql");
@@ -529,6 +531,17 @@ impl Engine {
             phase: cur.phase,
             pos,
         };
+        // Without a filter: one index walk per lane (listing_scheduled_lanes.rs).
+        if cur.phase == Phase::Scheduled && f.kind.is_none() && text.contains.is_none() {
+            let lanes =
+                listing_scheduled_lanes::read(client, queue, id_pos(&cur.pos), want).await?;
+            round.jobs = (lanes.ids.into_iter())
+                .map(|id| (id, JobState::Scheduled, at(Pos::Id(id))))
+                .collect();
+            round.mark = lanes.mark.map(Pos::Id);
+            round.whole = lanes.whole;
+            return Ok(round);
+        }
         match cur.phase {
             Phase::Dead => {
                 let stmt = client.prepare_cached(LIST_DEAD).await?;

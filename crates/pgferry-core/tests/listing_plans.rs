@@ -14,6 +14,7 @@ use serde_json::json;
 const SETTINGS: &str = include_str!("../src/sql/list_generic_plans.sql");
 const LIST_SCHEDULED: &str = include_str!("../src/sql/list_scheduled.sql");
 const LIST_DEAD: &str = include_str!("../src/sql/list_dead.sql");
+const LIST_SCHEDULED_LANES: &str = include_str!("../src/sql/list_scheduled_lanes.sql");
 
 /// Rows the scan nodes on `table` (not partitioned) returned or filtered out.
 fn rows_read(plan: &str, table: &str) -> u64 {
@@ -105,6 +106,15 @@ async fn phases_walk_their_indexes_with_plans_made_on_an_empty_table() {
         sched_args,
     )
     .await;
+    let lanes_args = "'q', NULL, 51";
+    prepare_as_listing(
+        &mut admin,
+        "lanes",
+        "text, bigint, bigint",
+        LIST_SCHEDULED_LANES,
+        lanes_args,
+    )
+    .await;
     let dead_args = "'q', NULL, 51, NULL, 51, NULL, NULL, NULL";
     prepare_as_listing(
         &mut admin,
@@ -139,6 +149,13 @@ async fn phases_walk_their_indexes_with_plans_made_on_an_empty_table() {
         "{plan}"
     );
     assert!(rows_read(&plan, "scheduled") <= 2 * 51, "{plan}");
+    let plan = kept_plan(&mut admin, "lanes", lanes_args).await;
+    assert!(plan.contains("$1"), "not a generic plan:\n{plan}");
+    assert!(
+        plan.contains("Index Scan Backward using scheduled_lane"),
+        "{plan}"
+    );
+    assert!(rows_read(&plan, "scheduled") <= 51, "{plan}");
     let plan = kept_plan(&mut admin, "dead", dead_args).await;
     assert!(
         plan.contains("Index Scan Backward using dead_lane"),
@@ -163,6 +180,9 @@ async fn phases_walk_their_indexes_with_plans_made_on_an_empty_table() {
     )
     .await;
     assert!(rows_read(&plan, "scheduled") <= 2 * 51, "{plan}");
+    let plan = kept_plan(&mut admin, "lanes", &format!("'q', {deep}, 51")).await;
+    // The cursor's own row is read and filtered out (`job_id < $2`).
+    assert!(rows_read(&plan, "scheduled") <= 52, "{plan}");
     let plan = kept_plan(
         &mut admin,
         "dead",
