@@ -156,7 +156,8 @@ impl NewJob {
     }
 }
 
-pub(crate) fn json_size(v: &Value) -> usize {
+/// The length of `v` written as compact JSON, counted without writing it anywhere.
+pub fn json_size(v: &Value) -> usize {
     // serde_json writes into a counting sink without allocating the string.
     struct Count(usize);
     impl std::io::Write for Count {

@@ -14,6 +14,7 @@ use crate::counters::Delta;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::job::outcome_code as oc;
+use crate::json_text::JsonText;
 
 const JOBS_DETAIL: &str = include_str!("sql/jobs_detail.sql");
 const JOBS_EXTRAS: &str = include_str!("sql/jobs_extras.sql");
@@ -83,8 +84,9 @@ pub struct JobInfo {
     pub queue: String,
     pub kind: String,
     pub state: JobState,
-    pub args: Value,
-    pub meta: Option<Value>,
+    /// As Postgres keeps it, as text (json_text.rs).
+    pub args: JsonText,
+    pub meta: Option<JsonText>,
     pub priority: i16,
     pub max_attempts: i32,
     pub enqueued_at: Option<SystemTime>,

@@ -105,8 +105,13 @@ async fn first_runs_list_as_get_job_reads_them() {
         .unwrap();
     let m = page.jobs.iter().find(|j| j.id == extra[0]).unwrap();
     assert_eq!(
-        (m.kind.as_str(), m.priority, m.max_attempts, &m.meta),
-        ("m", 2, 7, &Some(json!({ "trace": "t-1" })))
+        (
+            m.kind.as_str(),
+            m.priority,
+            m.max_attempts,
+            m.meta.as_ref().map(|m| m.to_value())
+        ),
+        ("m", 2, 7, Some(json!({ "trace": "t-1" })))
     );
     let u = page.jobs.iter().find(|j| j.id == extra[1]).unwrap();
     assert_eq!(u.unique_key.as_deref(), Some("only-one"));

@@ -74,7 +74,7 @@ async fn a_prepared_fire_is_invisible_until_its_time_then_fired_once() {
         .get(0);
     assert_eq!(recorded, t);
     let job = s.engine.get_job(f[0].2.unwrap()).await.unwrap();
-    assert_eq!(job.meta.unwrap()["schedule"]["name"], "ahead");
+    assert_eq!(job.meta.unwrap().to_value()["schedule"]["name"], "ahead");
     let next = s.schedules.get(0, "ahead").await.unwrap();
     assert_eq!(next.next_fire_at, Some(t + Duration::from_secs(60)));
     // The regular pass at the same time finds nothing left to fire.

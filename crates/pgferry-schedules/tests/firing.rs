@@ -29,8 +29,8 @@ async fn a_fire_happens_once_and_carries_its_time() {
     assert_eq!((f[0].0, f[0].1.as_str()), (start, "fired"));
     let job = s.engine.get_job(f[0].2.unwrap()).await.unwrap();
     assert_eq!(job.kind, "tick");
-    assert_eq!(job.args["hello"], "world");
-    let meta = job.meta.unwrap();
+    assert_eq!(job.args.to_value()["hello"], "world");
+    let meta = job.meta.unwrap().to_value();
     assert_eq!(meta["schedule"]["name"], "once");
     let carried: jiff::Timestamp = meta["schedule"]["fire_at"]
         .as_str()
@@ -159,7 +159,7 @@ async fn overlap_buffer_one_runs_one_waiting_fire_after_the_previous() {
     assert_eq!(o, ["fired", "fired", "skipped"]);
     assert!(f[1].2.is_some(), "the buffered fire has its job");
     let job = s.engine.get_job(f[1].2.unwrap()).await.unwrap();
-    let carried: jiff::Timestamp = job.meta.unwrap()["schedule"]["fire_at"]
+    let carried: jiff::Timestamp = job.meta.unwrap().to_value()["schedule"]["fire_at"]
         .as_str()
         .unwrap()
         .parse()

@@ -158,7 +158,7 @@ pub(super) async fn event(
     let deliveries: Vec<Value> = page
         .jobs
         .iter()
-        .filter(|j| delivers(j.meta.as_ref(), slug, id))
+        .filter(|j| delivers(j.meta.as_ref().map(|m| m.to_value()).as_ref(), slug, id))
         .map(|j| job_json(p, j))
         .collect();
     let mut out = json!({

@@ -53,7 +53,7 @@ pub(super) fn from_unix_ms(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
 }
 pub(super) fn job_pb(info: JobInfo, queue: String) -> pb::JobInfo {
-    let meta = match info.meta {
+    let meta = match info.meta.map(|m| m.to_value()) {
         Some(serde_json::Value::Object(m)) => m
             .into_iter()
             .map(|(k, v)| match v {

@@ -3,7 +3,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use pgferry_core::JobInfo;
+use pgferry_core::{JobInfo, JsonText};
 use serde::ser::SerializeMap;
 use serde::Serialize;
 use serde_json::Value;
@@ -26,7 +26,7 @@ pub(crate) fn job_json(p: &Principal, j: &JobInfo) -> Value {
 /// form (serde_json's maps keep their keys sorted).
 #[derive(Serialize)]
 pub(crate) struct JobView<'a> {
-    args: &'a Value,
+    args: &'a JsonText,
     attempts: Vec<AttemptView<'a>>,
     cancel_requested: bool,
     enqueued_at_unix_ms: Option<u64>,
@@ -43,7 +43,7 @@ pub(crate) struct JobView<'a> {
 }
 
 /// A job's meta: `{}` when it has none.
-struct MetaView<'a>(Option<&'a Value>);
+struct MetaView<'a>(Option<&'a JsonText>);
 
 impl Serialize for MetaView<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -102,7 +102,7 @@ impl<'a> JobView<'a> {
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
-    use pgferry_core::{AttemptInfo, JobInfo, JobState};
+    use pgferry_core::{AttemptInfo, JobInfo, JobState, JsonText};
     use serde_json::json;
 
     use super::{job_json, unix_ms, JobView};
@@ -131,7 +131,7 @@ mod tests {
             "kind": j.kind,
             "state": j.state.as_str(),
             "args": j.args,
-            "meta": j.meta.clone().unwrap_or_else(|| json!({})),
+            "meta": j.meta.as_ref().map_or_else(|| json!({}), |m| m.to_value()),
             "priority": j.priority,
             "max_attempts": j.max_attempts,
             "enqueued_at_unix_ms": j.enqueued_at.map(unix_ms),
@@ -141,6 +141,12 @@ mod tests {
             "result": j.result,
             "unique_key": j.unique_key,
         })
+    }
+
+    fn text(s: &str) -> JsonText {
+        serde_json::from_str::<serde_json::Value>(s)
+            .map(|v| JsonText::from_value(&v))
+            .unwrap()
     }
 
     #[test]
@@ -157,8 +163,8 @@ mod tests {
             queue: "t7.http".into(),
             kind: "http".into(),
             state: JobState::Completed,
-            args: json!({"url": "http://x/", "z": [1, 2.5, null], "a": {"b": "c"}}),
-            meta: Some(json!({"traceparent": "00-x", "k": "v"})),
+            args: text(r#"{"a": {"b": "c"}, "z": [1, 2.5, null], "url": "http://x/"}"#),
+            meta: Some(text(r#"{"k": "v", "traceparent": "00-x"}"#)),
             priority: 2,
             max_attempts: 5,
             enqueued_at: at(1_700_000_000_123),

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::Json;
+use pgferry_core::job::json_size;
 use pgferry_core::{Acked, EnqueueRequest, IdempotencyKey, JobInfo, NewJob};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -92,7 +93,7 @@ fn to_new_job(
     let meta = spec
         .meta
         .map(|m| serde_json::to_value(m).unwrap_or(Value::Null));
-    let size = json_len(&spec.args) + meta.as_ref().map_or(0, json_len);
+    let size = json_size(&spec.args) + meta.as_ref().map_or(0, json_size);
     let limit = state.http.config.max_job_bytes;
     if size > limit {
         return Err(ApiError::new(
@@ -206,10 +207,6 @@ fn enqueue_answer(done: &Acked, body: Value) -> (StatusCode, HeaderMap, Json<Val
         StatusCode::CREATED
     };
     (status, headers, Json(body))
-}
-
-fn json_len(v: &Value) -> usize {
-    serde_json::to_vec(v).map_or(0, |b| b.len())
 }
 
 /// The request's `traceparent` header, if well-formed (see [`crate::trace`]).
