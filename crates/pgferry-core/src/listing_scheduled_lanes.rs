@@ -10,7 +10,7 @@
 //! the lanes that gave all they were asked), so both give the same answer to the listing.
 //! In `bench http-jobs` (every listing a page of 50 delayed jobs) the general statement was
 //! over 40% of the database's statement time; the walk costs half as much per call
-//! (docs/performance.md, "Listing the scheduled phase without the general statement").
+//! (docs/performance.md, "The scheduled phase as index walks, job args as text").
 
 use std::collections::HashMap;
 

@@ -4,8 +4,8 @@
 -- filter every row read is an answer, so the newest $3 of the queue are among the newest
 -- $3 of each lane, and the caller merges the lanes' rows (listing_scheduled_lanes.rs).
 -- The general statement's materialized candidates, window count, sorts and anti-join for
--- the mark cost over half its time (docs/performance.md, "Listing the scheduled phase
--- without the general statement").
+-- the mark cost over half its time (docs/performance.md, "The scheduled phase as index
+-- walks, job args as text").
 -- $1 queue, $2 cursor job id (NULL: from the newest), $3 rows per lane
 SELECT l.lane, s.job_id, s.first_run, s.kind,
        CASE WHEN s.first_run THEN s.args END AS args,
