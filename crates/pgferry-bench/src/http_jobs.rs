@@ -115,9 +115,13 @@ fn now_ms() -> f64 {
 
 struct Shared {
     http: reqwest::Client,
-    base: String,
+    /// The API's two addresses, parsed once: a client that parsed them for every request
+    /// spent its share of the machine on URL parsing.
+    create_url: reqwest::Url,
+    list_url: reqwest::Url,
     key: String,
-    target: String,
+    /// The target's address as each job carries it.
+    hook: String,
     counting: Arc<Counting>,
 }
 
@@ -138,7 +142,7 @@ impl Shared {
                 "kind": "http",
                 "args": {
                     "method": "POST",
-                    "url": format!("{}/hook", self.target),
+                    "url": self.hook,
                     "headers": {
                         "x-bench-created-ms": format!("{:.3}", now_ms()),
                         "x-bench-window": if immediate { window.to_string() } else { "0".into() },
@@ -151,7 +155,7 @@ impl Shared {
             }
             let r = self
                 .http
-                .post(format!("{}/v1/jobs", self.base))
+                .post(self.create_url.clone())
                 .bearer_auth(&self.key)
                 .json(&job)
                 .send()
@@ -165,7 +169,7 @@ impl Shared {
         } else {
             tally.lists.fetch_add(1, Ordering::Relaxed);
             self.http
-                .get(format!("{}/v1/jobs?queue=http&limit=50", self.base))
+                .get(self.list_url.clone())
                 .bearer_auth(&self.key)
                 .send()
                 .await
@@ -339,9 +343,10 @@ pub async fn run(config: &Config, opts: &HttpJobsOpts) -> anyhow::Result<Value> 
             .no_proxy()
             .pool_max_idle_per_host(opts.clients.max(64))
             .build()?,
-        base,
+        create_url: reqwest::Url::parse(&format!("{base}/v1/jobs"))?,
+        list_url: reqwest::Url::parse(&format!("{base}/v1/jobs?queue=http&limit=50"))?,
         key: key.expose(),
-        target,
+        hook: format!("{target}/hook"),
         counting: counting.clone(),
     });
     // One tally for clients and target per window.
@@ -505,7 +510,7 @@ async fn backlog_window(
                     "http",
                     json!({
                         "method": "POST",
-                        "url": format!("{}/hook", shared.target),
+                        "url": shared.hook,
                         "body": "{\"order\":42}",
                     }),
                 )

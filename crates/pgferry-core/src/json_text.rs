@@ -45,28 +45,29 @@ impl JsonText {
 }
 
 /// `text` without the whitespace Postgres's jsonb output puts after `:` and `,` (or any
-/// other whitespace outside strings); strings are copied as they are.
+/// other whitespace outside strings); strings are copied as they are. Byte by byte: the
+/// bytes it looks at are ASCII, which never occur inside a multi-byte UTF-8 sequence.
 fn compact(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
+    let mut out = Vec::with_capacity(text.len());
     let (mut in_string, mut escaped) = (false, false);
-    for c in text.chars() {
+    for &b in text.as_bytes() {
         if in_string {
-            out.push(c);
             if escaped {
                 escaped = false;
-            } else if c == '\\' {
+            } else if b == b'\\' {
                 escaped = true;
-            } else if c == '"' {
+            } else if b == b'"' {
                 in_string = false;
             }
-        } else if c == '"' {
+        } else if b == b'"' {
             in_string = true;
-            out.push(c);
-        } else if !c.is_ascii_whitespace() {
-            out.push(c);
+        } else if b.is_ascii_whitespace() {
+            continue;
         }
+        out.push(b);
     }
-    out
+    // Only ASCII bytes outside strings were left out: still UTF-8.
+    String::from_utf8(out).expect("whole UTF-8 sequences kept")
 }
 
 impl fmt::Display for JsonText {
