@@ -23,7 +23,8 @@ pub(crate) fn job_json(p: &Principal, j: &JobInfo) -> Value {
 /// 50 jobs is written to the response without a `Value` tree per job (nor a copy of each
 /// job's args and meta), which was the largest share of a listing's time in this process
 /// (issue 22's profile). Fields are declared in name order: the same bytes as the `Value`
-/// form (serde_json's maps keep their keys sorted).
+/// form (serde_json's maps keep their keys sorted). Args and meta are written as the text
+/// Postgres keeps (ADR 0026), in jsonb's key order.
 #[derive(Serialize)]
 pub(crate) struct JobView<'a> {
     args: &'a JsonText,
