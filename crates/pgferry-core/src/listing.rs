@@ -538,7 +538,6 @@ impl Engine {
             round.jobs = (lanes.ids.into_iter())
                 .map(|id| (id, JobState::Scheduled, at(Pos::Id(id))))
                 .collect();
-            round.mark = lanes.mark.map(Pos::Id);
             round.whole = lanes.whole;
             return Ok(round);
         }

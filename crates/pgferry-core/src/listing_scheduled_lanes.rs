@@ -5,14 +5,13 @@
 //! row of any lane — with a window count, two sorts and an anti-join over a materialized
 //! CTE of whole rows, because with a filter the rows read and the rows shown differ. Without
 //! one every row read is shown: the newest `want` jobs of the queue are among the newest
-//! `want` of each lane, so the walks' rows merged newest first are the page. The mark is
-//! still computed as the general statement defines it (the newest of the oldest rows of
-//! the lanes that gave all they were asked), so both give the same answer to the listing.
+//! `want` of each lane, so the walks' rows merged newest first are the page. No mark is
+//! needed either: fewer than `want` rows means every lane gave less than it was asked (the
+//! phase is done), and `want` rows fill the page, so the listing never asks for a second
+//! round of this phase.
 //! In `bench http-jobs` (every listing a page of 50 delayed jobs) the general statement was
 //! over 40% of the database's statement time; the walk costs half as much per call
 //! (docs/performance.md, "The scheduled phase as index walks, job args as text").
-
-use std::collections::HashMap;
 
 use tokio_postgres::Row;
 
@@ -26,8 +25,6 @@ const LIST_SCHEDULED_LANES: &str = include_str!("sql/list_scheduled_lanes.sql");
 pub(crate) struct LanesRound {
     /// Ids shown, newest first (at most `want`).
     pub ids: Vec<i64>,
-    /// Where the next round resumes, as list_scheduled.sql defines it.
-    pub mark: Option<i64>,
     /// Of `ids`, the first runs, read whole.
     pub whole: Vec<JobInfo>,
 }
@@ -48,21 +45,9 @@ pub(crate) async fn read(
 fn merge(rows: &[Row], queue: &str, want: i64) -> LanesRound {
     let mut read: Vec<(i64, &Row)> = rows.iter().map(|r| (r.get("job_id"), r)).collect();
     read.sort_unstable_by_key(|(id, _)| std::cmp::Reverse(*id));
-    // Per lane: rows read and the oldest of them (rows come newest first after the sort).
-    let mut lanes: HashMap<i32, (i64, i64)> = HashMap::new();
-    for (id, r) in &read {
-        let e = lanes.entry(r.get("lane")).or_insert((0, *id));
-        *e = (e.0 + 1, *id);
-    }
-    let mark = (lanes.values())
-        .filter(|(n, _)| *n >= want)
-        .map(|(_, oldest)| *oldest)
-        .max();
-    read.retain(|(id, _)| mark.is_none_or(|m| *id >= m));
     read.truncate(usize::try_from(want).unwrap_or(0));
     LanesRound {
         ids: read.iter().map(|(id, _)| *id).collect(),
-        mark,
         whole: read
             .iter()
             .filter_map(|(_, r)| listing_first_runs::whole_job(r, queue))

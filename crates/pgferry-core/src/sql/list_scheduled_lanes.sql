@@ -7,7 +7,7 @@
 -- the mark cost over half its time (docs/performance.md, "The scheduled phase as index
 -- walks, job args as text").
 -- $1 queue, $2 cursor job id (NULL: from the newest), $3 rows per lane
-SELECT l.lane, s.job_id, s.first_run, s.kind,
+SELECT s.job_id, s.first_run, s.kind,
        CASE WHEN s.first_run THEN s.args END AS args,
        CASE WHEN s.first_run THEN s.meta END AS meta, s.max_attempts, s.run_at,
        s.enqueued_at, l.priority, u.key AS unique_key,
