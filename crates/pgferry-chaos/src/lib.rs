@@ -17,6 +17,7 @@ mod producers;
 mod report;
 mod scenario;
 mod scheduler;
+mod stuck;
 mod wf_worker;
 mod worker_proc;
 mod workflows;

@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::check;
+use crate::check::{self, Lookup};
 use crate::env::{Env, PgPlan, Replication, QUEUE};
 use crate::faults::{self, Details};
 use crate::ledger::{LedgerTail, WorkerEntry};
 use crate::producers::{self, Flow, ProducerPlan, Transport};
 use crate::report::FaultReport;
+use crate::stuck;
 use crate::{ChaosConfig, ChaosError, Fault};
 
 const TWO_OUTCOMES: &str = include_str!("sql/two_outcomes.sql");
@@ -185,6 +186,15 @@ async fn run_in(env: &mut Env, fault: Fault) -> Result<FaultReport, ChaosError> 
     // exists under its id): a loss the lookups cannot see.
     report.lost += reacked;
     let client = env.connect("chaos-check").await?;
+    let stuck: Vec<i64> = looked
+        .iter()
+        .filter(|(_, l)| !matches!(l, Lookup::State(s) if s == "completed" || s == "dead"))
+        .map(|(id, _)| *id)
+        .collect();
+    if !stuck.is_empty() {
+        let why = stuck::evidence(&client, env.dir.path(), &stuck).await;
+        details.insert("unfinished_evidence".into(), why);
+    }
     report.two_outcome_attempts_db = client
         .query_one(TWO_OUTCOMES, &[])
         .await

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -138,6 +138,9 @@ pub struct WorkerStats {
     pub acked: AtomicU64,
     pub stale: AtomicU64,
     pub result_errors: AtomicU64,
+    /// Results the server could not record for now (its database was unavailable), sent
+    /// again after a pause: counted per refusal.
+    pub results_resent: AtomicU64,
     pub connects: AtomicU64,
 }
 
@@ -196,6 +199,22 @@ struct Shared {
     unacked: Mutex<HashMap<(i64, i32), (pb::JobResult, SystemTime)>>,
     /// Wakes the connection to send pending results (batching connections).
     results_ready: Notify,
+    /// Results refused as unavailable, to send again.
+    refused: Mutex<Refused>,
+}
+
+/// First and longest pause before results refused as unavailable are sent again: the
+/// server's database lost a connection (a blip) or is down (then the pause grows).
+const RESEND_MIN: Duration = Duration::from_millis(100);
+const RESEND_MAX: Duration = Duration::from_secs(5);
+
+/// Results the server refused with a retryable code. They stay in `unacked` (a new
+/// connection resends them anyway) and go out again at `at`. Without this a result lost to
+/// a database blip left its job running until the lease ran out, then ran it again.
+struct Refused {
+    keys: Vec<(i64, i32)>,
+    at: Option<Instant>,
+    pause: Duration,
 }
 
 /// A worker; [`Worker::run`] runs it until a shutdown signal, then drains.
@@ -224,6 +243,11 @@ impl Worker {
                 running: Mutex::new(HashMap::new()),
                 unacked: Mutex::new(HashMap::new()),
                 results_ready: Notify::new(),
+                refused: Mutex::new(Refused {
+                    keys: Vec::new(),
+                    at: None,
+                    pause: RESEND_MIN,
+                }),
             }),
         }
     }
@@ -323,8 +347,13 @@ async fn session(s: &Arc<Shared>, stop: &mut watch::Receiver<bool>) -> Result<()
         // The grant below covers every free slot.
         slots.owed = 0;
         // Results finished while disconnected (or unacked on the old stream) go first;
-        // pending ones are among them.
+        // pending and refused ones are among them.
         slots.pending.clear();
+        {
+            let mut refused = s.refused.lock().expect("refused");
+            refused.keys.clear();
+            refused.at = None;
+        }
         let resend: Vec<pb::JobResult> = s
             .unacked
             .lock()
@@ -353,6 +382,7 @@ async fn session(s: &Arc<Shared>, stop: &mut watch::Receiver<bool>) -> Result<()
     let mut draining = false;
     let mut drained = false;
     loop {
+        let resend_at = s.refused.lock().expect("refused").at;
         tokio::select! {
             m = inbound.next() => match m {
                 Some(Ok(pb::WorkerResponse { msg: Some(msg) })) => {
@@ -389,6 +419,8 @@ async fn session(s: &Arc<Shared>, stop: &mut watch::Receiver<bool>) -> Result<()
                     let _ = tx.send(req(Msg::Heartbeat(pb::Heartbeat { refs })));
                 }
             }
+            _ = tokio::time::sleep_until(resend_at.unwrap_or_else(Instant::now).into()),
+                if resend_at.is_some() => resend_refused(s),
             _ = stop.wait_for(|v| *v), if !draining => {
                 draining = true;
                 let _ = tx.send(req(Msg::Drain(pb::Drain { release: Vec::new() })));
@@ -425,16 +457,32 @@ fn handle(s: &Arc<Shared>, msg: In) {
 
 fn on_ack(s: &Shared, a: pb::ResultAck) {
     let Some(r) = a.r#ref else { return };
-    let sent = s
-        .unacked
-        .lock()
-        .expect("unacked")
-        .remove(&(r.id, r.attempt));
+    let key = (r.id, r.attempt);
+    if let Some(e) = &a.error {
+        if e.code == "unavailable" {
+            // Not recorded, and nothing else recorded either: send it again shortly.
+            if s.unacked.lock().expect("unacked").contains_key(&key) {
+                s.stats.results_resent.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(id = r.id, message = %e.message, "result not recorded yet; resending");
+                let mut refused = s.refused.lock().expect("refused");
+                if !refused.keys.contains(&key) {
+                    refused.keys.push(key);
+                }
+                if refused.at.is_none() {
+                    refused.at = Some(Instant::now() + refused.pause);
+                    refused.pause = (refused.pause * 2).min(RESEND_MAX);
+                }
+            }
+            return;
+        }
+    }
+    let sent = s.unacked.lock().expect("unacked").remove(&key);
     if let Some(e) = a.error {
         s.stats.result_errors.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(id = r.id, code = %e.code, message = %e.message, "result refused");
         return;
     }
+    s.refused.lock().expect("refused").pause = RESEND_MIN;
     if a.stale {
         s.stats.stale.fetch_add(1, Ordering::Relaxed);
     } else {
@@ -447,6 +495,30 @@ fn on_ack(s: &Shared, a: pb::ResultAck) {
             stale: a.stale,
             enqueued_at,
         });
+    }
+}
+
+/// Sends the refused results again (those still unacked), on the current connection.
+fn resend_refused(s: &Shared) {
+    let keys = {
+        let mut refused = s.refused.lock().expect("refused");
+        refused.at = None;
+        std::mem::take(&mut refused.keys)
+    };
+    let results: Vec<pb::JobResult> = {
+        let unacked = s.unacked.lock().expect("unacked");
+        keys.iter()
+            .filter_map(|k| unacked.get(k).map(|(r, _)| r.clone()))
+            .collect()
+    };
+    let mut slots = s.slots.lock().expect("slots");
+    if slots.batch > 0 {
+        slots.pending.extend(results);
+        slots.flush_results();
+    } else if let Some(tx) = &slots.tx {
+        for r in results {
+            let _ = tx.send(req(Msg::Result(r)));
+        }
     }
 }
 

@@ -102,7 +102,15 @@ async fn run(state: Arc<GrpcState>, mut inbound: Streaming<pb::WorkerRequest>, t
     queues.dedup();
     let mut default_lease = state.config.default_lease;
     for (engine_q, _) in &queues {
-        default_lease = default_lease.min(state.dispatchers.lease_of(engine_q).await);
+        match state.dispatchers.lease_of(engine_q).await {
+            Ok(lease) => default_lease = default_lease.min(lease),
+            // The worker paces its heartbeats by this lease: a guess could be 20× too long.
+            // It reconnects after UNAVAILABLE.
+            Err(e) => {
+                let _ = tx.send(Err(super::admin_pb::status(&e, "")));
+                return;
+            }
+        }
     }
     // Batches only when the worker asked: older workers know nothing of them.
     let batch = if hello.max_batch > 0 {

@@ -253,8 +253,9 @@ impl Registry {
         }
     }
 
-    /// The lease of a queue (the engine's default when it does not exist yet).
-    pub(crate) async fn lease_of(&self, engine_queue: &str) -> Duration {
+    /// The lease of a queue (the engine's default when it does not exist yet); an error
+    /// when the database could not say.
+    pub(crate) async fn lease_of(&self, engine_queue: &str) -> pgferry_core::Result<Duration> {
         lease_of(&self.inner, engine_queue).await
     }
 
@@ -279,14 +280,35 @@ impl Registry {
     }
 }
 
-async fn lease_of(inner: &Inner, queue: &str) -> Duration {
-    let read = async {
-        let client = inner.engine.pool().get().await.ok()?;
-        let row = client.query_opt(QUEUE_LEASE, &[&queue]).await.ok()??;
-        let ms: i32 = row.get("lease_ms");
-        Some(Duration::from_millis(u64::try_from(ms).ok()?))
-    };
-    read.await.unwrap_or(inner.config.default_lease)
+/// The queue's lease, or the default for a queue that does not exist yet. A database error
+/// is an error, never the default: a dispatcher that took the default (60 s) for a queue of
+/// 3 s heartbeated its buffered jobs 60 s ahead, and a result refused in a fault then left
+/// its job running for a minute instead of three seconds (the chaos suite's terminate-2).
+async fn lease_of(inner: &Inner, queue: &str) -> pgferry_core::Result<Duration> {
+    let client = inner.engine.pool().get().await?;
+    let row = client.query_opt(QUEUE_LEASE, &[&queue]).await?;
+    Ok(row
+        .and_then(|r| u64::try_from(r.get::<_, i32>("lease_ms")).ok())
+        .map_or(inner.config.default_lease, Duration::from_millis))
+}
+
+/// The dispatcher's first read of its queue's lease, retried until it answers (nothing is
+/// claimed before: every lease the dispatcher reports or extends is this one). `None`
+/// when the server stops meanwhile.
+async fn first_lease(inner: &Inner, d: &Dispatcher) -> Option<Duration> {
+    let mut stopping = inner.stopping.clone();
+    loop {
+        match lease_of(inner, &d.queue).await {
+            Ok(lease) => return Some(lease),
+            Err(e) => {
+                tracing::warn!(queue = %d.queue, error = %e, "reading the queue's lease failed; retrying")
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = stopping.wait_for(|s| *s) => return None,
+        }
+    }
 }
 
 /// The dispatcher's loop: deliver, claim when demand exceeds the buffer, sleep on ticks.
@@ -297,7 +319,9 @@ async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
     tracing::debug!("dispatcher started");
     let mut ticks = inner.engine.signals().subscribe_ticks();
     let mut stopping = inner.stopping.clone();
-    let mut lease = lease_of(&inner, &d.queue).await;
+    let Some(mut lease) = first_lease(&inner, &d).await else {
+        return;
+    };
     d.lease_ms
         .store(deliver::lease_ms(lease), Ordering::Relaxed);
     let mut lease_read = Instant::now();
@@ -315,9 +339,16 @@ async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
             return;
         }
         if lease_read.elapsed() > LEASE_REFRESH {
-            lease = lease_of(&inner, &d.queue).await;
-            d.lease_ms
-                .store(deliver::lease_ms(lease), Ordering::Relaxed);
+            // A failed read keeps the lease as last read (tried again next refresh).
+            match lease_of(&inner, &d.queue).await {
+                Ok(l) => {
+                    lease = l;
+                    d.lease_ms.store(deliver::lease_ms(l), Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::warn!(queue = %d.queue, error = %e, "re-reading the queue's lease failed")
+                }
+            }
             lease_read = Instant::now();
         }
         let subs = d.subs.lock().expect("subscribers").clone();
