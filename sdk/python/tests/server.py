@@ -4,14 +4,22 @@ The binary is $PGFERRY_BIN, else <repo>/target/debug/pgferry (what `make test` b
 Addresses and the dev API key are read from the lines the server prints:
     pgferry: listening grpc=http://ADDR
     pgferry: dev api key=KEY
+
+Tests that take the database away from a running server use `Postgres` (a cluster of
+their own, stopped and started with pg_ctl) and `Server.on(postgres)` (`pgferry serve`
+against it).
 """
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import pathlib
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -51,13 +59,22 @@ class Server:
     """One `pgferry dev` process on its own data directory. `restart()` keeps the data and
     the gRPC/HTTP ports, so connected clients see a server restart."""
 
-    def __init__(self, data_dir: pathlib.Path, extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: pathlib.Path,
+        extra_args: list[str] | None = None,
+        *,
+        database_url: str = "",
+        api_key: str = "",
+    ) -> None:
         self.data_dir = data_dir
         self.extra_args = extra_args or []
+        # Set: `pgferry serve` on that database, with a key made beforehand (see `on`).
+        self.database_url = database_url
         self.proc: subprocess.Popen[str] | None = None
         self.grpc_url = ""
         self.http_url = ""
-        self.api_key = ""
+        self.api_key = api_key
         self.log_path = data_dir / "server.log"
         self._lines: list[str] = []
         self._cond = threading.Condition()
@@ -65,11 +82,12 @@ class Server:
     def start(self) -> None:
         grpc_addr = self.grpc_url.removeprefix("http://") or "127.0.0.1:0"
         http_addr = self.http_url.removeprefix("http://") or "127.0.0.1:0"
+        where = ["serve", "--database-url", self.database_url] if self.database_url else [
+            "dev", "--data-dir", str(self.data_dir)
+        ]
         args = [
             str(binary()),
-            "dev",
-            "--data-dir",
-            str(self.data_dir),
+            *where,
             "--http-addr",
             http_addr,
             "--grpc-addr",
@@ -93,9 +111,9 @@ class Server:
             while True:
                 text = "\n".join(self._lines)
                 g, k = _GRPC.search(text), _KEY.search(text)
-                if g and k:
+                if g and (k or self.database_url):
                     self.grpc_url = g.group(1)
-                    self.api_key = k.group(1)
+                    self.api_key = k.group(1) if k else self.api_key
                     h = _HTTP.search(text)
                     self.http_url = h.group(1) if h else self.http_url
                     return
@@ -144,3 +162,90 @@ class Server:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    @classmethod
+    def on(cls, pg: Postgres) -> Server:
+        """A `pgferry serve` on `pg` (not started), with an API key of a tenant of its own
+        made through the CLI (the migration first, so that the tenancy tables exist). The
+        server writes its log next to the cluster."""
+        url = pg.url()
+        run = [str(binary())]
+        subprocess.run([*run, "migrate", "up", "--database-url", url], check=True, capture_output=True, timeout=120)
+        subprocess.run([*run, "tenant", "create", "acme", "--database-url", url], check=True, capture_output=True, timeout=60)
+        out = subprocess.run(
+            [*run, "key", "create", "--tenant", "acme", "--database-url", url],
+            check=True, capture_output=True, text=True, timeout=60,
+        ).stdout
+        key: str = json.loads(out)["key"]
+        return cls(pg.dir, database_url=url, api_key=key)
+
+
+def _pg_bindir() -> pathlib.Path:
+    """$PGFERRY_PG_BINDIR, else the newest /usr/lib/postgresql/*/bin (Debian's packages)."""
+    env = os.environ.get("PGFERRY_PG_BINDIR")
+    if env:
+        return pathlib.Path(env)
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda d: int(d.split("/")[-2]))
+    if not found:
+        raise RuntimeError("no Postgres server binaries under /usr/lib/postgresql/*/bin; set PGFERRY_PG_BINDIR")
+    return pathlib.Path(found[-1])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Postgres:
+    """A private Postgres cluster that a test stops and starts (pg_ctl) while a server uses
+    it: the shared `pgferry dev` keeps its embedded cluster to itself. It keeps its port
+    across restarts, so the server's connection string stays valid. Postgres refuses to run
+    as root: then its programs run as the `postgres` user (through runuser, not
+    subprocess's user=: that forks instead of vfork, and a fork of a process whose gRPC
+    threads are busy can crash before the exec), as `pgferry dev` does."""
+
+    def __init__(self) -> None:
+        self.dir = data_dir("pg")
+        self.pgdata = self.dir / "pg"
+        self.port = _free_port()
+        self.bindir = _pg_bindir()
+        self._as: list[str] = []
+        if os.geteuid() == 0:
+            import pwd
+
+            pw = pwd.getpwnam("postgres")
+            self._as = ["runuser", "-u", "postgres", "--"]
+            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+        self._run("initdb", "-D", str(self.pgdata), "-U", "postgres", "--auth=trust",
+                  "--encoding=UTF8", "--locale=C", "--no-sync")
+
+    def _run(self, program: str, *args: str) -> None:
+        out = subprocess.run([*self._as, str(self.bindir / program), *args], cwd="/",
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise RuntimeError(f"{program} {' '.join(args)} failed ({out.returncode}): {out.stdout}{out.stderr}")
+
+    def url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        """Starts (again) on the same port, and waits until it accepts connections."""
+        opts = (f"-p {self.port} -k {self.pgdata} -c listen_addresses=127.0.0.1 "
+                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+        self._run("pg_ctl", "-D", str(self.pgdata), "-l", str(self.dir / "postgres.log"), "-o", opts,
+                  "-w", "-t", "60", "start")
+
+    def stop(self) -> None:
+        """Fast shutdown: every session is ended at once (what a restart does to a server's
+        connections); returns once Postgres is gone."""
+        self._run("pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "-t", "60", "stop")
+
+    def cleanup(self) -> None:
+        if (self.pgdata / "postmaster.pid").exists():
+            try:
+                self._run("pg_ctl", "-D", str(self.pgdata), "-m", "immediate", "-w", "stop")
+            except RuntimeError:
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -41,6 +41,7 @@ export interface HandlerOptions {
 export interface Logger {
   warn(msg: string): void;
   info?(msg: string): void;
+  debug?(msg: string): void;
 }
 
 export interface WorkerOptions {
@@ -73,6 +74,9 @@ export interface WorkerStats {
   acked: number;
   stale: number;
   ackErrors: number;
+  /** Results the server could not record for now (its database was unavailable), sent
+   * again after a pause: counted per refusal. */
+  resultsResent: number;
   reconnects: number;
   abandoned: number;
 }
@@ -82,6 +86,10 @@ const isFatal = (e: unknown): boolean =>
   e instanceof AuthError || e instanceof InvalidArgument || e instanceof NotFound || e instanceof Conflict;
 
 const STREAM = method("Worker", "Stream");
+// First and longest pause before results the server refused as unavailable are sent again:
+// its database lost a connection (a blip) or is down (then the pause grows).
+const RESEND_MIN_MS = 100;
+const RESEND_MAX_MS = 5_000;
 // How long jobs aborted at the end of the grace period get to report before the worker closes.
 const ABORT_GRACE_MS = 2_000;
 
@@ -102,6 +110,7 @@ export class Worker {
     acked: 0,
     stale: 0,
     ackErrors: 0,
+    resultsResent: 0,
     reconnects: 0,
     abandoned: 0,
   };
@@ -114,6 +123,13 @@ export class Worker {
   // Results waiting for the writer, and those written but not yet acked.
   private results: WireJobResult[] = [];
   private unacked = new Map<string, WireJobResult>();
+  // Results the server refused as unavailable (not recorded, its database was down): they
+  // stay in unacked (a new stream resends them anyway) and go out again when the resend
+  // timer fires. Without this a result lost to a database blip left its job running until
+  // the lease ran out, then ran it again.
+  private refused = new Set<string>();
+  private resendTimer: NodeJS.Timeout | null = null;
+  private resendPauseMs = RESEND_MIN_MS;
   private credits = 0; // freed slots not yet granted on this stream
   private batch = 0; // items per batch granted on this stream; 0: single messages
   private hb = new Heartbeats();
@@ -222,6 +238,7 @@ export class Worker {
         await (this.draining ? sleep(Math.min(delay, 250)) : sleep(delay, this.stopped.signal));
       }
     } finally {
+      this.cancelResend();
       if (this.opts.handleSignals) {
         process.off("SIGTERM", onSignal);
         process.off("SIGINT", onSignal);
@@ -303,6 +320,7 @@ export class Worker {
     this.running.clear();
     this.results = [];
     this.unacked.clear();
+    this.cancelResend();
     this.unstarted = [];
   }
 
@@ -357,8 +375,10 @@ export class Worker {
     this.backoff.reset();
     // Results sent on a lost stream may not have been recorded: send them again (the
     // server keeps the first outcome of an attempt, so a repeat is answered stale).
+    // Refused results are among the unacked ones: no separate resend of them.
     this.results = [...this.unacked.values(), ...this.results];
     this.unacked.clear();
+    this.cancelResend();
     this.drainSent = false;
     this.drainsUnanswered = 0;
     this.credits = this.draining ? 0 : this.concurrency - this.running.size;
@@ -402,12 +422,58 @@ export class Worker {
 
   private onResultAck(a: ResultAck): void {
     const key = attemptKey(Number(a.ref.id), a.ref.attempt);
+    if (a.error?.code === "unavailable") {
+      // Not recorded, and nothing else recorded either: send it again shortly.
+      if (this.unacked.has(key)) this.refuse(key, a);
+      return;
+    }
     if (!this.unacked.delete(key)) return;
     this.stats.acked++;
     if (a.stale) this.stats.stale++;
     if (a.error && (a.error.code || a.error.message)) {
       this.stats.ackErrors++;
       this.log.warn(`pgferry worker: result of job ${a.ref.id} refused: ${a.error.code}: ${a.error.message}`);
+      return;
+    }
+    this.resendPauseMs = RESEND_MIN_MS;
+  }
+
+  /** The server could not record this result for now (its database is unavailable): keep
+   * it unacked and send it again after a pause that doubles per resend while the outage
+   * lasts (a successful ack resets it). */
+  private refuse(key: string, a: ResultAck): void {
+    this.stats.resultsResent++;
+    // Debug, not warn: an outage refuses every result, repeatedly.
+    this.log.debug?.(`pgferry worker: result of job ${a.ref.id} not recorded yet (${a.error?.message ?? ""}); resending`);
+    this.refused.add(key);
+    if (this.resendTimer === null) {
+      this.resendTimer = setTimeout(() => this.resendRefused(), this.resendPauseMs);
+      this.resendPauseMs = Math.min(this.resendPauseMs * 2, RESEND_MAX_MS);
+    }
+  }
+
+  /** Sends the refused results (those still unacked) again through flush(), the way every
+   * finished result goes: in a ResultBatch with the owed credits when batching, else one
+   * message each. Out of unacked until written, so a reconnect in between sends each of
+   * them once. */
+  private resendRefused(): void {
+    this.resendTimer = null;
+    const keys = this.refused;
+    this.refused = new Set();
+    for (const key of keys) {
+      const r = this.unacked.get(key);
+      if (r === undefined) continue;
+      this.unacked.delete(key);
+      this.results.push(r);
+    }
+    if (this.results.length > 0) this.kick();
+  }
+
+  private cancelResend(): void {
+    this.refused.clear();
+    if (this.resendTimer !== null) {
+      clearTimeout(this.resendTimer);
+      this.resendTimer = null;
     }
   }
 

@@ -58,6 +58,10 @@ _MAX_BATCH = 500
 F = TypeVar("F", bound=Callable[..., Any])
 # Errors that end `run` instead of a reconnect: another try would get the same answer.
 _FATAL = (AuthError, InvalidArgument, NotFound, Conflict)
+# First and longest pause (seconds) before results the server refused as unavailable are
+# sent again: its database lost a connection (a blip) or is down (then the pause grows).
+_RESEND_MIN = 0.1
+_RESEND_MAX = 5.0
 
 
 class Worker:
@@ -133,6 +137,13 @@ class Worker:
         # Results waiting for the writer, and those written but not yet acked.
         self._results: list[Result] = []
         self._unacked: dict[Key, Result] = {}
+        # Results the server refused as unavailable (not recorded, its database was down):
+        # they stay in _unacked (a new stream resends them anyway) and go out again when
+        # _resend fires. Without this a result lost to a database blip left its job running
+        # until the lease ran out, then ran it again.
+        self._refused: set[Key] = set()
+        self._resend: asyncio.TimerHandle | None = None
+        self._resend_pause = _RESEND_MIN
         self._batch = 0  # items per batch granted on this stream; 0: single messages
         self._credits = 0  # freed slots not yet granted to the server
         self._server_credits = 0  # granted on this stream and not yet used by a Job
@@ -201,6 +212,7 @@ class Worker:
                 await self._app._startup_worker()
             await self._serve_all(channel)
         finally:
+            self._cancel_resend()
             if ticker is not None:
                 ticker.cancel()
                 await asyncio.gather(ticker, return_exceptions=True)
@@ -321,6 +333,7 @@ class Worker:
         self._outbox.clear()
         self._results.clear()
         self._unacked.clear()
+        self._cancel_resend()
         self._unstarted.clear()
 
     async def _session(self, channel: grpc.aio.Channel) -> None:
@@ -356,9 +369,11 @@ class Worker:
         # Results sent on a lost stream may not have been recorded: send them again (the
         # server keeps the first outcome of an attempt, so a repeat is answered stale).
         # Control messages of the old stream (credits, heartbeats, drain) mean nothing here.
+        # Refused results are among the unacked ones: no separate resend of them.
         self._results = list(self._unacked.values()) + self._results
         self._outbox.clear()
         self._unacked.clear()
+        self._cancel_resend()
         self._drain_sent = False
         self._drains_unanswered = 0
         self._credits = 0 if self._draining else self.concurrency - len(self._running)
@@ -537,18 +552,59 @@ class Worker:
     def _on_result_acks(self, acks: Iterable[worker_pb2.ResultAck]) -> None:
         n = stale = 0
         for ack in acks:
-            n += 1
             ref = ack.ref
-            self._unacked.pop((ref.id, ref.attempt), None)
+            key = (ref.id, ref.attempt)
+            code = ack.error.code if ack.HasField("error") else ""
+            if code == "unavailable":
+                # Not recorded, and nothing else recorded either: send it again shortly.
+                if key in self._unacked:
+                    self._refuse(key, ack.error.message)
+                continue
+            n += 1
+            self._unacked.pop(key, None)
             if ack.stale:
                 stale += 1
-            if ack.HasField("error") and ack.error.code:
+            if code:
                 self.stats["result_errors"] += 1
                 log.warning("pgferry worker: result for job %d rejected: %s %s",
                             ref.id, ack.error.code, ack.error.message)
+            else:
+                self._resend_pause = _RESEND_MIN
         self.stats["acked"] += n
         if stale:
             self.stats["stale"] += stale
+
+    def _refuse(self, key: Key, message: str) -> None:
+        """The server could not record this result for now (its database is unavailable):
+        keep it unacked and send it again after a pause that doubles per resend while the
+        outage lasts (a successful ack resets it)."""
+        self.stats["results_resent"] += 1
+        # Debug, not warning: an outage refuses every result, repeatedly.
+        log.debug("pgferry worker: result for job %d not recorded yet (%s); resending", key[0], message)
+        self._refused.add(key)
+        if self._resend is None:
+            self._resend = asyncio.get_running_loop().call_later(self._resend_pause, self._resend_refused)
+            self._resend_pause = min(self._resend_pause * 2, _RESEND_MAX)
+
+    def _resend_refused(self) -> None:
+        """Sends the refused results (those still unacked) again through the writer, the
+        way every finished result goes: in a ResultBatch with the owed credits when batching,
+        else one message each. Out of _unacked until written, so a reconnect in between
+        sends each of them once."""
+        self._resend = None
+        keys, self._refused = self._refused, set()
+        for key in keys:
+            r = self._unacked.pop(key, None)
+            if r is not None:
+                self._results.append(r)
+        if self._results:
+            self._kick()
+
+    def _cancel_resend(self) -> None:
+        self._refused.clear()
+        if self._resend is not None:
+            self._resend.cancel()
+            self._resend = None
 
     def _on_cancel(self, ref: common_pb2.AttemptRef) -> None:
         entry = self._running.get((ref.id, ref.attempt))
