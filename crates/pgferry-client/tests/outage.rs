@@ -27,6 +27,58 @@ async fn start_cluster(opts: ClusterOptions) -> Cluster {
         .expect("postgres")
 }
 
+/// A private cluster (stopped and started again by the tests), a server on it and a key.
+struct Setup {
+    _dir: tempfile::TempDir,
+    opts: ClusterOptions,
+    cluster: Cluster,
+    port: u16,
+    server: common::Server,
+    key: String,
+}
+
+async fn setup() -> Setup {
+    let dir = tempfile::Builder::new()
+        .prefix("pgferry-outage-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    // Postgres runs as its own user when the tests run as root: it must traverse this.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let opts = ClusterOptions {
+        fsync: false,
+        ..ClusterOptions::new(dir.path().join("pg"))
+    };
+    let cluster = start_cluster(opts.clone()).await;
+    let port = cluster.port();
+    let pg: tokio_postgres::Config = cluster.conn_string("postgres").parse().unwrap();
+    let server = common::Server::start_on(
+        &pg,
+        common::loopback(),
+        Default::default(),
+        Default::default(),
+    )
+    .await;
+    let key = {
+        let mut c = pgferry_core::db::connect(&pg, "test").await.unwrap();
+        pgferry_server::auth::admin::create_tenant(&mut c, "acme")
+            .await
+            .unwrap();
+        let scopes = pgferry_server::auth::Scopes::all();
+        let (_, key) = pgferry_server::auth::admin::create_key(&mut c, "acme", scopes, None)
+            .await
+            .unwrap();
+        key.expose()
+    };
+    Setup {
+        _dir: dir,
+        opts,
+        cluster,
+        port,
+        server,
+        key,
+    }
+}
+
 fn authed<T>(key: &str, msg: T) -> Request<T> {
     let mut r = Request::new(msg);
     r.metadata_mut()
@@ -68,37 +120,14 @@ async fn stream_enqueue(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_answers_unavailable_and_the_server_recovers() {
-    let dir = tempfile::Builder::new()
-        .prefix("pgferry-outage-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    // Postgres runs as its own user when the tests run as root: it must traverse this.
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    let opts = ClusterOptions {
-        fsync: false,
-        ..ClusterOptions::new(dir.path().join("pg"))
-    };
-    let cluster = start_cluster(opts.clone()).await;
-    let port = cluster.port();
-    let pg: tokio_postgres::Config = cluster.conn_string("postgres").parse().unwrap();
-    let server = common::Server::start_on(
-        &pg,
-        common::loopback(),
-        Default::default(),
-        Default::default(),
-    )
-    .await;
-    let key = {
-        let mut c = pgferry_core::db::connect(&pg, "test").await.unwrap();
-        pgferry_server::auth::admin::create_tenant(&mut c, "acme")
-            .await
-            .unwrap();
-        let scopes = pgferry_server::auth::Scopes::all();
-        let (_, key) = pgferry_server::auth::admin::create_key(&mut c, "acme", scopes, None)
-            .await
-            .unwrap();
-        key.expose()
-    };
+    let Setup {
+        _dir,
+        opts,
+        cluster,
+        port,
+        server,
+        key,
+    } = setup().await;
     let http = reqwest::Client::builder()
         .no_proxy()
         .timeout(PATIENCE)
@@ -258,36 +287,14 @@ async fn a_database_outage_answers_unavailable_and_the_server_recovers() {
 /// test's patience) to run out and running again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_refused_in_an_outage_is_sent_again_and_recorded() {
-    let dir = tempfile::Builder::new()
-        .prefix("pgferry-outage-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    let opts = ClusterOptions {
-        fsync: false,
-        ..ClusterOptions::new(dir.path().join("pg"))
-    };
-    let cluster = start_cluster(opts.clone()).await;
-    let port = cluster.port();
-    let pg: tokio_postgres::Config = cluster.conn_string("postgres").parse().unwrap();
-    let server = common::Server::start_on(
-        &pg,
-        common::loopback(),
-        Default::default(),
-        Default::default(),
-    )
-    .await;
-    let key = {
-        let mut c = pgferry_core::db::connect(&pg, "test").await.unwrap();
-        pgferry_server::auth::admin::create_tenant(&mut c, "acme")
-            .await
-            .unwrap();
-        let scopes = pgferry_server::auth::Scopes::all();
-        let (_, key) = pgferry_server::auth::admin::create_key(&mut c, "acme", scopes, None)
-            .await
-            .unwrap();
-        key.expose()
-    };
+    let Setup {
+        _dir,
+        opts,
+        cluster,
+        port,
+        server,
+        key,
+    } = setup().await;
     let http = reqwest::Client::builder()
         .no_proxy()
         .timeout(PATIENCE)
