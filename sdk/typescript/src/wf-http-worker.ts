@@ -4,7 +4,9 @@
 // outcome on its own (the token says which claim it answers, so any server may take it and
 // a resend is answered `stale`), and extends running steps' leases with heartbeats; a
 // heartbeat answering `held: false` aborts the step's signal. An idle worker polls with a
-// backoff (20 ms doubling to `pollMs`).
+// backoff (20 ms doubling to `pollMs`). An outcome the server could not record (503
+// `unavailable`: its database is down) or that may not have arrived is posted again after a
+// pause (100 ms doubling to 5 s) until it is recorded, or a drain's time is up.
 import { hostname } from "node:os";
 import { AuthError, InvalidArgument, PermissionDenied, Unavailable } from "./errors.js";
 import { HttpApi } from "./http.js";
@@ -56,21 +58,29 @@ export interface HttpWorkflowWorkerStats {
   cancelled: number;
   stale: number;
   lost: number;
+  /** Outcomes posted again because the server could not record them for now (its database
+   * was unavailable) or could not be reached: counted per resend. */
+  outcomesResent: number;
 }
 
 const isFatal = (e: unknown): boolean => e instanceof AuthError || e instanceof PermissionDenied || e instanceof InvalidArgument;
+// First and longest pause before an outcome that was not recorded is posted again.
+const RESEND_MIN_MS = 100;
+const RESEND_MAX_MS = 5_000;
 
 export class HttpWorkflowWorker implements StepRegistry {
   readonly queues: string[];
   readonly concurrency: number;
   readonly workerId: string;
-  readonly stats: HttpWorkflowWorkerStats = { steps: 0, applied: 0, cancelled: 0, stale: 0, lost: 0 };
+  readonly stats: HttpWorkflowWorkerStats = { steps: 0, applied: 0, cancelled: 0, stale: 0, lost: 0, outcomesResent: 0 };
   private readonly api: HttpApi;
   private readonly kinds = new Map<string, { run: StepRunner; caps: KindCaps }>();
   // By token: the step's abort, and its claim for matching heartbeat answers.
   private readonly running = new Map<string, { abort: AbortController; claim: string }>();
   private readonly posting = new Set<Promise<void>>();
   private readonly stopped = new AbortController();
+  // Aborted when a drain's time is up: outcomes still not recorded are given up then.
+  private readonly giveUp = new AbortController();
   private slotFreed: () => void = () => {};
   private readyWaiters: (() => void)[] = [];
   private isReady = false;
@@ -176,6 +186,11 @@ export class HttpWorkflowWorker implements StepRegistry {
     for (const r of this.running.values()) r.abort.abort(new Error("the worker is shutting down"));
     const until = Date.now() + 2_000;
     while (this.running.size > 0 && Date.now() < until) await sleep(20);
+    // Outcomes still being posted again (the server's database is unavailable) get what is
+    // left of the grace period, at least as long as aborted steps got.
+    const last = Math.max(deadline, until);
+    while (this.posting.size > 0 && Date.now() < last) await sleep(20);
+    this.giveUp.abort();
     await Promise.allSettled([...this.posting]);
   }
 
@@ -216,8 +231,11 @@ export class HttpWorkflowWorker implements StepRegistry {
     this.running.delete(s.token);
     this.slotFreed();
     const body = { token: s.token, ...outcomeFields(outcome, (v) => v) };
-    // The token makes a resend safe (answered stale): retry what may not have arrived.
-    for (let attempt = 1; ; attempt++) {
+    // The token makes a resend safe (answered stale): post again what was not recorded (a
+    // 503 unavailable: the server's database is down) or may not have arrived, for as long
+    // as that lasts. Giving up after a few tries left the step claimed until its lease ran
+    // out, then ran it again.
+    for (let pause = RESEND_MIN_MS; ; pause = Math.min(pause * 2, RESEND_MAX_MS)) {
       try {
         const r = await this.api.call<{ result: string }>("POST", "/v1/workflow-steps/outcome", body);
         if (r.result === "applied") this.stats.applied++;
@@ -225,12 +243,15 @@ export class HttpWorkflowWorker implements StepRegistry {
         else if (r.result === "stale") this.stats.stale++;
         return;
       } catch (e) {
-        if (!(e instanceof Unavailable) || attempt >= 8) {
+        if (!(e instanceof Unavailable) || this.giveUp.signal.aborted) {
           this.stats.lost++;
           this.opts.logger?.warn(`pgferry http workflow worker: outcome for instance ${s.id} not recorded: ${(e as Error).message}`);
           return;
         }
-        await sleep(Math.min(2_000, 50 * 2 ** attempt));
+        this.stats.outcomesResent++;
+        // Debug, not warn: an outage refuses every outcome, repeatedly.
+        this.opts.logger?.debug?.(`pgferry http workflow worker: outcome for instance ${s.id} not recorded yet (${(e as Error).message}); resending`);
+        await sleep(pause, this.giveUp.signal);
       }
     }
   }

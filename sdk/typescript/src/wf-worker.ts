@@ -3,7 +3,10 @@
 // in one event-loop turn go out as one StepOutcomeBatch with the freed slots' credits (one
 // statement on the server). Outcomes not acknowledged are sent again on a new stream after a
 // reconnect (the server answers a repeat `stale`). Long steps' leases are extended with
-// heartbeats; a StepCancel or a lost lease aborts the step's signal.
+// heartbeats; a StepCancel or a lost lease aborts the step's signal. An outcome the server
+// could not record because its database was unavailable (a StepAck with code `unavailable`)
+// stays unacknowledged and is sent again after a pause (100 ms doubling to 5 s, reset by a
+// clean ack).
 import { hostname } from "node:os";
 import type * as grpc from "@grpc/grpc-js";
 import { AuthError, Conflict, InvalidArgument, NotFound, ProtocolError, Unavailable, fromServiceError, isServiceError } from "./errors.js";
@@ -69,10 +72,17 @@ export interface WorkflowWorkerStats {
   cancelled: number;
   stale: number;
   refused: number;
+  /** Outcomes the server could not record for now (its database was unavailable), sent
+   * again after a pause: counted per refusal. */
+  outcomesResent: number;
   reconnects: number;
 }
 
 const STREAM = method("WorkflowWorker", "Stream");
+// First and longest pause before outcomes the server refused as unavailable are sent again:
+// its database lost a connection (a blip) or is down (then the pause grows).
+const RESEND_MIN_MS = 100;
+const RESEND_MAX_MS = 5_000;
 const key = (r: WireRef): string => `${r.id}:${r.seq}`;
 const isFatal = (e: unknown): boolean =>
   e instanceof AuthError || e instanceof InvalidArgument || e instanceof NotFound || e instanceof Conflict;
@@ -164,11 +174,18 @@ export class WorkflowWorker implements StepRegistry {
   readonly queues: string[];
   readonly concurrency: number;
   readonly workerId: string;
-  readonly stats: WorkflowWorkerStats = { steps: 0, applied: 0, cancelled: 0, stale: 0, refused: 0, reconnects: 0 };
+  readonly stats: WorkflowWorkerStats = { steps: 0, applied: 0, cancelled: 0, stale: 0, refused: 0, outcomesResent: 0, reconnects: 0 };
   private readonly kinds = new Map<string, { run: StepRunner; caps: KindCaps }>();
   private readonly running = new Map<string, { ref: WireRef; abort: AbortController }>();
   private outcomes: Record<string, unknown>[] = [];
   private readonly unacked = new Map<string, Record<string, unknown>>();
+  // Outcomes the server refused as unavailable (not recorded, its database was down): they
+  // stay in unacked (a new stream resends them anyway) and go out again when the resend
+  // timer fires. Without this an outcome lost to a database blip left its step claimed
+  // until the lease ran out, then the step ran again.
+  private refusedKeys = new Set<string>();
+  private resendTimer: NodeJS.Timeout | null = null;
+  private resendPauseMs = RESEND_MIN_MS;
   private credits = 0;
   private batch = 64;
   private call: grpc.ClientDuplexStream<unknown, unknown> | null = null;
@@ -245,6 +262,7 @@ export class WorkflowWorker implements StepRegistry {
         process.off("SIGINT", onSignal);
       }
       if (this.beatTimer) clearInterval(this.beatTimer);
+      this.cancelResend();
       channel.close();
     }
   }
@@ -332,9 +350,11 @@ export class WorkflowWorker implements StepRegistry {
     this.batch = Math.max(1, Math.min(ack.max_batch || 64, 64));
     this.leaseMs = Number(ack.lease_ms) || this.leaseMs;
     this.backoff.reset();
-    // Outcomes sent on a lost stream may not have been recorded: send them again.
+    // Outcomes sent on a lost stream may not have been recorded: send them again. Refused
+    // outcomes are among the unacked ones: no separate resend of them.
     this.outcomes = [...this.unacked.values(), ...this.outcomes];
     this.unacked.clear();
+    this.cancelResend();
     this.drainSent = false;
     this.drainAnswered = false;
     this.credits = this.draining ? 0 : this.concurrency - this.running.size;
@@ -361,15 +381,7 @@ export class WorkflowWorker implements StepRegistry {
         for (const s of r.steps?.steps ?? []) this.onStep(s);
         break;
       case "acks":
-        for (const a of r.acks?.acks ?? []) {
-          if (!this.unacked.delete(key(a.ref))) continue;
-          if (a.error && (a.error.code || a.error.message)) {
-            this.stats.refused++;
-            this.log.warn(`pgferry workflow worker: outcome for instance ${a.ref.id} refused: ${a.error.code}: ${a.error.message} (${a.error.field})`);
-          } else if (a.result === "STEP_APPLIED") this.stats.applied++;
-          else if (a.result === "STEP_CANCELLED") this.stats.cancelled++;
-          else if (a.result === "STEP_STALE") this.stats.stale++;
-        }
+        for (const a of r.acks?.acks ?? []) this.onAck(a);
         break;
       case "cancel":
         if (r.cancel) this.running.get(key(r.cancel.ref))?.abort.abort(new Error("the workflow instance was cancelled"));
@@ -384,6 +396,63 @@ export class WorkflowWorker implements StepRegistry {
         break;
       default:
         break;
+    }
+  }
+
+  private onAck(a: NonNullable<WireResponse["acks"]>["acks"][number]): void {
+    const k = key(a.ref);
+    if (a.error?.code === "unavailable") {
+      // Not recorded, and nothing else recorded either: send it again shortly.
+      if (this.unacked.has(k)) this.refuse(k, a.ref.id, a.error.message);
+      return;
+    }
+    if (!this.unacked.delete(k)) return;
+    if (a.error && (a.error.code || a.error.message)) {
+      this.stats.refused++;
+      this.log.warn(`pgferry workflow worker: outcome for instance ${a.ref.id} refused: ${a.error.code}: ${a.error.message} (${a.error.field})`);
+      return;
+    }
+    this.resendPauseMs = RESEND_MIN_MS;
+    if (a.result === "STEP_APPLIED") this.stats.applied++;
+    else if (a.result === "STEP_CANCELLED") this.stats.cancelled++;
+    else if (a.result === "STEP_STALE") this.stats.stale++;
+  }
+
+  /** The server could not record this outcome for now (its database is unavailable): keep
+   * it unacked and send it again after a pause that doubles per resend while the outage
+   * lasts (a clean ack resets it). */
+  private refuse(k: string, id: number, message: string): void {
+    this.stats.outcomesResent++;
+    // Debug, not warn: an outage refuses every outcome, repeatedly.
+    this.log.debug?.(`pgferry workflow worker: outcome for instance ${id} not recorded yet (${message}); resending`);
+    this.refusedKeys.add(k);
+    if (this.resendTimer === null) {
+      this.resendTimer = setTimeout(() => this.resendRefused(), this.resendPauseMs);
+      this.resendPauseMs = Math.min(this.resendPauseMs * 2, RESEND_MAX_MS);
+    }
+  }
+
+  /** Hands the refused outcomes (those still unacked) to flush() again, which batches them
+   * with the owed credits as every outcome. Out of unacked until written, so a reconnect in
+   * between sends each of them once. */
+  private resendRefused(): void {
+    this.resendTimer = null;
+    const keys = this.refusedKeys;
+    this.refusedKeys = new Set();
+    for (const k of keys) {
+      const o = this.unacked.get(k);
+      if (o === undefined) continue;
+      this.unacked.delete(k);
+      this.outcomes.push(o);
+    }
+    if (this.outcomes.length > 0) this.kick();
+  }
+
+  private cancelResend(): void {
+    this.refusedKeys.clear();
+    if (this.resendTimer !== null) {
+      clearTimeout(this.resendTimer);
+      this.resendTimer = null;
     }
   }
 

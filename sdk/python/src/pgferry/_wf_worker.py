@@ -6,7 +6,10 @@ runs as an asyncio task; its outcome joins the next StepOutcomeBatch (with the f
 credit), acks come back after COMMIT. A lost stream reconnects with backoff and sends the
 outcomes not yet acked again (the server answers a repeat `stale`). Heartbeats extend the
 lease of every step still running at a third of the lease, so a long step is not claimed
-again while it runs. A StepCancel (the instance was cancelled) cancels the step's task."""
+again while it runs. A StepCancel (the instance was cancelled) cancels the step's task. An
+outcome the server could not record because its database was unavailable (a StepAck with
+code `unavailable`) stays unacked and is sent again after a pause (100 ms doubling to 5 s,
+reset by a clean ack)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +39,10 @@ _FATAL = (AuthError, InvalidArgument, NotFound)
 # fewer messages and claim statements per step (`python -m pgferry.bench --workflows 5000`,
 # 200 slots, release server, busy machine: 4,773 machine steps/s with 64, 7,685 with 256).
 _MAX_BATCH = 256
+# First and longest pause (seconds) before outcomes the server refused as unavailable are
+# sent again: its database lost a connection (a blip) or is down (then the pause grows).
+_RESEND_MIN = 0.1
+_RESEND_MAX = 5.0
 
 
 @dataclass
@@ -129,6 +136,13 @@ class WorkflowWorker:
         self._running: dict[tuple[int, int], tuple[workflow_pb2.StepRef, asyncio.Task[None]]] = {}
         self._outcomes: list[workflow_pb2.StepOutcome] = []
         self._unacked: dict[tuple[int, int], workflow_pb2.StepOutcome] = {}
+        # Outcomes the server refused as unavailable (not recorded, its database was down):
+        # they stay in _unacked (a new stream resends them anyway) and go out again when
+        # _resend fires. Without this an outcome lost to a database blip left its step
+        # claimed until the lease ran out, then the step ran again.
+        self._refused: set[tuple[int, int]] = set()
+        self._resend: asyncio.TimerHandle | None = None
+        self._resend_pause = _RESEND_MIN
         self._credits = 0
         self._batch = 64
         self._wake = asyncio.Event()
@@ -156,6 +170,7 @@ class WorkflowWorker:
         try:
             await self._serve(channel)
         finally:
+            self._cancel_resend()
             for _, task in list(self._running.values()):
                 task.cancel()
             await channel.close(grace=None)
@@ -227,9 +242,11 @@ class WorkflowWorker:
         self._batch = min(int(first.hello_ack.max_batch) or 64, _MAX_BATCH)
         self._call = call
         self._backoff.reset()
-        # Outcomes sent on a lost stream may not be recorded: send them again.
+        # Outcomes sent on a lost stream may not be recorded: send them again. Refused
+        # outcomes are among the unacked ones: no separate resend of them.
         self._outcomes = list(self._unacked.values()) + self._outcomes
         self._unacked.clear()
+        self._cancel_resend()
         self._drain_sent = self._drained = False
         self._credits = 0 if self._stopping.is_set() else self.concurrency - len(self._running)
         writer = asyncio.create_task(self._write_loop(call))
@@ -255,16 +272,7 @@ class WorkflowWorker:
                 for s in resp.steps.steps:
                     self._start(s)
             elif which == "acks":
-                for a in resp.acks.acks:
-                    self._unacked.pop((a.ref.id, a.ref.seq), None)
-                    self.stats["acked"] += 1
-                    if a.HasField("error") and a.error.code:
-                        self.stats["outcome_errors"] += 1
-                        log.warning("pgferry workflow worker: outcome for %d refused: %s %s", a.ref.id, a.error.code, a.error.message)
-                    elif a.result == workflow_pb2.STEP_STALE:
-                        self.stats["stale"] += 1
-                    elif a.result == workflow_pb2.STEP_CANCELLED:
-                        self.stats["cancelled"] += 1
+                self._on_acks(resp.acks.acks)
             elif which == "drained":
                 self._drained = True
             elif which == "cancel":
@@ -276,6 +284,58 @@ class WorkflowWorker:
                     entry = self._running.get((b.ref.id, b.ref.seq))
                     if entry is not None and not b.held:
                         entry[1].cancel()  # answered, cancelled or claimed again: stop
+
+    def _on_acks(self, acks: Iterable[workflow_pb2.StepAck]) -> None:
+        for a in acks:
+            key = (a.ref.id, a.ref.seq)
+            code = a.error.code if a.HasField("error") else ""
+            if code == "unavailable":
+                # Not recorded, and nothing else recorded either: send it again shortly.
+                if key in self._unacked:
+                    self._refuse(key, a.error.message)
+                continue
+            self._unacked.pop(key, None)
+            self.stats["acked"] += 1
+            if code:
+                self.stats["outcome_errors"] += 1
+                log.warning("pgferry workflow worker: outcome for %d refused: %s %s", a.ref.id, a.error.code, a.error.message)
+                continue
+            self._resend_pause = _RESEND_MIN
+            if a.result == workflow_pb2.STEP_STALE:
+                self.stats["stale"] += 1
+            elif a.result == workflow_pb2.STEP_CANCELLED:
+                self.stats["cancelled"] += 1
+
+    def _refuse(self, key: tuple[int, int], message: str) -> None:
+        """The server could not record this outcome for now (its database is unavailable):
+        keep it unacked and send it again after a pause that doubles per resend while the
+        outage lasts (a clean ack resets it)."""
+        self.stats["outcomes_resent"] += 1
+        # Debug, not warning: an outage refuses every outcome, repeatedly.
+        log.debug("pgferry workflow worker: outcome for %d not recorded yet (%s); resending", key[0], message)
+        self._refused.add(key)
+        if self._resend is None:
+            self._resend = asyncio.get_running_loop().call_later(self._resend_pause, self._resend_refused)
+            self._resend_pause = min(self._resend_pause * 2, _RESEND_MAX)
+
+    def _resend_refused(self) -> None:
+        """Hands the refused outcomes (those still unacked) to the writer again, which
+        batches them with the owed credits as every outcome. Out of _unacked until written,
+        so a reconnect in between sends each of them once."""
+        self._resend = None
+        keys, self._refused = self._refused, set()
+        for key in keys:
+            o = self._unacked.pop(key, None)
+            if o is not None:
+                self._outcomes.append(o)
+        if self._outcomes:
+            self._wake.set()
+
+    def _cancel_resend(self) -> None:
+        self._refused.clear()
+        if self._resend is not None:
+            self._resend.cancel()
+            self._resend = None
 
     async def _write_loop(self, call: Any) -> None:
         while True:
