@@ -40,7 +40,9 @@ const CLAIM_ERROR_PAUSE: Duration = Duration::from_secs(1);
 const FLUSH_ROWS: usize = 500;
 /// How long the flusher waits for more outcomes after the first of a write.
 const FLUSH_WAIT: Duration = Duration::from_millis(2);
-/// Tries of one write of outcomes before its jobs are left to their leases.
+/// Tries of one write of outcomes before its jobs are left to their leases (a database
+/// that answers with errors). While the database is unavailable the flusher keeps trying
+/// until stop: see [`flush_loop`].
 const FLUSH_TRIES: u32 = 8;
 /// How long requests in flight may finish after stop.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -65,7 +67,12 @@ pub async fn run_queue(worker: Arc<HttpWorker>, queue: String, mut stop: watch::
         WORKER,
         keeper_rx,
     ));
-    let flusher = tokio::spawn(flush_loop(worker.clone(), done_rx, held.clone()));
+    let flusher = tokio::spawn(flush_loop(
+        worker.clone(),
+        done_rx,
+        held.clone(),
+        stop.clone(),
+    ));
     let sweeper = tokio::spawn(sweep_loop(worker.clone(), queue.clone(), stop.clone()));
     let mut batches: JoinSet<()> = JoinSet::new();
     let mut ticks = worker.engine.signals().subscribe_ticks();
@@ -243,10 +250,17 @@ async fn run_batch(
 
 /// Writes outcomes as they come: up to [`FLUSH_ROWS`] at once, [`FLUSH_WAIT`] after the
 /// first of them at most.
+///
+/// A write refused because the database is unavailable (its connection lost, Postgres
+/// restarting) is tried again, with a pause growing to 5 s, for as long as that lasts —
+/// until stop. Giving up after [`FLUSH_TRIES`] (about 6 s) left every request sent during
+/// a longer outage to run again once its lease lapsed: the destination got it twice. The
+/// rescuer needs the database too, so the first write after it is back normally wins.
 async fn flush_loop(
     worker: Arc<HttpWorker>,
     mut done: mpsc::UnboundedReceiver<Ran>,
     held: Arc<Held>,
+    mut stop: watch::Receiver<bool>,
 ) {
     while let Some(first) = done.recv().await {
         let mut batch = vec![first];
@@ -261,19 +275,23 @@ async fn flush_loop(
             }
         }
         let mut backoff = Duration::from_millis(50);
-        for tries in 1..=FLUSH_TRIES {
-            match worker.record(&batch).await {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let e = match worker.record(&batch).await {
                 Ok(()) => break,
-                Err(e) if e.is_invalid_input() || tries == FLUSH_TRIES => {
-                    tracing::error!(error = %e, n = batch.len(), "HTTP job outcomes not written; their jobs run again after their leases");
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "writing HTTP job outcomes failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
+                Err(e) => e,
+            };
+            let stopping = *stop.borrow();
+            let waiting = e.is_unavailable() && !stopping;
+            if e.is_invalid_input() || (!waiting && (tries >= FLUSH_TRIES || stopping)) {
+                tracing::error!(error = %e, n = batch.len(), "HTTP job outcomes not written; their jobs run again after their leases");
+                break;
             }
+            tracing::warn!(error = %e, tries, "writing HTTP job outcomes failed; retrying");
+            // Stop ends the pause: one more try, then (still failing) the leases decide.
+            let _ = pause(&mut stop, backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
         }
         // Written, or given up on (then the lease decides, as without the keeper).
         held.release(batch.iter().map(Ran::attempt));
