@@ -4,11 +4,13 @@
 // outcome on its own (the token says which claim it answers, so any server may take it and
 // a resend is answered `stale`), and extends running steps' leases with heartbeats; a
 // heartbeat answering `held: false` aborts the step's signal. An idle worker polls with a
-// backoff (20 ms doubling to `pollMs`). An outcome the server could not record (503
-// `unavailable`: its database is down) or that may not have arrived is posted again after a
-// pause (100 ms doubling to 5 s) until it is recorded, or a drain's time is up.
+// backoff (20 ms doubling to `pollMs`); a claim refused by the key's rate limit (429) waits
+// the server's Retry-After first. An outcome the server could not record (503 `unavailable`:
+// its database is down; 429 `rate_limited`: not processed) or that may not have arrived is
+// posted again after a pause (100 ms doubling to 5 s, and no sooner than a 429's
+// Retry-After) until it is recorded, or a drain's time is up.
 import { hostname } from "node:os";
-import { AuthError, InvalidArgument, PermissionDenied, Unavailable } from "./errors.js";
+import { AuthError, InvalidArgument, PermissionDenied, RateLimited, Unavailable } from "./errors.js";
 import { HttpApi } from "./http.js";
 import { sleep } from "./transport.js";
 import type { ClaimedStep, KindCaps, StepOutcome } from "./wf-types.js";
@@ -59,7 +61,8 @@ export interface HttpWorkflowWorkerStats {
   stale: number;
   lost: number;
   /** Outcomes posted again because the server could not record them for now (its database
-   * was unavailable) or could not be reached: counted per resend. */
+   * was unavailable, or the key's rate limit refused them) or could not be reached: counted
+   * per resend. */
   outcomesResent: number;
 }
 
@@ -129,9 +132,19 @@ export class HttpWorkflowWorker implements StepRegistry {
     const beat = setInterval(() => void this.heartbeat(leaseMs), Math.max(50, Math.floor(leaseMs / 3)));
     beat.unref();
     try {
-      await this.api.call("POST", "/v1/workflow-steps/kinds", {
-        kinds: [...this.kinds].map(([kind, { caps }]) => ({ kind, inbox: Boolean(caps.inbox), children: Boolean(caps.children) })),
-      });
+      const kinds = [...this.kinds].map(([kind, { caps }]) => ({ kind, inbox: Boolean(caps.inbox), children: Boolean(caps.children) }));
+      // A 429 (the key's rate limit, e.g. many workers starting at once) is not fatal: wait
+      // the server's Retry-After and register again.
+      for (let pause = RESEND_MIN_MS; ; pause = Math.min(pause * 2, RESEND_MAX_MS)) {
+        try {
+          await this.api.call("POST", "/v1/workflow-steps/kinds", { kinds });
+          break;
+        } catch (e) {
+          if (!(e instanceof RateLimited) || this.stopped.signal.aborted) throw e;
+          this.opts.logger?.warn(`pgferry http workflow worker: registering kinds failed: ${e.message}; retrying`);
+          await sleep(Math.max(e.retryAfterMs ?? 0, pause), this.stopped.signal);
+        }
+      }
       this.isReady = true;
       for (const w of this.readyWaiters.splice(0)) w();
       const maxPoll = this.opts.pollMs ?? 1_000;
@@ -144,6 +157,8 @@ export class HttpWorkflowWorker implements StepRegistry {
           continue;
         }
         let got = 0;
+        // Set by a 429: claim again no sooner than the server's Retry-After.
+        let limitedMs = 0;
         for (let i = 0; i < this.queues.length && got < free && !this.stopped.signal.aborted; i++) {
           const queue = this.queues[q++ % this.queues.length] as string;
           let steps: HttpStep[];
@@ -157,17 +172,18 @@ export class HttpWorkflowWorker implements StepRegistry {
             steps = r.steps;
           } catch (e) {
             if (isFatal(e)) throw e;
+            if (e instanceof RateLimited) limitedMs = e.retryAfterMs ?? idle;
             this.opts.logger?.warn(`pgferry http workflow worker: claim failed: ${(e as Error).message}`);
             break;
           }
           got += steps.length;
           for (const s of steps) this.start(s);
         }
-        if (got > 0) {
+        if (got > 0 && limitedMs === 0) {
           idle = 20;
           continue;
         }
-        await sleep(idle, this.stopped.signal);
+        await sleep(Math.max(idle, limitedMs), this.stopped.signal);
         idle = Math.min(idle * 2, maxPoll);
       }
       await this.drain();
@@ -232,9 +248,9 @@ export class HttpWorkflowWorker implements StepRegistry {
     this.slotFreed();
     const body = { token: s.token, ...outcomeFields(outcome, (v) => v) };
     // The token makes a resend safe (answered stale): post again what was not recorded (a
-    // 503 unavailable: the server's database is down) or may not have arrived, for as long
-    // as that lasts. Giving up after a few tries left the step claimed until its lease ran
-    // out, then ran it again.
+    // 503 unavailable: the server's database is down; a 429: the key's rate limit refused it
+    // unprocessed) or may not have arrived, for as long as that lasts. Giving up left the
+    // step claimed until its lease ran out, then ran it again.
     for (let pause = RESEND_MIN_MS; ; pause = Math.min(pause * 2, RESEND_MAX_MS)) {
       try {
         const r = await this.api.call<{ result: string }>("POST", "/v1/workflow-steps/outcome", body);
@@ -243,7 +259,7 @@ export class HttpWorkflowWorker implements StepRegistry {
         else if (r.result === "stale") this.stats.stale++;
         return;
       } catch (e) {
-        if (!(e instanceof Unavailable) || this.giveUp.signal.aborted) {
+        if (!(e instanceof Unavailable || e instanceof RateLimited) || this.giveUp.signal.aborted) {
           this.stats.lost++;
           this.opts.logger?.warn(`pgferry http workflow worker: outcome for instance ${s.id} not recorded: ${(e as Error).message}`);
           return;
@@ -251,7 +267,7 @@ export class HttpWorkflowWorker implements StepRegistry {
         this.stats.outcomesResent++;
         // Debug, not warn: an outage refuses every outcome, repeatedly.
         this.opts.logger?.debug?.(`pgferry http workflow worker: outcome for instance ${s.id} not recorded yet (${(e as Error).message}); resending`);
-        await sleep(pause, this.giveUp.signal);
+        await sleep(e instanceof RateLimited ? Math.max(e.retryAfterMs ?? 0, pause) : pause, this.giveUp.signal);
       }
     }
   }

@@ -50,15 +50,16 @@ export class Server {
   }
 
   /** A `pgferry serve` on `pg` (not started), with an API key of a tenant of its own made
-   * through the CLI (the migration first, so that the tenancy tables exist). The server
-   * writes its log next to the cluster. */
-  static on(pg) {
+   * through the CLI (the migration first, so that the tenancy tables exist), and `extraArgs`
+   * added to its command line (e.g. ["--rate-limit", "2"]). The server writes its log next
+   * to the cluster. */
+  static on(pg, extraArgs = []) {
     const url = pg.url();
     const run = (...args) => execFileSync(binary(), args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], timeout: 120_000 });
     run("migrate", "up", "--database-url", url);
     run("tenant", "create", "acme", "--database-url", url);
     const { key } = JSON.parse(run("key", "create", "--tenant", "acme", "--database-url", url));
-    return new Server(pg.dir, [], { databaseUrl: url, apiKey: key });
+    return new Server(pg.dir, extraArgs, { databaseUrl: url, apiKey: key });
   }
 
   static async start(prefix) {
