@@ -35,6 +35,8 @@ struct Setup {
     port: u16,
     server: common::Server,
     key: String,
+    /// An HTTP client for the server's API.
+    http: reqwest::Client,
 }
 
 async fn setup() -> Setup {
@@ -76,6 +78,11 @@ async fn setup() -> Setup {
         port,
         server,
         key,
+        http: reqwest::Client::builder()
+            .no_proxy()
+            .timeout(PATIENCE)
+            .build()
+            .unwrap(),
     }
 }
 
@@ -127,12 +134,8 @@ async fn a_database_outage_answers_unavailable_and_the_server_recovers() {
         port,
         server,
         key,
+        http,
     } = setup().await;
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(PATIENCE)
-        .build()
-        .unwrap();
     let enqueue = || {
         http.post(format!("{}/v1/jobs", server.http_url))
             .bearer_auth(&key)
@@ -294,12 +297,8 @@ async fn a_result_refused_in_an_outage_is_sent_again_and_recorded() {
         port,
         server,
         key,
+        http,
     } = setup().await;
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(PATIENCE)
-        .build()
-        .unwrap();
     let resp = http
         .post(format!("{}/v1/jobs", server.http_url))
         .bearer_auth(&key)
