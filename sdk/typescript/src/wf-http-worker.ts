@@ -12,6 +12,7 @@
 import { hostname } from "node:os";
 import { AuthError, InvalidArgument, PermissionDenied, RateLimited, Unavailable } from "./errors.js";
 import { HttpApi } from "./http.js";
+import { RESEND_MAX_MS, RESEND_MIN_MS } from "./resend.js";
 import { sleep } from "./transport.js";
 import type { ClaimedStep, KindCaps, StepOutcome } from "./wf-types.js";
 import { type StepRegistry, type StepRunner, outcomeFields, retryAfterThrow } from "./wf-worker.js";
@@ -67,9 +68,6 @@ export interface HttpWorkflowWorkerStats {
 }
 
 const isFatal = (e: unknown): boolean => e instanceof AuthError || e instanceof PermissionDenied || e instanceof InvalidArgument;
-// First and longest pause before an outcome that was not recorded is posted again.
-const RESEND_MIN_MS = 100;
-const RESEND_MAX_MS = 5_000;
 
 export class HttpWorkflowWorker implements StepRegistry {
   readonly queues: string[];

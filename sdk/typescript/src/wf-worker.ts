@@ -10,6 +10,7 @@
 import { hostname } from "node:os";
 import type * as grpc from "@grpc/grpc-js";
 import { AuthError, Conflict, InvalidArgument, NotFound, ProtocolError, Unavailable, fromServiceError, isServiceError } from "./errors.js";
+import { Resends } from "./resend.js";
 import { Backoff, authMetadata, method, openChannel, sleep } from "./transport.js";
 import { fromJson } from "./types.js";
 import type { ClaimedStep, KindCaps, StepOutcome } from "./wf-types.js";
@@ -79,10 +80,6 @@ export interface WorkflowWorkerStats {
 }
 
 const STREAM = method("WorkflowWorker", "Stream");
-// First and longest pause before outcomes the server refused as unavailable are sent again:
-// its database lost a connection (a blip) or is down (then the pause grows).
-const RESEND_MIN_MS = 100;
-const RESEND_MAX_MS = 5_000;
 const key = (r: WireRef): string => `${r.id}:${r.seq}`;
 const isFatal = (e: unknown): boolean =>
   e instanceof AuthError || e instanceof InvalidArgument || e instanceof NotFound || e instanceof Conflict;
@@ -183,9 +180,7 @@ export class WorkflowWorker implements StepRegistry {
   // stay in unacked (a new stream resends them anyway) and go out again when the resend
   // timer fires. Without this an outcome lost to a database blip left its step claimed
   // until the lease ran out, then the step ran again.
-  private refusedKeys = new Set<string>();
-  private resendTimer: NodeJS.Timeout | null = null;
-  private resendPauseMs = RESEND_MIN_MS;
+  private readonly resends = new Resends((keys) => this.resendRefused(keys));
   private credits = 0;
   private batch = 64;
   private call: grpc.ClientDuplexStream<unknown, unknown> | null = null;
@@ -262,7 +257,7 @@ export class WorkflowWorker implements StepRegistry {
         process.off("SIGINT", onSignal);
       }
       if (this.beatTimer) clearInterval(this.beatTimer);
-      this.cancelResend();
+      this.resends.cancel();
       channel.close();
     }
   }
@@ -354,7 +349,7 @@ export class WorkflowWorker implements StepRegistry {
     // outcomes are among the unacked ones: no separate resend of them.
     this.outcomes = [...this.unacked.values(), ...this.outcomes];
     this.unacked.clear();
-    this.cancelResend();
+    this.resends.cancel();
     this.drainSent = false;
     this.drainAnswered = false;
     this.credits = this.draining ? 0 : this.concurrency - this.running.size;
@@ -412,7 +407,7 @@ export class WorkflowWorker implements StepRegistry {
       this.log.warn(`pgferry workflow worker: outcome for instance ${a.ref.id} refused: ${a.error.code}: ${a.error.message} (${a.error.field})`);
       return;
     }
-    this.resendPauseMs = RESEND_MIN_MS;
+    this.resends.recorded();
     if (a.result === "STEP_APPLIED") this.stats.applied++;
     else if (a.result === "STEP_CANCELLED") this.stats.cancelled++;
     else if (a.result === "STEP_STALE") this.stats.stale++;
@@ -425,20 +420,13 @@ export class WorkflowWorker implements StepRegistry {
     this.stats.outcomesResent++;
     // Debug, not warn: an outage refuses every outcome, repeatedly.
     this.log.debug?.(`pgferry workflow worker: outcome for instance ${id} not recorded yet (${message}); resending`);
-    this.refusedKeys.add(k);
-    if (this.resendTimer === null) {
-      this.resendTimer = setTimeout(() => this.resendRefused(), this.resendPauseMs);
-      this.resendPauseMs = Math.min(this.resendPauseMs * 2, RESEND_MAX_MS);
-    }
+    this.resends.refuse(k);
   }
 
   /** Hands the refused outcomes (those still unacked) to flush() again, which batches them
    * with the owed credits as every outcome. Out of unacked until written, so a reconnect in
    * between sends each of them once. */
-  private resendRefused(): void {
-    this.resendTimer = null;
-    const keys = this.refusedKeys;
-    this.refusedKeys = new Set();
+  private resendRefused(keys: Set<string>): void {
     for (const k of keys) {
       const o = this.unacked.get(k);
       if (o === undefined) continue;
@@ -446,14 +434,6 @@ export class WorkflowWorker implements StepRegistry {
       this.outcomes.push(o);
     }
     if (this.outcomes.length > 0) this.kick();
-  }
-
-  private cancelResend(): void {
-    this.refusedKeys.clear();
-    if (this.resendTimer !== null) {
-      clearTimeout(this.resendTimer);
-      this.resendTimer = null;
-    }
   }
 
   private onStep(s: WireStep): void {

@@ -21,6 +21,7 @@ import {
   isServiceError,
 } from "./errors.js";
 import { Heartbeats, attemptKey } from "./heartbeats.js";
+import { Resends } from "./resend.js";
 import { Cancel, Fail, JobAborted, Snooze } from "./outcomes.js";
 import { loadTracing, tracingEnabled, withJobSpan } from "./tracing.js";
 import { Backoff, authMetadata, method, openChannel, sleep } from "./transport.js";
@@ -86,10 +87,6 @@ const isFatal = (e: unknown): boolean =>
   e instanceof AuthError || e instanceof InvalidArgument || e instanceof NotFound || e instanceof Conflict;
 
 const STREAM = method("Worker", "Stream");
-// First and longest pause before results the server refused as unavailable are sent again:
-// its database lost a connection (a blip) or is down (then the pause grows).
-const RESEND_MIN_MS = 100;
-const RESEND_MAX_MS = 5_000;
 // How long jobs aborted at the end of the grace period get to report before the worker closes.
 const ABORT_GRACE_MS = 2_000;
 
@@ -127,9 +124,7 @@ export class Worker {
   // stay in unacked (a new stream resends them anyway) and go out again when the resend
   // timer fires. Without this a result lost to a database blip left its job running until
   // the lease ran out, then ran it again.
-  private refused = new Set<string>();
-  private resendTimer: NodeJS.Timeout | null = null;
-  private resendPauseMs = RESEND_MIN_MS;
+  private readonly resends = new Resends((keys) => this.resendRefused(keys));
   private credits = 0; // freed slots not yet granted on this stream
   private batch = 0; // items per batch granted on this stream; 0: single messages
   private hb = new Heartbeats();
@@ -238,7 +233,7 @@ export class Worker {
         await (this.draining ? sleep(Math.min(delay, 250)) : sleep(delay, this.stopped.signal));
       }
     } finally {
-      this.cancelResend();
+      this.resends.cancel();
       if (this.opts.handleSignals) {
         process.off("SIGTERM", onSignal);
         process.off("SIGINT", onSignal);
@@ -320,7 +315,7 @@ export class Worker {
     this.running.clear();
     this.results = [];
     this.unacked.clear();
-    this.cancelResend();
+    this.resends.cancel();
     this.unstarted = [];
   }
 
@@ -378,7 +373,7 @@ export class Worker {
     // Refused results are among the unacked ones: no separate resend of them.
     this.results = [...this.unacked.values(), ...this.results];
     this.unacked.clear();
-    this.cancelResend();
+    this.resends.cancel();
     this.drainSent = false;
     this.drainsUnanswered = 0;
     this.credits = this.draining ? 0 : this.concurrency - this.running.size;
@@ -435,7 +430,7 @@ export class Worker {
       this.log.warn(`pgferry worker: result of job ${a.ref.id} refused: ${a.error.code}: ${a.error.message}`);
       return;
     }
-    this.resendPauseMs = RESEND_MIN_MS;
+    this.resends.recorded();
   }
 
   /** The server could not record this result for now (its database is unavailable): keep
@@ -445,21 +440,14 @@ export class Worker {
     this.stats.resultsResent++;
     // Debug, not warn: an outage refuses every result, repeatedly.
     this.log.debug?.(`pgferry worker: result of job ${a.ref.id} not recorded yet (${a.error?.message ?? ""}); resending`);
-    this.refused.add(key);
-    if (this.resendTimer === null) {
-      this.resendTimer = setTimeout(() => this.resendRefused(), this.resendPauseMs);
-      this.resendPauseMs = Math.min(this.resendPauseMs * 2, RESEND_MAX_MS);
-    }
+    this.resends.refuse(key);
   }
 
   /** Sends the refused results (those still unacked) again through flush(), the way every
    * finished result goes: in a ResultBatch with the owed credits when batching, else one
    * message each. Out of unacked until written, so a reconnect in between sends each of
    * them once. */
-  private resendRefused(): void {
-    this.resendTimer = null;
-    const keys = this.refused;
-    this.refused = new Set();
+  private resendRefused(keys: Set<string>): void {
     for (const key of keys) {
       const r = this.unacked.get(key);
       if (r === undefined) continue;
@@ -467,14 +455,6 @@ export class Worker {
       this.results.push(r);
     }
     if (this.results.length > 0) this.kick();
-  }
-
-  private cancelResend(): void {
-    this.refused.clear();
-    if (this.resendTimer !== null) {
-      clearTimeout(this.resendTimer);
-      this.resendTimer = null;
-    }
   }
 
   // -- writing -----------------------------------------------------------------------

@@ -28,6 +28,7 @@ import grpc.aio
 
 from pgferry import _conn
 from pgferry._journal import ChildSpec
+from pgferry._resend import Resends
 from pgferry.errors import AuthError, InvalidArgument, NotFound, PgferryError, ProtocolError, Unavailable, from_rpc_error
 from pgferry.v1 import workflow_pb2
 
@@ -39,10 +40,6 @@ _FATAL = (AuthError, InvalidArgument, NotFound)
 # fewer messages and claim statements per step (`python -m pgferry.bench --workflows 5000`,
 # 200 slots, release server, busy machine: 4,773 machine steps/s with 64, 7,685 with 256).
 _MAX_BATCH = 256
-# First and longest pause (seconds) before outcomes the server refused as unavailable are
-# sent again: its database lost a connection (a blip) or is down (then the pause grows).
-_RESEND_MIN = 0.1
-_RESEND_MAX = 5.0
 
 
 @dataclass
@@ -138,11 +135,9 @@ class WorkflowWorker:
         self._unacked: dict[tuple[int, int], workflow_pb2.StepOutcome] = {}
         # Outcomes the server refused as unavailable (not recorded, its database was down):
         # they stay in _unacked (a new stream resends them anyway) and go out again when
-        # _resend fires. Without this an outcome lost to a database blip left its step
-        # claimed until the lease ran out, then the step ran again.
-        self._refused: set[tuple[int, int]] = set()
-        self._resend: asyncio.TimerHandle | None = None
-        self._resend_pause = _RESEND_MIN
+        # the resend timer fires. Without this an outcome lost to a database blip left its
+        # step claimed until the lease ran out, then the step ran again.
+        self._resends: Resends[tuple[int, int]] = Resends(self._resend_refused)
         self._credits = 0
         self._batch = 64
         self._wake = asyncio.Event()
@@ -170,7 +165,7 @@ class WorkflowWorker:
         try:
             await self._serve(channel)
         finally:
-            self._cancel_resend()
+            self._resends.cancel()
             for _, task in list(self._running.values()):
                 task.cancel()
             await channel.close(grace=None)
@@ -246,7 +241,7 @@ class WorkflowWorker:
         # outcomes are among the unacked ones: no separate resend of them.
         self._outcomes = list(self._unacked.values()) + self._outcomes
         self._unacked.clear()
-        self._cancel_resend()
+        self._resends.cancel()
         self._drain_sent = self._drained = False
         self._credits = 0 if self._stopping.is_set() else self.concurrency - len(self._running)
         writer = asyncio.create_task(self._write_loop(call))
@@ -300,7 +295,7 @@ class WorkflowWorker:
                 self.stats["outcome_errors"] += 1
                 log.warning("pgferry workflow worker: outcome for %d refused: %s %s", a.ref.id, a.error.code, a.error.message)
                 continue
-            self._resend_pause = _RESEND_MIN
+            self._resends.recorded()
             if a.result == workflow_pb2.STEP_STALE:
                 self.stats["stale"] += 1
             elif a.result == workflow_pb2.STEP_CANCELLED:
@@ -313,29 +308,18 @@ class WorkflowWorker:
         self.stats["outcomes_resent"] += 1
         # Debug, not warning: an outage refuses every outcome, repeatedly.
         log.debug("pgferry workflow worker: outcome for %d not recorded yet (%s); resending", key[0], message)
-        self._refused.add(key)
-        if self._resend is None:
-            self._resend = asyncio.get_running_loop().call_later(self._resend_pause, self._resend_refused)
-            self._resend_pause = min(self._resend_pause * 2, _RESEND_MAX)
+        self._resends.refuse(key)
 
-    def _resend_refused(self) -> None:
+    def _resend_refused(self, keys: set[tuple[int, int]]) -> None:
         """Hands the refused outcomes (those still unacked) to the writer again, which
         batches them with the owed credits as every outcome. Out of _unacked until written,
         so a reconnect in between sends each of them once."""
-        self._resend = None
-        keys, self._refused = self._refused, set()
         for key in keys:
             o = self._unacked.pop(key, None)
             if o is not None:
                 self._outcomes.append(o)
         if self._outcomes:
             self._wake.set()
-
-    def _cancel_resend(self) -> None:
-        self._refused.clear()
-        if self._resend is not None:
-            self._resend.cancel()
-            self._resend = None
 
     async def _write_loop(self, call: Any) -> None:
         while True:

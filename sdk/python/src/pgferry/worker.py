@@ -32,6 +32,7 @@ import grpc.aio
 from pgferry import _conn, _tracing
 from pgferry._handlers import Handler, argument_mismatch, call_args, result_not_json
 from pgferry._heartbeats import Heartbeats, auto_heartbeats
+from pgferry._resend import Resends
 from pgferry._steps import OK_NONE, Key, Result, drive, first_step, outcome_of, result_pb
 from pgferry._types import dumps, loads
 from pgferry._wf_worker import serve_with_companion
@@ -58,10 +59,6 @@ _MAX_BATCH = 500
 F = TypeVar("F", bound=Callable[..., Any])
 # Errors that end `run` instead of a reconnect: another try would get the same answer.
 _FATAL = (AuthError, InvalidArgument, NotFound, Conflict)
-# First and longest pause (seconds) before results the server refused as unavailable are
-# sent again: its database lost a connection (a blip) or is down (then the pause grows).
-_RESEND_MIN = 0.1
-_RESEND_MAX = 5.0
 
 
 class Worker:
@@ -139,11 +136,9 @@ class Worker:
         self._unacked: dict[Key, Result] = {}
         # Results the server refused as unavailable (not recorded, its database was down):
         # they stay in _unacked (a new stream resends them anyway) and go out again when
-        # _resend fires. Without this a result lost to a database blip left its job running
-        # until the lease ran out, then ran it again.
-        self._refused: set[Key] = set()
-        self._resend: asyncio.TimerHandle | None = None
-        self._resend_pause = _RESEND_MIN
+        # the resend timer fires. Without this a result lost to a database blip left its job
+        # running until the lease ran out, then ran it again.
+        self._resends: Resends[Key] = Resends(self._resend_refused)
         self._batch = 0  # items per batch granted on this stream; 0: single messages
         self._credits = 0  # freed slots not yet granted to the server
         self._server_credits = 0  # granted on this stream and not yet used by a Job
@@ -212,7 +207,7 @@ class Worker:
                 await self._app._startup_worker()
             await self._serve_all(channel)
         finally:
-            self._cancel_resend()
+            self._resends.cancel()
             if ticker is not None:
                 ticker.cancel()
                 await asyncio.gather(ticker, return_exceptions=True)
@@ -333,7 +328,7 @@ class Worker:
         self._outbox.clear()
         self._results.clear()
         self._unacked.clear()
-        self._cancel_resend()
+        self._resends.cancel()
         self._unstarted.clear()
 
     async def _session(self, channel: grpc.aio.Channel) -> None:
@@ -373,7 +368,7 @@ class Worker:
         self._results = list(self._unacked.values()) + self._results
         self._outbox.clear()
         self._unacked.clear()
-        self._cancel_resend()
+        self._resends.cancel()
         self._drain_sent = False
         self._drains_unanswered = 0
         self._credits = 0 if self._draining else self.concurrency - len(self._running)
@@ -569,7 +564,7 @@ class Worker:
                 log.warning("pgferry worker: result for job %d rejected: %s %s",
                             ref.id, ack.error.code, ack.error.message)
             else:
-                self._resend_pause = _RESEND_MIN
+                self._resends.recorded()
         self.stats["acked"] += n
         if stale:
             self.stats["stale"] += stale
@@ -581,30 +576,19 @@ class Worker:
         self.stats["results_resent"] += 1
         # Debug, not warning: an outage refuses every result, repeatedly.
         log.debug("pgferry worker: result for job %d not recorded yet (%s); resending", key[0], message)
-        self._refused.add(key)
-        if self._resend is None:
-            self._resend = asyncio.get_running_loop().call_later(self._resend_pause, self._resend_refused)
-            self._resend_pause = min(self._resend_pause * 2, _RESEND_MAX)
+        self._resends.refuse(key)
 
-    def _resend_refused(self) -> None:
+    def _resend_refused(self, keys: set[Key]) -> None:
         """Sends the refused results (those still unacked) again through the writer, the
         way every finished result goes: in a ResultBatch with the owed credits when batching,
         else one message each. Out of _unacked until written, so a reconnect in between
         sends each of them once."""
-        self._resend = None
-        keys, self._refused = self._refused, set()
         for key in keys:
             r = self._unacked.pop(key, None)
             if r is not None:
                 self._results.append(r)
         if self._results:
             self._kick()
-
-    def _cancel_resend(self) -> None:
-        self._refused.clear()
-        if self._resend is not None:
-            self._resend.cancel()
-            self._resend = None
 
     def _on_cancel(self, ref: common_pb2.AttemptRef) -> None:
         entry = self._running.get((ref.id, ref.attempt))
