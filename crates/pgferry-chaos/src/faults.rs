@@ -12,7 +12,7 @@ use tokio_postgres::Client;
 
 use crate::check::Event;
 use crate::env::Env;
-use crate::ledger::now_us;
+use crate::ledger::{now_us, LedgerTail, WorkerEntry};
 use crate::producers::Flow;
 use crate::{ChaosError, Fault};
 
@@ -27,6 +27,8 @@ const STAT_FLUSH: &str = include_str!("sql/stat_flush.sql");
 pub const LEADER_LOCK: i64 = 0x7067_6665_7272_7902;
 /// A worker process is SIGKILLed this often.
 const WORKER_KILL_EVERY: Duration = Duration::from_millis(1500);
+/// How long a kill waits for the worker to be mid-job.
+const MID_JOB_WAIT: Duration = Duration::from_millis(500);
 /// How long a takeover or a promotion may take before the run gives up.
 const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -89,6 +91,37 @@ fn event_now() -> Event {
     Event { start: t, end: t }
 }
 
+/// Waits (up to [`MID_JOB_WAIT`]) until a job worker's ledger shows an execution start not
+/// yet acknowledged, so that its SIGKILL lands mid-job; returns whether one did. A kill timed
+/// by the clock alone can fall between two of the producers' batches, when every job the
+/// worker had is done (seen in CI: five kills, none mid-job, no job ran twice).
+async fn until_mid_job(ledger: &std::path::Path) -> bool {
+    let mut tail = LedgerTail::default();
+    // From the end: what is read each millisecond is what the worker did in it, so a start
+    // seen is killed within about a millisecond (reading the whole file first took long
+    // enough, in a debug build, for the jobs seen in flight to finish).
+    tail.watch_from_end(ledger.to_path_buf());
+    let deadline = Instant::now() + MID_JOB_WAIT;
+    // Executions started and not yet acknowledged, by (job, attempt).
+    let mut open = std::collections::HashSet::new();
+    loop {
+        let new = tail.poll();
+        for e in &tail.entries[tail.entries.len() - new..] {
+            match e {
+                WorkerEntry::Start { id, attempt, .. } => open.insert((*id, *attempt)),
+                WorkerEntry::Ack { id, attempt, .. } => open.remove(&(*id, *attempt)),
+            };
+        }
+        if !open.is_empty() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 async fn sleep_until(deadline: Instant) {
     let now = Instant::now();
     if deadline > now {
@@ -113,16 +146,20 @@ pub async fn inject(
     let mut events = Vec::new();
     match fault {
         Fault::WorkerKill => {
-            let mut i = 0;
+            let (mut i, mut mid_job) = (0, 0);
             while Instant::now() + WORKER_KILL_EVERY <= until {
                 tokio::time::sleep(WORKER_KILL_EVERY).await;
                 let n = env.workers.len();
+                if !env.workflow_workers && until_mid_job(&env.workers[i % n].0.ledger).await {
+                    mid_job += 1;
+                }
                 events.push(event_now());
                 env.kill_and_replace_worker(i % n).map_err(inj)?;
                 i += 1;
             }
             sleep_until(until).await;
             details.insert("workers_killed".into(), json!(i));
+            details.insert("workers_killed_mid_job".into(), json!(mid_job));
         }
         Fault::Terminate2 | Fault::Terminate10 => {
             let every = if fault == Fault::Terminate2 {

@@ -184,6 +184,12 @@ impl LedgerTail {
         }
     }
 
+    /// Watches `path` from its current end: only lines appended from now on are read.
+    pub fn watch_from_end(&mut self, path: PathBuf) {
+        let end = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        self.files.push((path, end, String::new()));
+    }
+
     /// Reads what was appended since the last call; returns how many entries were new.
     pub fn poll(&mut self) -> usize {
         let before = self.entries.len();

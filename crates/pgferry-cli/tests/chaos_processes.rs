@@ -11,7 +11,12 @@ async fn worker_sigkilled_mid_job_repeatedly() {
         r.details["workers_killed"].as_u64().unwrap_or(0) >= 3,
         "{r:?}"
     );
-    // Kills land mid-job: the killed workers' jobs ran again elsewhere, counted.
+    // Each kill waits for the worker's ledger to show a job started and unacknowledged.
+    assert!(
+        r.details["workers_killed_mid_job"].as_u64().unwrap_or(0) >= 3,
+        "{r:?}"
+    );
+    // So the killed workers' jobs ran again elsewhere, counted.
     assert!(r.duplicate_executions > 0, "{r:?}");
 }
 
