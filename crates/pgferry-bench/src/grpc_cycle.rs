@@ -84,12 +84,17 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     }
     // `workers` streams sharing `worker_slots` execution slots.
     let streams = opts.workers.max(1);
+    let mut connections = Vec::with_capacity(opts.connections);
+    for _ in 0..opts.connections {
+        connections.push(pgferry_client::Connection::open(&url).await?);
+    }
     for w in 0..streams {
         let slots = opts.worker_slots / streams + usize::from(w < opts.worker_slots % streams);
         let (ack_tx, mut acks) = tokio::sync::mpsc::unbounded_channel();
         let mut wopts = WorkerOptions::new(&url, &key, &["bench"], slots.max(1));
         wopts.worker_id = format!("bench-{w}");
         wopts.acks = Some(ack_tx);
+        wopts.connection = connections.get(w % connections.len().max(1)).cloned();
         let seen = counters.clone();
         let worker = Worker::new(wopts, move |job: pgferry_client::JobCtx| {
             // Enqueue → delivery, the counterpart of the in-process enqueue → claim.

@@ -45,6 +45,9 @@ pub struct BenchOpts {
     pub workers: usize,
     /// gRPC cycle only: execution slots over all worker streams (`workers` streams).
     pub worker_slots: usize,
+    /// gRPC cycle only: connections the worker streams share, round robin (0: one each, as
+    /// separate worker processes have).
+    pub connections: usize,
     pub payload_bytes: usize,
     pub enqueue_batch: usize,
     pub claim_batch: usize,
@@ -111,6 +114,7 @@ impl Default for BenchOpts {
             producers: 4,
             workers: 8,
             worker_slots: 128,
+            connections: 0,
             payload_bytes: 64,
             enqueue_batch: 100,
             claim_batch: 200,

@@ -38,6 +38,16 @@ pub fn one_worker(opts: &BenchOpts) -> BenchOpts {
     }
 }
 
+/// The peer shape over gRPC as 64 one-slot workers of one process: [`shape`]'s 64 streams
+/// multiplexed on one connection (`pgferry_client::Connection`), where [`shape`] gives each
+/// stream a connection of its own, as separate processes have.
+pub fn one_connection(opts: &BenchOpts) -> BenchOpts {
+    BenchOpts {
+        connections: 1,
+        ..opts.clone()
+    }
+}
+
 /// The light-load workload of issue 21: the peer shape's consumers, one producer sending
 /// single jobs on a fixed schedule of `rate` jobs/s (open loop).
 pub fn open_loop(opts: &BenchOpts, rate: f64) -> BenchOpts {
@@ -130,7 +140,8 @@ async fn run_probed(
 }
 
 /// `compare --shape peer`: in process (a hand-written claim loop, and the worker runtime),
-/// over gRPC (64 single-slot streams, and one worker of 64 slots), the SKIP LOCKED and acknowledged-log
+/// over gRPC (64 single-slot streams, on a connection each and on one shared connection,
+/// and one worker of 64 slots), the SKIP LOCKED and acknowledged-log
 /// references, and a bare commit, one after the other on one cluster, with the ratios the
 /// issue's targets are stated in.
 pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_json::Value> {
@@ -167,6 +178,13 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
         base,
         "bench_cycle_grpc",
         &one_worker(&opts),
+    )
+    .await?;
+    let grpc_one_conn = run(
+        Variant::CycleGrpc,
+        base,
+        "bench_cycle_grpc",
+        &one_connection(&opts),
     )
     .await?;
     let skiplocked = run(Variant::Skiplocked, base, "bench_skiplocked", &opts).await?;
@@ -216,6 +234,46 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
     let ack = |r: &measure::Report| r.enqueue_ack_p50_ms.unwrap_or(f64::NAN);
     // CPU per job (bench process + cluster): what the paths cost whatever else ran.
     let cpu = |r: &measure::Report| r.cpu_per_job.map_or(f64::NAN, |c| c.total_us);
+    let ratios = serde_json::json!({
+        "runtime_vs_log_acked_jobs_per_s": ratio(runtime.jobs_per_s, log_acked.jobs_per_s),
+        "runtime_vs_skiplocked_jobs_per_s": ratio(runtime.jobs_per_s, skiplocked.jobs_per_s),
+        "grpc_vs_runtime_jobs_per_s": ratio(grpc.jobs_per_s, runtime.jobs_per_s),
+        "grpc_one_worker_vs_runtime_jobs_per_s": ratio(grpc_one.jobs_per_s, runtime.jobs_per_s),
+        "grpc_one_connection_vs_runtime_jobs_per_s":
+            ratio(grpc_one_conn.jobs_per_s, runtime.jobs_per_s),
+        "runtime_vs_grpc_cpu_per_job": ratio(cpu(&runtime), cpu(&grpc)),
+        "runtime_vs_grpc_one_connection_cpu_per_job": ratio(cpu(&runtime), cpu(&grpc_one_conn)),
+        "runtime_vs_grpc_one_worker_cpu_per_job": ratio(cpu(&runtime), cpu(&grpc_one)),
+        "runtime_ack_p50_vs_bare_commit_p50": ratio(ack(&runtime), commit.p50_ms),
+        "inprocess_vs_log_acked_jobs_per_s": ratio(inprocess.jobs_per_s, log_acked.jobs_per_s),
+        "inprocess_vs_skiplocked_jobs_per_s": ratio(inprocess.jobs_per_s, skiplocked.jobs_per_s),
+        "grpc_vs_inprocess_jobs_per_s": ratio(grpc.jobs_per_s, inprocess.jobs_per_s),
+        "inprocess_ack_p50_vs_bare_commit_p50": ratio(ack(&inprocess), commit.p50_ms),
+        "grpc_ack_p50_vs_bare_commit_p50": ratio(ack(&grpc), commit.p50_ms),
+        "runtime_ack_p50_vs_bare_commit_under_load_p50":
+            ratio(ack(&runtime), runtime_probe.p50_ms),
+        "grpc_ack_p50_vs_bare_commit_under_load_p50": ratio(ack(&grpc), grpc_probe.p50_ms),
+        "open_loop_runtime_ack_p50_vs_bare_commit_p50": ratio(ack(&runtime_light), commit.p50_ms),
+        "open_loop_grpc_ack_p50_vs_bare_commit_p50": ratio(ack(&grpc_light), commit.p50_ms),
+        "open_loop_runtime_ack_p50_vs_bare_commit_at_rate_p50":
+            ratio(ack(&runtime_light), commit_at_rate.p50_ms),
+        "open_loop_grpc_ack_p50_vs_bare_commit_at_rate_p50":
+            ratio(ack(&grpc_light), commit_at_rate.p50_ms),
+        "open_loop_grpc_one_worker_ack_p50_vs_bare_commit_at_rate_p50":
+            ratio(ack(&grpc_one_light), commit_at_rate.p50_ms),
+        "open_loop_runtime_ack_p50_vs_bare_commit_under_load_p50":
+            ratio(ack(&runtime_light), runtime_light_probe.p50_ms),
+        "open_loop_grpc_ack_p50_vs_bare_commit_under_load_p50":
+            ratio(ack(&grpc_light), grpc_light_probe.p50_ms),
+        "open_loop_runtime_p50_vs_skiplocked_p50": ratio(runtime_light.p50_ms, skiplocked_light.p50_ms),
+        "open_loop_runtime_p99_vs_skiplocked_p99": ratio(runtime_light.p99_ms, skiplocked_light.p99_ms),
+        "open_loop_grpc_p50_vs_skiplocked_p50": ratio(grpc_light.p50_ms, skiplocked_light.p50_ms),
+        "open_loop_grpc_p99_vs_skiplocked_p99": ratio(grpc_light.p99_ms, skiplocked_light.p99_ms),
+        "open_loop_grpc_one_worker_p50_vs_skiplocked_p50":
+            ratio(grpc_one_light.p50_ms, skiplocked_light.p50_ms),
+        "open_loop_grpc_one_worker_p99_vs_skiplocked_p99":
+            ratio(grpc_one_light.p99_ms, skiplocked_light.p99_ms),
+    });
     Ok(serde_json::json!({
         "shape": "peer",
         "options": opts,
@@ -231,6 +289,7 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
         "runtime": runtime,
         "grpc": grpc,
         "grpc_one_worker": grpc_one,
+        "grpc_one_connection": grpc_one_conn,
         "skiplocked": skiplocked,
         "log_acked": log_acked,
         "half_saturation": { "runtime": runtime_half, "grpc": grpc_half },
@@ -241,42 +300,6 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
             "grpc_one_worker": grpc_one_light,
             "skiplocked": skiplocked_light,
         },
-        "ratios": {
-            "runtime_vs_log_acked_jobs_per_s": ratio(runtime.jobs_per_s, log_acked.jobs_per_s),
-            "runtime_vs_skiplocked_jobs_per_s": ratio(runtime.jobs_per_s, skiplocked.jobs_per_s),
-            "grpc_vs_runtime_jobs_per_s": ratio(grpc.jobs_per_s, runtime.jobs_per_s),
-            "grpc_one_worker_vs_runtime_jobs_per_s": ratio(grpc_one.jobs_per_s, runtime.jobs_per_s),
-            "runtime_vs_grpc_cpu_per_job": ratio(cpu(&runtime), cpu(&grpc)),
-            "runtime_vs_grpc_one_worker_cpu_per_job": ratio(cpu(&runtime), cpu(&grpc_one)),
-            "runtime_ack_p50_vs_bare_commit_p50": ratio(ack(&runtime), commit.p50_ms),
-            "inprocess_vs_log_acked_jobs_per_s": ratio(inprocess.jobs_per_s, log_acked.jobs_per_s),
-            "inprocess_vs_skiplocked_jobs_per_s": ratio(inprocess.jobs_per_s, skiplocked.jobs_per_s),
-            "grpc_vs_inprocess_jobs_per_s": ratio(grpc.jobs_per_s, inprocess.jobs_per_s),
-            "inprocess_ack_p50_vs_bare_commit_p50": ratio(ack(&inprocess), commit.p50_ms),
-            "grpc_ack_p50_vs_bare_commit_p50": ratio(ack(&grpc), commit.p50_ms),
-            "runtime_ack_p50_vs_bare_commit_under_load_p50":
-                ratio(ack(&runtime), runtime_probe.p50_ms),
-            "grpc_ack_p50_vs_bare_commit_under_load_p50": ratio(ack(&grpc), grpc_probe.p50_ms),
-            "open_loop_runtime_ack_p50_vs_bare_commit_p50": ratio(ack(&runtime_light), commit.p50_ms),
-            "open_loop_grpc_ack_p50_vs_bare_commit_p50": ratio(ack(&grpc_light), commit.p50_ms),
-            "open_loop_runtime_ack_p50_vs_bare_commit_at_rate_p50":
-                ratio(ack(&runtime_light), commit_at_rate.p50_ms),
-            "open_loop_grpc_ack_p50_vs_bare_commit_at_rate_p50":
-                ratio(ack(&grpc_light), commit_at_rate.p50_ms),
-            "open_loop_grpc_one_worker_ack_p50_vs_bare_commit_at_rate_p50":
-                ratio(ack(&grpc_one_light), commit_at_rate.p50_ms),
-            "open_loop_runtime_ack_p50_vs_bare_commit_under_load_p50":
-                ratio(ack(&runtime_light), runtime_light_probe.p50_ms),
-            "open_loop_grpc_ack_p50_vs_bare_commit_under_load_p50":
-                ratio(ack(&grpc_light), grpc_light_probe.p50_ms),
-            "open_loop_runtime_p50_vs_skiplocked_p50": ratio(runtime_light.p50_ms, skiplocked_light.p50_ms),
-            "open_loop_runtime_p99_vs_skiplocked_p99": ratio(runtime_light.p99_ms, skiplocked_light.p99_ms),
-            "open_loop_grpc_p50_vs_skiplocked_p50": ratio(grpc_light.p50_ms, skiplocked_light.p50_ms),
-            "open_loop_grpc_p99_vs_skiplocked_p99": ratio(grpc_light.p99_ms, skiplocked_light.p99_ms),
-            "open_loop_grpc_one_worker_p50_vs_skiplocked_p50":
-                ratio(grpc_one_light.p50_ms, skiplocked_light.p50_ms),
-            "open_loop_grpc_one_worker_p99_vs_skiplocked_p99":
-                ratio(grpc_one_light.p99_ms, skiplocked_light.p99_ms),
-        },
+        "ratios": ratios,
     }))
 }

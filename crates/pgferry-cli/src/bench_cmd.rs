@@ -51,6 +51,10 @@ pub struct BenchArgs {
     /// cycle --via grpc: execution slots over all worker streams (`--workers` streams).
     #[arg(long, default_value_t = 128)]
     pub worker_slots: usize,
+    /// cycle --via grpc: HTTP/2 connections the worker streams share, round robin (0: a
+    /// connection per stream, as separate worker processes have).
+    #[arg(long, default_value_t = 0)]
+    pub connections: usize,
     /// cycle --via grpc|http: also run the in-process cycle on the same cluster and report
     /// the ratio of completed jobs per second.
     #[arg(long)]
@@ -284,6 +288,7 @@ impl BenchArgs {
             producers: self.producers,
             workers: self.workers,
             worker_slots: self.worker_slots,
+            connections: self.connections,
             payload_bytes: self.payload_bytes,
             enqueue_batch: self.enqueue_batch,
             claim_batch: self.claim_batch,

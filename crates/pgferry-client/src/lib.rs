@@ -123,6 +123,25 @@ impl JobSpec {
     }
 }
 
+/// One HTTP/2 connection to a server, shared by the workers given it
+/// ([`WorkerOptions::connection`]): their streams are multiplexed on it, so the frames of
+/// many streams go out in one write, where a connection per worker costs a system call per
+/// job and result on each side. Clones share the connection; it reconnects by itself, and a
+/// worker whose stream broke opens its next one on it.
+#[derive(Clone)]
+pub struct Connection {
+    channel: tonic::transport::Channel,
+}
+
+impl Connection {
+    /// Connects to `url` (`http://host:port`).
+    pub async fn open(url: &str) -> Result<Connection> {
+        Ok(Connection {
+            channel: channel(url).await?,
+        })
+    }
+}
+
 /// Opens a channel to `url` (`http://host:port`).
 async fn channel(url: &str) -> Result<tonic::transport::Channel> {
     let err = |e: &dyn std::fmt::Display| Error::Connect {

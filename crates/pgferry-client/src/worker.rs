@@ -111,6 +111,9 @@ pub struct WorkerOptions {
     /// many items; 0 keeps one message per job, result and ack (what older servers get
     /// anyway).
     pub max_batch: u32,
+    /// Open this worker's streams on a shared connection instead of one of its own (many
+    /// workers of few slots in one process).
+    pub connection: Option<crate::Connection>,
 }
 
 impl WorkerOptions {
@@ -126,6 +129,7 @@ impl WorkerOptions {
             reconnect_max: Duration::from_secs(2),
             acks: None,
             max_batch: 256,
+            connection: None,
         }
     }
 }
@@ -309,8 +313,12 @@ async fn connect_loop(s: Arc<Shared>, mut stop: watch::Receiver<bool>) -> Result
 
 /// One connection: Ok(()) after a clean drain, Err when the stream broke.
 async fn session(s: &Arc<Shared>, stop: &mut watch::Receiver<bool>) -> Result<()> {
-    let mut client = pb::worker_client::WorkerClient::new(channel(&s.opts.url).await?)
-        .max_decoding_message_size(64 << 20);
+    let channel = match &s.opts.connection {
+        Some(c) => c.channel.clone(),
+        None => channel(&s.opts.url).await?,
+    };
+    let mut client =
+        pb::worker_client::WorkerClient::new(channel).max_decoding_message_size(64 << 20);
     let (tx, rx) = mpsc::unbounded_channel();
     let hello = pb::WorkerHello {
         api_key: s.opts.api_key.clone(),
