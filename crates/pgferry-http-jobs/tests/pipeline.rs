@@ -132,22 +132,23 @@ async fn requests_of_several_claims_are_in_flight_within_each_destinations_paral
     }
 }
 
-/// A queue lease of 1 s, one request to a destination at a time, and a destination that
-/// answers each request after 1.5 s: every job outlives its lease, first waiting for its
+/// A queue lease of 2 s, one request to a destination at a time, and a destination that
+/// answers each request after 3 s: every job outlives its lease, first waiting for its
 /// destination's turn (parallelism) and then for the slow answer, while the leader's
 /// rescuer runs. The pipeline's keeper extends the leases of the jobs it holds, so each job
-/// is sent once, in one attempt. (Without it the rescuer takes the jobs back after 1 s and
-/// they are sent again.)
+/// is sent once, in one attempt. (Without it the rescuer takes the jobs back after 2 s and
+/// they are sent again.) The keeper beats at a third of the lease, so a beat may be late by
+/// up to two thirds of it: with a 1 s lease a loaded CI machine once made it late enough.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_waiting_on_a_slow_destination_keep_their_lease() {
     const JOBS: usize = 3;
-    const ANSWER_AFTER: Duration = Duration::from_millis(1500);
+    const ANSWER_AFTER: Duration = Duration::from_millis(3000);
     let (db, engine) = common::migrated().await;
     engine
         .upsert_queue(
             "http",
             &pgferry_core::QueueOptions {
-                lease: Duration::from_secs(1),
+                lease: Duration::from_secs(2),
                 ..Default::default()
             },
         )
