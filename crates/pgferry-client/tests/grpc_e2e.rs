@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::raw::RawWorker;
-use common::{completed_counts, loopback, queue_lease, tenant_key, Server, PATIENCE};
+use common::{
+    completed_counts, loopback, queue_lease, tenant_key, until_completed_once, Server, PATIENCE,
+};
 use pgferry_client::proto::v1 as pb;
 use pgferry_client::{Ack, Error, JobSpec, Outcome, Producer, Worker, WorkerOptions};
 use pgferry_server::grpc::GrpcConfig;
@@ -326,21 +328,7 @@ async fn server_restart_mid_run_ledger_balances() {
 
     // Wait until every known id has its completion (lease-expired ones are rescued and
     // run again), then check none has two.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        let counts = completed_counts(&db, &known).await;
-        if counts.len() == known.len() {
-            assert!(counts.values().all(|&c| c == 1), "a job completed twice");
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} of {} jobs completed",
-            counts.len(),
-            known.len()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until_completed_once(&db, &known, Duration::from_secs(90)).await;
     let mut non_stale = HashMap::<i64, u32>::new();
     while let Ok(a) = acks.try_recv() {
         if !a.stale {

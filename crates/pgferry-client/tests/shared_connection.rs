@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{completed_counts, loopback, queue_lease, tenant_key, Server, PATIENCE};
+use common::{loopback, queue_lease, tenant_key, until_completed_once, Server, PATIENCE};
 use pgferry_client::{Ack, Connection, JobSpec, Outcome, Producer, Worker, WorkerOptions};
 use pgferry_server::grpc::GrpcConfig;
 use serde_json::json;
@@ -40,24 +40,6 @@ async fn enqueue(producer: &Producer, from: usize, n: usize) -> Vec<i64> {
         .map(|i| JobSpec::new("shared", "k", &json!({ "i": i })))
         .collect();
     producer.enqueue_batch(jobs).await.expect("enqueued")
-}
-
-async fn all_completed_once(db: &pgferry_testkit::TestDb, ids: &[i64]) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let counts = completed_counts(db, ids).await;
-        if counts.len() == ids.len() {
-            assert!(counts.values().all(|&c| c == 1), "a job completed twice");
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} of {} jobs completed",
-            counts.len(),
-            ids.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Which worker each acknowledged job ran on, until `n` acks arrived.
@@ -120,7 +102,7 @@ async fn workers_share_one_connection_and_resume_on_it_after_a_restart() {
     let producer = Producer::connect(&server.url, &key).await.unwrap();
     let first = enqueue(&producer, 0, 200).await;
     let by = acks_by_worker(&mut all_acks, first.len()).await;
-    all_completed_once(&db, &first).await;
+    until_completed_once(&db, &first, Duration::from_secs(60)).await;
     assert_eq!(
         by.keys().copied().collect::<HashSet<_>>().len(),
         WORKERS,
@@ -141,7 +123,7 @@ async fn workers_share_one_connection_and_resume_on_it_after_a_restart() {
     let producer = Producer::connect(&server.url, &key).await.unwrap();
     let second = enqueue(&producer, 200, 200).await;
     let by = acks_by_worker(&mut all_acks, second.len()).await;
-    all_completed_once(&db, &second).await;
+    until_completed_once(&db, &second, Duration::from_secs(60)).await;
     assert_eq!(by.len(), WORKERS, "every worker resumed: {by:?}");
     for s in &stats {
         assert!(

@@ -189,6 +189,26 @@ pub async fn completed_counts(db: &TestDb, ids: &[i64]) -> std::collections::Has
         .collect()
 }
 
+/// Waits (up to `within`) until every job of `ids` has a completed outcome, and asserts
+/// that none has two.
+pub async fn until_completed_once(db: &TestDb, ids: &[i64], within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let counts = completed_counts(db, ids).await;
+        if counts.len() == ids.len() {
+            assert!(counts.values().all(|&c| c == 1), "a job completed twice");
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {} jobs completed",
+            counts.len(),
+            ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The id of tenant `name`.
 pub async fn tenant_key_id(db: &TestDb, name: &str) -> i64 {
     let client = db.connect().await;
