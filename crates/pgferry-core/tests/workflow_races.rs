@@ -1,6 +1,7 @@
 //! Workflow races and a ledger under concurrency, against real Postgres: concurrent starts
 //! with one correlation key, a signal racing its await, cancel racing an outcome, a child
-//! ending while its parent is cancelled, expired leases; then many instances through
+//! ending while its parent is cancelled, a cancel waiting for its chain while a step
+//! commits, expired leases; then many instances through
 //! several workers with signals, children, sleeps and cancels, checked from the database:
 //! no step outcome applied twice, no step after cancel, each signal consumed once, each
 //! child joined once, each parent resumed once, every instance ended.
@@ -204,6 +205,77 @@ async fn child_ending_while_its_parent_is_cancelled() {
         one_row_i64(&admin, "SELECT count(*) FROM pgferry.wf_ready").await,
         0
     );
+}
+
+/// A cancel whose statement began before a step's outcome, but which waited for its
+/// instance's chain (taken root first) while that outcome committed, is recorded after it:
+/// the history lists the step, then the cancel, and their times agree. With the statement's
+/// start as the cancel's time, the ledger below saw a "step after cancel" in CI.
+#[tokio::test]
+async fn cancel_waiting_for_the_chain_is_recorded_after_the_step_that_won() {
+    let s = common::setup().await;
+    let wf = Workflows::of(&s.engine);
+    let parent = wf
+        .start(&Start::new("parent", "p", json!(0)))
+        .await
+        .unwrap()
+        .id;
+    let p = claim_all(&wf, "p").await;
+    let mut kids = vec![Child::new("kid", json!(1))];
+    kids[0].queue = Some("c".into());
+    assert!(
+        wf.finish(&[(p[0].reference(), Outcome::spawn(kids, "joined", Join::All))])
+            .await
+            .unwrap()[0]
+    );
+    let kid = claim_all(&wf, "c").await.remove(0);
+    // Hold the parent's row: the kid's cancel locks its chain from the root and waits there.
+    let mut holder = s.db.connect().await;
+    let tx = holder.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM pgferry.wf_instances WHERE id = $1 FOR UPDATE",
+        &[&parent],
+    )
+    .await
+    .unwrap();
+    let cancel = tokio::spawn({
+        let wf = wf.clone();
+        async move { wf.cancel(kid.id, Some("late")).await }
+    });
+    let admin = s.db.connect().await;
+    let mut waiting = 0;
+    for _ in 0..2000 {
+        waiting = one_row_i64(
+            &admin,
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE wait_event_type = 'Lock' AND query LIKE '%pgferry.wf_cancel(%'",
+        )
+        .await;
+        if waiting == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(waiting, 1, "the cancel waits for the parent's row");
+    // The kid's plain step locks only the kid: it commits while the cancel waits.
+    assert!(
+        wf.finish(&[(kid.reference(), Outcome::next("b", json!({})))])
+            .await
+            .unwrap()[0]
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(cancel.await.unwrap().unwrap(), "runnable");
+    let history = wf.get(kid.id).await.unwrap().history;
+    let outcomes: Vec<&str> = history.iter().map(|h| h.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["next", "cancelled"]);
+    let out_of_order = one_row_i64(
+        &admin,
+        "SELECT count(*) FROM pgferry.wf_steps s
+           JOIN pgferry.wf_steps c ON c.instance_id = s.instance_id AND c.outcome = 'cancelled'
+          WHERE s.outcome <> 'cancelled' AND s.finished_at > c.finished_at",
+    )
+    .await;
+    assert_eq!(out_of_order, 0, "the cancel's time is before the step's");
 }
 
 #[tokio::test]

@@ -152,6 +152,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0028_workflow_finish_answers.sql",
         sql: include_str!("../../migrations/0028_workflow_finish_answers.sql"),
     },
+    Migration {
+        version: 29,
+        name: "0029_workflow_step_time_is_apply_time.sql",
+        sql: include_str!("../../migrations/0029_workflow_step_time_is_apply_time.sql"),
+    },
 ];
 
 /// The engine's live functions, callees before SQL-language callers.
