@@ -151,7 +151,18 @@ impl NewSchedule {
             }
             _ => {}
         }
+        if self.cron.as_ref().is_some_and(|c| c.len() > 256) {
+            return Err(ScheduleError::invalid("cron", "at most 256 characters"));
+        }
+        if self.timezone.len() > 64 {
+            return Err(ScheduleError::invalid("timezone", "at most 64 characters"));
+        }
         self.timing(SystemTime::now())?;
+        // A cron is read in the zone (timing checked it); an interval ignores it, but a
+        // stored and shown zone must still be one.
+        if self.cron.is_none() {
+            crate::timing::zone(&self.timezone)?;
+        }
         let ms = |field: &'static str, v: i64, max: i64| {
             if (0..=max).contains(&v) {
                 Ok(())

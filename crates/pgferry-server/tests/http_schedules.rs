@@ -182,10 +182,24 @@ async fn bad_schedules_are_400s_naming_the_field() {
         at[path[path.len() - 1]] = v;
         b
     };
+    let interval = |tz: Value| {
+        json!({
+            "name": "n",
+            "interval_ms": 5000,
+            "timezone": tz,
+            "target": {"type": "job", "queue": "q", "kind": "k"},
+        })
+    };
     let cases = [
         (with(&["cron"], json!("61 * * * *")), "cron"),
         (with(&["interval_ms"], json!(5000)), "cron"),
         (with(&["timezone"], json!("Mars/Base")), "timezone"),
+        (with(&["timezone"], json!("A".repeat(65))), "timezone"),
+        (with(&["cron"], json!("0 ".repeat(129))), "cron"),
+        // An interval does not read its zone, but the zone is stored and shown: it must be
+        // one (the fuzz run found a 65-character zone accepted with interval_ms).
+        (interval(json!("Mars/Base")), "timezone"),
+        (interval(json!("*".repeat(65))), "timezone"),
         (with(&["name"], json!("has space")), "name"),
         (with(&["name"], json!("")), "name"),
         (with(&["jitter_ms"], json!(-5)), "jitter_ms"),
