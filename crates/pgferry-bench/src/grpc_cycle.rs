@@ -51,7 +51,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     server_config.coalesce.caller_flush = opts.group_commit_caller_flush;
     let app = AppState::new(engine.clone(), server_config).await?;
     let grpc = GrpcState::from_app(&app, GrpcConfig::default()).await?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let listener = pgferry_server::listen(([127, 0, 0, 1], 0).into())?;
     let url = format!("http://{}", listener.local_addr()?);
     let mut server_stop = stop_rx.clone();
     let server = tokio::spawn(pgferry_server::grpc::serve_grpc(

@@ -60,7 +60,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     server_config.http.rate_per_sec = 1e9;
     server_config.http.rate_burst = 1e9;
     let app = AppState::new(engine.clone(), server_config).await?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let listener = pgferry_server::listen(([127, 0, 0, 1], 0).into())?;
     let base = format!("http://{}", listener.local_addr()?);
     let mut server_stop = stop_rx.clone();
     let server = tokio::spawn(pgferry_server::serve_http(listener, app, async move {

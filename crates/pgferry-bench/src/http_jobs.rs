@@ -232,7 +232,7 @@ async fn start_target(counting: Arc<Counting>) -> anyhow::Result<String> {
             "ok"
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let listener = pgferry_server::listen(([127, 0, 0, 1], 0).into())?;
     let url = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
@@ -312,7 +312,7 @@ pub async fn run(config: &Config, opts: &HttpJobsOpts) -> anyhow::Result<Value> 
     server_config.http.rate_per_sec = 1e9;
     server_config.http.rate_burst = 1e9;
     let app = AppState::new(engine.clone(), server_config).await?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let listener = pgferry_server::listen(([127, 0, 0, 1], 0).into())?;
     let base = format!("http://{}", listener.local_addr()?);
     let mut server_stop = stop_rx.clone();
     let server = tokio::spawn(pgferry_server::serve_http(listener, app, async move {
@@ -341,7 +341,10 @@ pub async fn run(config: &Config, opts: &HttpJobsOpts) -> anyhow::Result<Value> 
     let shared = Arc::new(Shared {
         http: reqwest::Client::builder()
             .no_proxy()
-            .pool_max_idle_per_host(opts.clients.max(64))
+            // Every connection opened is kept: a pool that closed those past a cap would
+            // open and close connections whenever the open loop's concurrency crossed it
+            // ("A second per dropped SYN", docs/performance.md).
+            .pool_max_idle_per_host(OPEN_LOOP_MAX.max(opts.clients))
             .build()?,
         create_url: reqwest::Url::parse(&format!("{base}/v1/jobs"))?,
         list_url: reqwest::Url::parse(&format!("{base}/v1/jobs?queue=http&limit=50"))?,

@@ -69,7 +69,7 @@ pub async fn run(base: &Config, opts: &BenchOpts) -> anyhow::Result<Value> {
     );
     let app = AppState::new(engine.clone(), ServerConfig::default()).await?;
     let grpc = GrpcState::from_app(&app, GrpcConfig::default()).await?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let listener = pgferry_server::listen(([127, 0, 0, 1], 0).into())?;
     let url = format!("http://{}", listener.local_addr()?);
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let server = tokio::spawn(pgferry_server::grpc::serve_grpc(

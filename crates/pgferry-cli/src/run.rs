@@ -302,8 +302,7 @@ pub async fn serve(
         config.clone(),
     ));
 
-    let listener = tokio::net::TcpListener::bind(args.http_addr)
-        .await
+    let listener = pgferry_server::listen(args.http_addr)
         .with_context(|| format!("binding HTTP on {}", args.http_addr))?;
     let addr = listener.local_addr()?;
     // One machine-readable line; scripts and tests wait for it.
@@ -315,8 +314,7 @@ pub async fn serve(
         state.clone(),
         rescues,
     ));
-    let grpc_listener = tokio::net::TcpListener::bind(args.grpc_addr)
-        .await
+    let grpc_listener = pgferry_server::listen(args.grpc_addr)
         .with_context(|| format!("binding gRPC on {}", args.grpc_addr))?;
     let grpc_addr = grpc_listener.local_addr()?;
     println!("pgferry: listening grpc=http://{grpc_addr}");

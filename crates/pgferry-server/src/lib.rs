@@ -8,6 +8,7 @@ pub mod dashboard;
 pub mod grpc;
 mod health;
 pub mod http;
+pub mod listen;
 pub mod metrics;
 pub mod migrate;
 pub mod proto;
@@ -15,6 +16,8 @@ pub mod service;
 pub mod single_flight;
 pub mod trace;
 pub mod wfsteps;
+
+pub use listen::listen;
 
 use std::future::Future;
 use std::sync::Arc;
