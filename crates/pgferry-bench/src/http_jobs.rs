@@ -42,6 +42,8 @@ pub struct HttpJobsOpts {
     pub clients: usize,
     /// Immediate jobs of the `backlog` window (0: no such window).
     pub backlog: u64,
+    /// The worker's requests at once per destination key.
+    pub per_destination: usize,
 }
 
 /// The `backlog` window: the worker's delivery capacity with the API out of the way.
@@ -318,8 +320,11 @@ pub async fn run(config: &Config, opts: &HttpJobsOpts) -> anyhow::Result<Value> 
     let server = tokio::spawn(pgferry_server::serve_http(listener, app, async move {
         let _ = server_stop.wait_for(|s| *s).await;
     }));
-    // What `pgferry serve` runs with.
-    let worker_config = pgferry_http_jobs::worker::WorkerConfig::default();
+    // What `pgferry serve` runs with, but for `per_destination` when given.
+    let worker_config = pgferry_http_jobs::worker::WorkerConfig {
+        per_destination: opts.per_destination,
+        ..Default::default()
+    };
     let worker_json = json!({
         "batch": worker_config.batch,
         "per_destination": worker_config.per_destination,

@@ -223,6 +223,10 @@ pub struct HttpJobsArgs {
     /// Immediate jobs of the backlog window (enqueued at once; 0: no backlog window).
     #[arg(long, default_value_t = 20_000)]
     pub backlog: u64,
+    /// The HTTP-job worker's requests at once per destination key (the bench has one
+    /// destination, its target); the default is the server's.
+    #[arg(long, default_value_t = pgferry_http_jobs::worker::WorkerConfig::default().per_destination)]
+    pub per_destination: usize,
     /// Use this database instead of a private cluster.
     #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
     pub database_url: Option<String>,
@@ -453,6 +457,7 @@ async fn http_jobs(args: HttpJobsArgs) -> anyhow::Result<()> {
         warmup_s: args.warmup,
         clients: args.clients,
         backlog: args.backlog,
+        per_destination: args.per_destination,
     };
     let report = pgferry_bench::http_jobs::run_fresh(&base, &opts).await;
     stop_private(cluster).await?;

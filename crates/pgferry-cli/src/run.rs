@@ -103,6 +103,16 @@ pub struct ServerArgs {
     /// (0 < rate <= 100000; default: unlimited). See docs/http-jobs.md.
     #[arg(long, env = "PGFERRY_HTTP_JOBS_DEFAULT_RATE")]
     pub http_jobs_default_rate: Option<f64>,
+    /// Requests at once to one destination key (host:port, or a job's `group`), across every
+    /// batch in flight (1 to 1024, the server's bound on HTTP-job requests at once).
+    #[arg(
+        long,
+        env = "PGFERRY_HTTP_JOBS_PER_DESTINATION",
+        default_value_t = u16::try_from(pgferry_http_jobs::worker::WorkerConfig::default().per_destination)
+            .expect("a default within the range"),
+        value_parser = clap::value_parser!(u16).range(1..=1024)
+    )]
+    pub http_jobs_per_destination: u16,
     /// Burst of --http-jobs-default-rate (1 to 100000).
     #[arg(
         long,
@@ -282,6 +292,7 @@ pub async fn serve(
         },
         pgferry_http_jobs::worker::WorkerConfig {
             default_rate: http_jobs_default_rate,
+            per_destination: usize::from(args.http_jobs_per_destination),
             ..Default::default()
         },
         pgferry_monitors::http_transitions::NotifyTransitions::new(engine.clone()),
@@ -466,6 +477,20 @@ mod tests {
             let e = parse(&[bad]).err().expect("refused").to_string();
             let flag = bad.split('=').next().unwrap();
             assert!(e.contains(flag) && e.contains("above 0"), "{e}");
+        }
+    }
+
+    #[test]
+    fn http_jobs_per_destination_is_bounded() {
+        assert_eq!(parse(&[]).unwrap().http_jobs_per_destination, 64);
+        let a = parse(&["--http-jobs-per-destination", "200"]).unwrap();
+        assert_eq!(a.http_jobs_per_destination, 200);
+        for bad in ["0", "1025", "many"] {
+            let e = parse(&["--http-jobs-per-destination", bad])
+                .err()
+                .expect("refused")
+                .to_string();
+            assert!(e.contains("--http-jobs-per-destination"), "{e}");
         }
     }
 
