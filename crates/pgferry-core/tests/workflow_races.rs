@@ -18,6 +18,12 @@ use serde_json::json;
 
 const LEASE: Duration = Duration::from_secs(30);
 
+/// History rows recorded after their instance's cancel row (a step row's time is when its
+/// outcome was applied, under the instance's lock: migration 0029).
+const STEPS_AFTER_A_CANCEL: &str = "SELECT count(*) FROM pgferry.wf_steps s
+       JOIN pgferry.wf_steps c ON c.instance_id = s.instance_id AND c.outcome = 'cancelled'
+      WHERE s.outcome <> 'cancelled' AND s.finished_at > c.finished_at";
+
 async fn claim_all(wf: &Workflows, queue: &str) -> Vec<ClaimedStep> {
     wf.claim(queue, 1000, "w", LEASE).await.unwrap()
 }
@@ -268,13 +274,7 @@ async fn cancel_waiting_for_the_chain_is_recorded_after_the_step_that_won() {
     let history = wf.get(kid.id).await.unwrap().history;
     let outcomes: Vec<&str> = history.iter().map(|h| h.outcome.as_str()).collect();
     assert_eq!(outcomes, ["next", "cancelled"]);
-    let out_of_order = one_row_i64(
-        &admin,
-        "SELECT count(*) FROM pgferry.wf_steps s
-           JOIN pgferry.wf_steps c ON c.instance_id = s.instance_id AND c.outcome = 'cancelled'
-          WHERE s.outcome <> 'cancelled' AND s.finished_at > c.finished_at",
-    )
-    .await;
+    let out_of_order = one_row_i64(&admin, STEPS_AFTER_A_CANCEL).await;
     assert_eq!(out_of_order, 0, "the cancel's time is before the step's");
 }
 
@@ -444,13 +444,7 @@ async fn ledger_under_concurrency() {
     .await;
     assert_eq!(twice, 0);
     // No step after cancel: nothing recorded after the cancel row of an instance.
-    let after = one_row_i64(
-        &admin,
-        "SELECT count(*) FROM pgferry.wf_steps s
-           JOIN pgferry.wf_steps c ON c.instance_id = s.instance_id AND c.outcome = 'cancelled'
-          WHERE s.outcome <> 'cancelled' AND s.finished_at > c.finished_at",
-    )
-    .await;
+    let after = one_row_i64(&admin, STEPS_AFTER_A_CANCEL).await;
     assert_eq!(after, 0);
     // Each done flow consumed exactly one signal; no signal consumed twice is possible by
     // construction (one row, one consumed_gen), so count them.
