@@ -254,7 +254,8 @@ async fn cancel_waiting_for_the_chain_is_recorded_after_the_step_that_won() {
         waiting = one_row_i64(
             &admin,
             "SELECT count(*) FROM pg_stat_activity
-              WHERE wait_event_type = 'Lock' AND query LIKE '%pgferry.wf_cancel(%'",
+              WHERE datname = current_database() AND wait_event_type = 'Lock'
+                AND query LIKE '%pgferry.wf_cancel(%'",
         )
         .await;
         if waiting == 1 {
@@ -275,7 +276,7 @@ async fn cancel_waiting_for_the_chain_is_recorded_after_the_step_that_won() {
     let outcomes: Vec<&str> = history.iter().map(|h| h.outcome.as_str()).collect();
     assert_eq!(outcomes, ["next", "cancelled"]);
     let out_of_order = one_row_i64(&admin, STEPS_AFTER_A_CANCEL).await;
-    assert_eq!(out_of_order, 0, "the cancel's time is before the step's");
+    assert_eq!(out_of_order, 0, "the step's time is after the cancel's");
 }
 
 #[tokio::test]
