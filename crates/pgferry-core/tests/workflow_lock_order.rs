@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use pgferry_core::workflow::{Child, ClaimedStep, Join, Outcome, Start, Workflows};
+use pgferry_core::workflow::{ClaimedStep, Outcome, Start, Workflows};
 use serde_json::json;
 use tokio_postgres::Client;
 
@@ -16,22 +16,6 @@ const LEASE: Duration = Duration::from_secs(30);
 
 async fn claim_all(wf: &Workflows, queue: &str) -> Vec<ClaimedStep> {
     wf.claim(queue, 1000, "w", LEASE).await.unwrap()
-}
-
-/// Waits until some backend waits for a row lock (the statement under test is blocked).
-async fn until_a_lock_is_awaited(admin: &Client) {
-    for _ in 0..2000 {
-        let n: i64 = admin
-            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
-            .await
-            .unwrap()
-            .get(0);
-        if n > 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("no backend ever waited for a lock");
 }
 
 async fn status(admin: &Client, id: i64) -> String {
@@ -87,7 +71,7 @@ async fn a_batch_locks_its_instances_before_the_keys_a_cancel_wants() {
         ];
         tokio::spawn(async move { wf.finish(&outcomes).await })
     };
-    until_a_lock_is_awaited(&admin).await;
+    common::until_a_lock_is_awaited(&admin).await;
     let previous: String = tx
         .query_one(
             "SELECT pgferry.wf_cancel($1, 'race') AS previous",
@@ -121,23 +105,8 @@ async fn a_batch_locks_its_instances_before_the_keys_a_cancel_wants() {
 async fn a_cancel_chosen_as_a_deadlock_victim_runs_again() {
     let s = common::setup().await;
     let wf = Workflows::of(&s.engine);
-    let parent = wf
-        .start(&Start::new("parent", "p", json!(0)))
-        .await
-        .unwrap()
-        .id;
-    let p = claim_all(&wf, "p").await.remove(0);
-    let mut kid = Child::new("kid", json!(1));
-    kid.queue = Some("c".into());
-    assert!(
-        wf.finish(&[(
-            p.reference(),
-            Outcome::spawn(vec![kid], "joined", Join::All)
-        )])
-        .await
-        .unwrap()[0]
-    );
-    let child = claim_all(&wf, "c").await.remove(0).id;
+    let (parent, child) = common::parent_with_a_claimed_kid(&wf).await;
+    let child = child.id;
 
     let mut holder = s.db.connect().await;
     let admin = s.db.connect().await;
@@ -156,7 +125,7 @@ async fn a_cancel_chosen_as_a_deadlock_victim_runs_again() {
         let wf = wf.clone();
         tokio::spawn(async move { wf.cancel(parent, Some("race")).await })
     };
-    until_a_lock_is_awaited(&admin).await;
+    common::until_a_lock_is_awaited(&admin).await;
     // The cancel holds the parent while it waits for the child this transaction holds: this
     // statement gets the parent only when the cancel was aborted (a deadlock victim).
     tx.execute(
@@ -200,7 +169,7 @@ async fn kinds_are_registered_in_kind_order() {
         let (b, a) = (Machine::new("lock_b").with_inbox(), Machine::new("lock_a"));
         wf2.register(&[&b, &a]).await
     });
-    until_a_lock_is_awaited(&admin).await;
+    common::until_a_lock_is_awaited(&admin).await;
     let probe = admin
         .execute(
             "SELECT 1 FROM pgferry.wf_kinds WHERE kind = 'lock_b' FOR UPDATE NOWAIT",

@@ -221,20 +221,7 @@ async fn child_ending_while_its_parent_is_cancelled() {
 async fn cancel_waiting_for_the_chain_is_recorded_after_the_step_that_won() {
     let s = common::setup().await;
     let wf = Workflows::of(&s.engine);
-    let parent = wf
-        .start(&Start::new("parent", "p", json!(0)))
-        .await
-        .unwrap()
-        .id;
-    let p = claim_all(&wf, "p").await;
-    let mut kids = vec![Child::new("kid", json!(1))];
-    kids[0].queue = Some("c".into());
-    assert!(
-        wf.finish(&[(p[0].reference(), Outcome::spawn(kids, "joined", Join::All))])
-            .await
-            .unwrap()[0]
-    );
-    let kid = claim_all(&wf, "c").await.remove(0);
+    let (parent, kid) = common::parent_with_a_claimed_kid(&wf).await;
     // Hold the parent's row: the kid's cancel locks its chain from the root and waits there.
     let mut holder = s.db.connect().await;
     let tx = holder.transaction().await.unwrap();
@@ -249,21 +236,8 @@ async fn cancel_waiting_for_the_chain_is_recorded_after_the_step_that_won() {
         async move { wf.cancel(kid.id, Some("late")).await }
     });
     let admin = s.db.connect().await;
-    let mut waiting = 0;
-    for _ in 0..2000 {
-        waiting = one_row_i64(
-            &admin,
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND wait_event_type = 'Lock'
-                AND query LIKE '%pgferry.wf_cancel(%'",
-        )
-        .await;
-        if waiting == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(waiting, 1, "the cancel waits for the parent's row");
+    // The cancel waits for the parent's row.
+    common::until_a_lock_is_awaited(&admin).await;
     // The kid's plain step locks only the kid: it commits while the cancel waits.
     assert!(
         wf.finish(&[(kid.reference(), Outcome::next("b", json!({})))])

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use futures_util::StreamExt;
+use pgferry_core::workflow::{Child, ClaimedStep, Join, Outcome, Start, Workflows};
 use pgferry_core::{leader, migrate, ClaimedJob, Engine, EngineConfig, NewJob};
 use pgferry_testkit::TestDb;
 use serde_json::json;
@@ -323,3 +324,48 @@ pub const WF_FINISH: &str = "SELECT id, applied,
                                'attempt', cont_attempt, 'step_seq', cont_step_seq)
         END AS continued
    FROM pgferry.wf_finish($1::jsonb)";
+
+/// Waits until a backend of this test's database waits for a lock (the statement under test
+/// is blocked). Other tests' databases on the shared cluster are not counted.
+pub async fn until_a_lock_is_awaited(admin: &Client) {
+    for _ in 0..2000 {
+        let n: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if n > 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    panic!("no backend ever waited for a lock");
+}
+
+/// A `parent` instance (queue `p`) that spawned one `kid` (queue `c`, joined by all), and
+/// the kid claimed: the parent's id and the kid's claim.
+pub async fn parent_with_a_claimed_kid(wf: &Workflows) -> (i64, ClaimedStep) {
+    const LEASE: std::time::Duration = std::time::Duration::from_secs(30);
+    let parent = wf
+        .start(&Start::new("parent", "p", json!(0)))
+        .await
+        .unwrap()
+        .id;
+    let p = wf.claim("p", 1, "w", LEASE).await.unwrap().remove(0);
+    let mut kid = Child::new("kid", json!(1));
+    kid.queue = Some("c".into());
+    let spawned = wf
+        .finish(&[(
+            p.reference(),
+            Outcome::spawn(vec![kid], "joined", Join::All),
+        )])
+        .await
+        .unwrap();
+    assert!(spawned[0]);
+    let kid = wf.claim("c", 1, "w", LEASE).await.unwrap().remove(0);
+    (parent, kid)
+}
