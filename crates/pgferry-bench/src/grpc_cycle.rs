@@ -7,61 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pgferry_client::{JobSpec, Outcome, Producer, Worker, WorkerOptions};
-use pgferry_core::{db, Engine, Leader, LeaderConfig};
-use pgferry_server::auth::{admin, Scopes};
-use pgferry_server::grpc::{GrpcConfig, GrpcState};
-use pgferry_server::{AppState, ServerConfig};
 use tokio_postgres::Config;
 
+use crate::grpc_server::{BenchServer, QUEUE};
 use crate::measure::{self, Counters, Report};
 use crate::BenchOpts;
 
-/// Connections of the server's pool (what `pgferry serve` uses by default).
-const SERVER_POOL: usize = 16;
-
 pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
-    let mut c = measure::connect(config, "migrate").await?;
-    pgferry_server::migrate::up(&mut c).await?;
-    let tenant_id = admin::create_tenant(&mut c, "bench").await?;
-    let (_, key) = admin::create_key(&mut c, "bench", Scopes::all(), Some("bench")).await?;
-    let key = key.expose();
-
-    let engine = Engine::new(
-        db::Pools::new(config, "api", SERVER_POOL),
-        crate::engine_config(opts),
-    );
-    let queue = pgferry_server::auth::engine_queue(tenant_id, "bench")?;
-    crate::bench_queue(&engine, &queue, opts).await?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let leader = tokio::spawn(
-        Leader::new(
-            engine.clone(),
-            config.clone(),
-            LeaderConfig {
-                tick_interval: opts.tick_interval,
-                tick_on_demand: opts.tick_on_demand,
-                segment_duration: opts.segment_duration,
-                ..LeaderConfig::default()
-            },
-        )
-        .run(stop_rx.clone()),
-    );
-    let mut server_config = ServerConfig::default();
-    server_config.coalesce.adaptive = opts.group_commit_adaptive;
-    server_config.coalesce.caller_flush = opts.group_commit_caller_flush;
-    let app = AppState::new(engine.clone(), server_config).await?;
-    let grpc = GrpcState::from_app(&app, GrpcConfig::default()).await?;
-    let listener = pgferry_server::listen(([127, 0, 0, 1], 0).into())?;
-    let url = format!("http://{}", listener.local_addr()?);
-    let mut server_stop = stop_rx.clone();
-    let server = tokio::spawn(pgferry_server::grpc::serve_grpc(
-        listener,
-        grpc,
-        async move {
-            let _ = server_stop.wait_for(|s| *s).await;
-        },
-    ));
-
+    let server = BenchServer::start(config, opts).await?;
+    let (url, key) = (server.url.clone(), server.key.clone());
     let counters = Arc::new(Counters::default());
     let payload = crate::payload(opts.payload_bytes);
     let mut tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>> = Vec::new();
@@ -72,7 +26,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
         let mut pace = measure::Pacer::new(opts);
         tasks.push(tokio::spawn(async move {
             let jobs: Vec<JobSpec> = (0..batch)
-                .map(|_| JobSpec::new("bench", "noop", &payload))
+                .map(|_| JobSpec::new(QUEUE, "noop", &payload))
                 .collect();
             while pace.next(&counters).await {
                 let sent = std::time::Instant::now();
@@ -91,7 +45,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     for w in 0..streams {
         let slots = opts.worker_slots / streams + usize::from(w < opts.worker_slots % streams);
         let (ack_tx, mut acks) = tokio::sync::mpsc::unbounded_channel();
-        let mut wopts = WorkerOptions::new(&url, &key, &["bench"], slots.max(1));
+        let mut wopts = WorkerOptions::new(&url, &key, &[QUEUE], slots.max(1));
         wopts.worker_id = format!("bench-{w}");
         wopts.acks = Some(ack_tx);
         wopts.connection = connections.get(w % connections.len().max(1)).cloned();
@@ -141,9 +95,6 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
         tasks,
     )
     .await;
-    let _ = stop_tx.send(true);
-    let _ = server.await;
-    let _ = leader.await;
-    engine.pool().close();
+    server.stop().await;
     report
 }

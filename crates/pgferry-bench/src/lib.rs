@@ -6,8 +6,10 @@
 mod cpu;
 mod cycle;
 mod grpc_cycle;
+mod grpc_server;
 mod http_cycle;
 pub mod http_jobs;
+pub mod lone_producer;
 mod measure;
 pub mod paired;
 pub mod peer;

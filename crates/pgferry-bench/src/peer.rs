@@ -151,6 +151,11 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
     // open loop's acknowledgement, paid after the same idle gaps.
     let open_loop_gap = Duration::from_secs_f64(1.0 / OPEN_LOOP_RATE);
     let commit_at_rate = bare_commit(base, Some(open_loop_gap), Duration::from_secs(3)).await?;
+    // A lone producer of single jobs, nothing consuming, each path's acknowledgement beside a
+    // bare commit in the same rounds: back to back, and at the open loop's cadence.
+    let lone = crate::lone_producer::run(base, None, Duration::from_secs(3), 256).await?;
+    let lone_at_rate =
+        crate::lone_producer::run(base, Some(open_loop_gap), Duration::from_secs(3), 256).await?;
     let probe_db = crate::fresh_database(base, "bench_commit_probe").await?;
     measure::connect(&probe_db, "setup")
         .await?
@@ -245,6 +250,12 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
         "runtime_vs_grpc_one_connection_cpu_per_job": ratio(cpu(&runtime), cpu(&grpc_one_conn)),
         "runtime_vs_grpc_one_worker_cpu_per_job": ratio(cpu(&runtime), cpu(&grpc_one)),
         "runtime_ack_p50_vs_bare_commit_p50": ratio(ack(&runtime), commit.p50_ms),
+        "lone_producer_engine_ack_p50_vs_bare_commit_p50": lone.engine_ack_p50_vs_bare_commit_p50,
+        "lone_producer_grpc_ack_p50_vs_bare_commit_p50": lone.grpc_ack_p50_vs_bare_commit_p50,
+        "lone_producer_at_rate_engine_ack_p50_vs_bare_commit_p50":
+            lone_at_rate.engine_ack_p50_vs_bare_commit_p50,
+        "lone_producer_at_rate_grpc_ack_p50_vs_bare_commit_p50":
+            lone_at_rate.grpc_ack_p50_vs_bare_commit_p50,
         "inprocess_vs_log_acked_jobs_per_s": ratio(inprocess.jobs_per_s, log_acked.jobs_per_s),
         "inprocess_vs_skiplocked_jobs_per_s": ratio(inprocess.jobs_per_s, skiplocked.jobs_per_s),
         "grpc_vs_inprocess_jobs_per_s": ratio(grpc.jobs_per_s, inprocess.jobs_per_s),
@@ -279,6 +290,7 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
         "options": opts,
         "bare_commit": commit,
         "bare_commit_at_open_loop_rate": commit_at_rate,
+        "lone_producer": { "back_to_back": lone, "at_open_loop_rate": lone_at_rate },
         "bare_commit_under_load": {
             "runtime": runtime_probe,
             "grpc": grpc_probe,

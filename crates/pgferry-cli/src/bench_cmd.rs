@@ -121,6 +121,11 @@ pub enum Shape {
     /// The peer shape's consumers at light load: one producer of single jobs at `--rate`
     /// (default 500) jobs/s, open loop.
     OpenLoop,
+    /// `cycle` only: a lone producer of single jobs with nothing consuming, its
+    /// acknowledgement in process, with an idempotency key, over gRPC and refused by the
+    /// server, beside a bare one-row commit in the same rounds: back to back, or each after
+    /// an idle gap of 1/`--rate` s.
+    LoneProducer,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
@@ -276,7 +281,7 @@ impl BenchArgs {
     pub(crate) fn opts(&self) -> BenchOpts {
         let opts = self.flag_opts();
         match self.shape {
-            Shape::Default => opts,
+            Shape::Default | Shape::LoneProducer => opts,
             Shape::Peer => pgferry_bench::peer::shape(&opts),
             Shape::OpenLoop => pgferry_bench::peer::open_loop(
                 &opts,
@@ -336,6 +341,13 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     let out = match cmd {
         BenchCmd::Cycle(_) if args.via == Via::Grpc && args.compare_inprocess => {
             pgferry_bench::grpc_vs_inprocess(&base, &opts).await?
+        }
+        BenchCmd::Cycle(_) if args.shape == Shape::LoneProducer => {
+            let gap = args.rate.map(|r| Duration::from_secs_f64(1.0 / r.max(1.0)));
+            serde_json::to_value(
+                pgferry_bench::lone_producer::run(&base, gap, opts.duration, opts.payload_bytes)
+                    .await?,
+            )?
         }
         BenchCmd::Cycle(_) if args.via == Via::Http && args.compare_inprocess => {
             pgferry_bench::http_vs_inprocess(&base, &opts).await?
