@@ -51,7 +51,7 @@ impl Engine {
             .iter()
             .map(|(_, m)| m.len().div_ceil(BLOCK as usize))
             .sum();
-        let bases = self.ids.take(client, blocks).await?;
+        let bases = self.ids.take(client, self.pool(), blocks).await?;
         let mut ids = vec![0i64; batch.lanes.len()];
         let mut rows: Vec<(i32, usize, i64)> = Vec::with_capacity(batch.lanes.len());
         let mut base = bases.iter();
