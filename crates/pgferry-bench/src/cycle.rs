@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pgferry_core::{db, migrate, Engine, Leader, LeaderConfig, NewJob};
+use pgferry_core::{db, migrate, Engine, NewJob};
 use tokio_postgres::Config;
 
 use crate::measure::{self, Counters, Report};
@@ -21,19 +21,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
         crate::scheduled::preload(&engine, "bench", n).await?;
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let leader = tokio::spawn(
-        Leader::new(
-            engine.clone(),
-            config.clone(),
-            LeaderConfig {
-                tick_interval: opts.tick_interval,
-                tick_on_demand: opts.tick_on_demand,
-                segment_duration: opts.segment_duration,
-                ..LeaderConfig::default()
-            },
-        )
-        .run(stop_rx),
-    );
+    let leader = crate::spawn_leader(&engine, config, opts, stop_rx);
     let counters = Arc::new(Counters::default());
     let payload = crate::payload(opts.payload_bytes);
     let mut tasks = Vec::new();

@@ -9,12 +9,12 @@ use std::time::Duration;
 use pgferry_client::{JobSpec, Outcome, Producer, Worker, WorkerOptions};
 use tokio_postgres::Config;
 
-use crate::grpc_server::{BenchServer, QUEUE};
+use crate::bench_server::{Api, BenchServer, QUEUE};
 use crate::measure::{self, Counters, Report};
 use crate::BenchOpts;
 
 pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
-    let server = BenchServer::start(config, opts).await?;
+    let server = BenchServer::start(config, opts, Api::Grpc).await?;
     let (url, key) = (server.url.clone(), server.key.clone());
     let counters = Arc::new(Counters::default());
     let payload = crate::payload(opts.payload_bytes);

@@ -6,17 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use pgferry_core::{db, Engine, Leader, LeaderConfig};
-use pgferry_server::auth::{admin, Scopes};
-use pgferry_server::{AppState, ServerConfig};
 use serde_json::{json, Value};
 use tokio_postgres::Config;
 
+use crate::bench_server::{Api, BenchServer, QUEUE};
 use crate::measure::{self, Counters, Report};
 use crate::BenchOpts;
-
-/// Connections of the server's pool (what `pgferry serve` uses by default).
-const SERVER_POOL: usize = 16;
 
 async fn post(http: &reqwest::Client, url: &str, key: &str, body: &Value) -> anyhow::Result<Value> {
     let resp = http.post(url).bearer_auth(key).json(body).send().await?;
@@ -27,45 +22,8 @@ async fn post(http: &reqwest::Client, url: &str, key: &str, body: &Value) -> any
 }
 
 pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
-    let mut c = measure::connect(config, "migrate").await?;
-    pgferry_server::migrate::up(&mut c).await?;
-    let tenant_id = admin::create_tenant(&mut c, "bench").await?;
-    let (_, key) = admin::create_key(&mut c, "bench", Scopes::all(), Some("bench")).await?;
-    let key = key.expose();
-
-    let engine = Engine::new(
-        db::Pools::new(config, "api", SERVER_POOL),
-        crate::engine_config(opts),
-    );
-    let queue = pgferry_server::auth::engine_queue(tenant_id, "bench")?;
-    crate::bench_queue(&engine, &queue, opts).await?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let leader = tokio::spawn(
-        Leader::new(
-            engine.clone(),
-            config.clone(),
-            LeaderConfig {
-                tick_interval: opts.tick_interval,
-                tick_on_demand: opts.tick_on_demand,
-                segment_duration: opts.segment_duration,
-                ..LeaderConfig::default()
-            },
-        )
-        .run(stop_rx.clone()),
-    );
-    let mut server_config = ServerConfig::default();
-    server_config.coalesce.adaptive = opts.group_commit_adaptive;
-    server_config.coalesce.caller_flush = opts.group_commit_caller_flush;
-    // The benchmark is the only client: no rate limit in the way.
-    server_config.http.rate_per_sec = 1e9;
-    server_config.http.rate_burst = 1e9;
-    let app = AppState::new(engine.clone(), server_config).await?;
-    let listener = pgferry_server::listen(([127, 0, 0, 1], 0).into())?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let mut server_stop = stop_rx.clone();
-    let server = tokio::spawn(pgferry_server::serve_http(listener, app, async move {
-        let _ = server_stop.wait_for(|s| *s).await;
-    }));
+    let server = BenchServer::start(config, opts, Api::Http).await?;
+    let (base, key) = (server.url.clone(), server.key.clone());
 
     let http = reqwest::Client::builder()
         .no_proxy()
@@ -78,7 +36,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
         let (http, key, counters) = (http.clone(), key.clone(), counters.clone());
         let url = format!("{base}/v1/jobs/batch");
         let jobs: Vec<Value> = (0..opts.enqueue_batch)
-            .map(|_| json!({"queue": "bench", "kind": "noop", "args": payload}))
+            .map(|_| json!({"queue": QUEUE, "kind": "noop", "args": payload}))
             .collect();
         let body = json!({ "jobs": jobs });
         let mut pace = measure::Pacer::new(opts);
@@ -99,7 +57,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
             format!("{base}/v1/workers/complete"),
         );
         let claim = json!({
-            "queue": "bench",
+            "queue": QUEUE,
             "max": opts.claim_batch.min(1000),
             "worker": format!("bench-http-{w}"),
             "wait_ms": 1000,
@@ -140,9 +98,6 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
         tasks,
     )
     .await;
-    let _ = stop_tx.send(true);
-    let _ = server.await;
-    let _ = leader.await;
-    engine.pool().close();
+    server.stop().await;
     report
 }

@@ -3,10 +3,10 @@
 //! with a no-op handler) and the same client concurrency, each on a fresh database of one
 //! cluster, reported in one JSON shape.
 
+mod bench_server;
 mod cpu;
 mod cycle;
 mod grpc_cycle;
-mod grpc_server;
 mod http_cycle;
 pub mod http_jobs;
 pub mod lone_producer;
@@ -27,7 +27,9 @@ mod workflow_signal;
 
 use std::time::Duration;
 
-use pgferry_core::{Durability, Engine, EngineConfig, QueueOptions, QueueSettings};
+use pgferry_core::{
+    Durability, Engine, EngineConfig, Leader, LeaderConfig, QueueOptions, QueueSettings,
+};
 use serde::Serialize;
 use tokio_postgres::{Config, NoTls};
 
@@ -279,6 +281,26 @@ fn engine_config(opts: &BenchOpts) -> EngineConfig {
         async_claims: opts.async_claims,
         ..EngineConfig::default()
     }
+}
+
+/// The leader configuration of a pgferry variant: the run's ticks and segments.
+fn leader_config(opts: &BenchOpts) -> LeaderConfig {
+    LeaderConfig {
+        tick_interval: opts.tick_interval,
+        tick_on_demand: opts.tick_on_demand,
+        segment_duration: opts.segment_duration,
+        ..LeaderConfig::default()
+    }
+}
+
+/// Runs the leader of `engine` with [`leader_config`] until `stop` says so.
+fn spawn_leader(
+    engine: &std::sync::Arc<Engine>,
+    config: &Config,
+    opts: &BenchOpts,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(Leader::new(engine.clone(), config.clone(), leader_config(opts)).run(stop))
 }
 
 /// Creates the benchmark queue `name` with the run's shards and durability.

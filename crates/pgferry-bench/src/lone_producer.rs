@@ -20,7 +20,7 @@ use pgferry_core::{EnqueueRequest, IdempotencyKey, NewJob};
 use serde::Serialize;
 use tokio_postgres::Config;
 
-use crate::grpc_server::{BenchServer, QUEUE};
+use crate::bench_server::{Api, BenchServer, QUEUE};
 use crate::measure;
 use crate::BenchOpts;
 
@@ -88,7 +88,7 @@ pub async fn run(
     payload_bytes: usize,
 ) -> anyhow::Result<LoneProducer> {
     let config = crate::fresh_database(base, "bench_lone_producer").await?;
-    let server = BenchServer::start(&config, &BenchOpts::default()).await?;
+    let server = BenchServer::start(&config, &BenchOpts::default(), Api::Grpc).await?;
     let measured = rounds(&config, &server, gap, duration, payload_bytes).await;
     server.stop().await;
     measured

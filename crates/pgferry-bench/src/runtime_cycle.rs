@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pgferry_core::runtime::{Runtime, RuntimeConfig};
-use pgferry_core::{db, migrate, Engine, LeaderConfig, NewJob};
+use pgferry_core::{db, migrate, Engine, NewJob};
 use tokio_postgres::Config;
 
 use crate::measure::{self, Counters, Report};
@@ -23,12 +23,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
     let handled = counters.clone();
     let runtime = Runtime::builder(engine.clone(), config.clone())
         .config(RuntimeConfig {
-            leader: Some(LeaderConfig {
-                tick_interval: opts.tick_interval,
-                tick_on_demand: opts.tick_on_demand,
-                segment_duration: opts.segment_duration,
-                ..LeaderConfig::default()
-            }),
+            leader: Some(crate::leader_config(opts)),
             ..RuntimeConfig::default()
         })
         .queue("bench", opts.workers)
