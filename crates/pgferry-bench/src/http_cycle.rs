@@ -71,7 +71,7 @@ pub async fn run(config: &Config, opts: &BenchOpts) -> anyhow::Result<Report> {
                 }
                 counters.record_latencies(jobs.iter().map(|j| {
                     UNIX_EPOCH
-                        + Duration::from_millis(j["enqueued_at_unix_ms"].as_u64().unwrap_or(0))
+                        + Duration::from_micros(j["enqueued_at_unix_us"].as_u64().unwrap_or(0))
                 }));
                 let results: Vec<Value> = jobs
                     .iter()

@@ -537,7 +537,11 @@ fn start(s: &Arc<Shared>, job: pb::Job) {
     s.stats.received.fetch_add(1, Ordering::Relaxed);
     s.slots.lock().expect("slots").running += 1;
     let (cancel_tx, cancel_rx) = watch::channel(false);
-    let enqueued_at = UNIX_EPOCH + Duration::from_millis(job.enqueued_at_unix_ms.max(0) as u64);
+    // Microseconds where the server sends them (the milliseconds drop the fraction).
+    let enqueued_at = match job.enqueued_at_unix_us {
+        us if us > 0 => UNIX_EPOCH + Duration::from_micros(us as u64),
+        _ => UNIX_EPOCH + Duration::from_millis(job.enqueued_at_unix_ms.max(0) as u64),
+    };
     s.running.lock().expect("running").insert(
         aref.id,
         Running {

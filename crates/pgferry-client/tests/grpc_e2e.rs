@@ -261,6 +261,68 @@ async fn idle_worker_still_receives_a_job() {
     server.stop().await;
 }
 
+/// A handler sees its job's enqueue time to the microsecond, as the database stored it: an
+/// enqueue → start latency measured from it is not up to a millisecond too long.
+#[tokio::test]
+async fn a_handler_sees_the_enqueue_time_to_the_microsecond() {
+    let db = pgferry_testkit::test_db().await;
+    let (_, key) = tenant_key(&db, "acme").await;
+    let server = Server::start(&db, loopback(), GrpcConfig::default()).await;
+    let producer = Producer::connect(&server.url, &key).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(
+            producer
+                .enqueue(JobSpec::new("times", "k", &json!(null)))
+                .await
+                .unwrap(),
+        );
+    }
+    let (seen_tx, mut seen) = mpsc::unbounded_channel();
+    let worker = Worker::new(
+        WorkerOptions::new(&server.url, &key, &["times"], 5),
+        move |job: pgferry_client::JobCtx| {
+            let _ = seen_tx.send((job.id, job.enqueued_at));
+            async { Outcome::Ok(None) }
+        },
+    );
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        worker
+            .run(
+                async {
+                    let _ = stop_rx.await;
+                },
+                Duration::from_secs(5),
+            )
+            .await
+    });
+    let c = db.connect().await;
+    for _ in 0..ids.len() {
+        let (id, at) = tokio::time::timeout(PATIENCE, seen.recv())
+            .await
+            .expect("a job started")
+            .unwrap();
+        let stored: i64 = c
+            .query_one(
+                "SELECT (extract(epoch FROM enqueued_at) * 1000000)::int8 AS us
+                   FROM pgferry.ready WHERE job_id = $1",
+                &[&id],
+            )
+            .await
+            .unwrap()
+            .get("us");
+        let seen_us = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as i64;
+        assert_eq!(seen_us, stored, "job {id}");
+    }
+    let _ = stop_tx.send(());
+    running.await.unwrap().unwrap();
+    server.stop().await;
+}
+
 /// The server restarts (same address) while producers and workers run: clients reconnect,
 /// and every job whose enqueue was acknowledged is completed exactly once.
 #[tokio::test]

@@ -74,6 +74,15 @@ async fn the_http_claim_answers_lease_queue_and_priority() {
         job["lease_until_unix_ms"].as_u64().is_some_and(|t| t > 0),
         "{job}"
     );
+    // The enqueue time in microseconds too, the same instant as the milliseconds.
+    let us = job["enqueued_at_unix_us"]
+        .as_u64()
+        .expect("enqueued_at_unix_us");
+    assert_eq!(
+        us / 1000,
+        job["enqueued_at_unix_ms"].as_u64().unwrap(),
+        "{job}"
+    );
 }
 
 #[tokio::test]

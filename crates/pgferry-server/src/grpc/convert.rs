@@ -90,6 +90,12 @@ pub(crate) fn unix_ms(t: SystemTime) -> i64 {
         .unwrap_or(0)
 }
 
+pub(crate) fn unix_us(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
 /// Headers as the string map of the protocol (non-string JSON values as JSON text).
 pub(crate) fn meta_map(meta: &Option<Value>) -> HashMap<String, String> {
     match meta {
@@ -129,5 +135,6 @@ pub(crate) fn job_message(
         priority: 0,
         enqueued_at_unix_ms: unix_ms(job.enqueued_at),
         lease_until_unix_ms: unix_ms(lease_until),
+        enqueued_at_unix_us: unix_us(job.enqueued_at),
     }
 }

@@ -109,6 +109,9 @@ pub async fn claim(
                 "enqueued_at_unix_ms": j.enqueued_at
                     .duration_since(UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as u64),
+                "enqueued_at_unix_us": j.enqueued_at
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros() as u64),
                 "queue": req.queue,
                 "priority": j.priority,
                 "lease_until_unix_ms": j.lease_until
