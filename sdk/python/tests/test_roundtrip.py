@@ -133,3 +133,25 @@ def test_list_jobs_pages_through_a_queue(server: Server, queue: str) -> None:
             assert {j.id for j in pending} == ids
 
     asyncio.run(main())
+
+
+def test_ctx_enqueued_at_carries_the_microseconds(server: Server, queue: str) -> None:
+    async def main() -> None:
+        rec = Recorder()
+        app = pgferry.Worker(server.grpc_url, server.api_key, queues=[queue], concurrency=4)
+
+        @app.job("stamp")
+        async def stamp(ctx: pgferry.JobContext) -> None:
+            await rec.add("ran", ctx, (ctx.enqueued_at_ms, ctx.enqueued_at_us, ctx.enqueued_at))
+
+        async with pgferry.Client(server.grpc_url, server.api_key, http_url=server.http_url) as client, running(app):
+            jobs = [await client.enqueue("stamp", {}, queue=queue) for _ in range(5)]
+            await rec.wait_until(lambda: all(j.id in rec.ids("ran") for j in jobs), "the stamped jobs")
+            seen = [rec.of("ran", j.id)[0][3] for j in jobs]
+        for ms, us, at in seen:
+            assert us // 1000 == ms, (ms, us)
+            assert int(at.timestamp()) * 1_000_000 + at.microsecond == us, (at, us)
+        # Five enqueue times all on a whole millisecond would be a one-in-10^15 chance.
+        assert any(us % 1000 for _, us, _ in seen), seen
+
+    asyncio.run(main())

@@ -10,6 +10,7 @@ export class JobContext {
   readonly kind: string;
   readonly maxAttempts: number;
   readonly priority: number;
+  /** When the job was enqueued (Unix ms, with the fraction when the server sends it). */
   readonly enqueuedAtMs: number;
   /** When the lease ends (Unix ms); heartbeats move it. */
   leaseUntilMs: number;
@@ -31,7 +32,8 @@ export class JobContext {
     this.kind = job.kind;
     this.maxAttempts = job.max_attempts;
     this.priority = job.priority;
-    this.enqueuedAtMs = Number(job.enqueued_at_unix_ms);
+    const us = Number(job.enqueued_at_unix_us ?? 0);
+    this.enqueuedAtMs = us > 0 ? us / 1000 : Number(job.enqueued_at_unix_ms);
     this.leaseUntilMs = Number(job.lease_until_unix_ms);
     this.workerId = workerId;
     this.wireMeta = job.meta ?? {};

@@ -57,6 +57,8 @@ export interface WireJob {
   priority: number;
   enqueued_at_unix_ms: number;
   lease_until_unix_ms: number;
+  /** Microseconds; 0 from servers that predate it. */
+  enqueued_at_unix_us: number;
 }
 
 export interface ResultAck {

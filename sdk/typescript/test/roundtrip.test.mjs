@@ -47,6 +47,26 @@ describe("round trip", () => {
     await c.close();
   });
 
+  it("ctx.enqueuedAtMs carries the fraction of a millisecond the server sends", async (t) => {
+    const queue = queueName(t);
+    const rec = new Recorder();
+    const w = worker(queue).handle("stamp", (_args, ctx) => {
+      rec.add("ran", ctx, ctx.enqueuedAtMs);
+    });
+    const c = client();
+    await running(w, async () => {
+      // One at a time: the jobs of one batch share their transaction's time.
+      const jobs = [];
+      for (let i = 0; i < 5; i++) jobs.push(await c.enqueue("stamp", {}, { queue }));
+      await rec.waitUntil(() => jobs.every((j) => rec.ids("ran").includes(j.id)), "5 jobs");
+      const stamps = rec.events.map((e) => e.data);
+      assert.ok(stamps.every((ms) => ms > 1.7e12), String(stamps));
+      // Five enqueue times all on a whole millisecond would be a one-in-10^15 chance.
+      assert.ok(stamps.some((ms) => !Number.isInteger(ms)), String(stamps));
+    });
+    await c.close();
+  });
+
   it("a worker that does not ask for batches works with single messages", async (t) => {
     const queue = queueName(t);
     const rec = new Recorder();

@@ -50,6 +50,7 @@ class JobContext:
         "max_attempts",
         "priority",
         "enqueued_at_ms",
+        "enqueued_at_us",
         "lease_until_ms",
         "worker_id",
         "ref",
@@ -75,6 +76,7 @@ class JobContext:
         worker_id: str,
         heartbeat: Callable[[JobContext], Coroutine[Any, Any, bool]],
         loop: asyncio.AbstractEventLoop,
+        enqueued_at_us: int = 0,
     ) -> None:
         self.ref = ref
         self.id: int = ref.id
@@ -89,6 +91,8 @@ class JobContext:
         self.max_attempts = max_attempts
         self.priority = priority
         self.enqueued_at_ms = enqueued_at_ms
+        # Microseconds when the server sends them (0: only the milliseconds are known).
+        self.enqueued_at_us = enqueued_at_us
         self.lease_until_ms = lease_until_ms
         self.worker_id = worker_id
         self._cancel_event: asyncio.Event | None = None
@@ -123,6 +127,10 @@ class JobContext:
 
     @property
     def enqueued_at(self) -> datetime:
+        us = self.enqueued_at_us
+        if us > 0:
+            at = datetime.fromtimestamp(us // 1_000_000, tz=timezone.utc)
+            return at.replace(microsecond=us % 1_000_000)
         return datetime.fromtimestamp(self.enqueued_at_ms / 1000, tz=timezone.utc)
 
     @property

@@ -499,6 +499,7 @@ class Worker:
                 max_attempts=job.max_attempts,
                 priority=job.priority,
                 enqueued_at_ms=job.enqueued_at_unix_ms,
+                enqueued_at_us=job.enqueued_at_unix_us,
                 lease_until_ms=job.lease_until_unix_ms,
                 worker_id=worker_id,
                 heartbeat=heartbeat,
