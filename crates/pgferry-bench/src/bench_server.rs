@@ -38,6 +38,16 @@ pub(crate) struct BenchServer {
     leader: JoinHandle<()>,
 }
 
+/// Migrates the database of `config` and creates the bench tenant with a key of every
+/// scope: (tenant id, the key as clients send it).
+pub(crate) async fn bench_tenant(config: &Config) -> anyhow::Result<(i64, String)> {
+    let mut c = measure::connect(config, "migrate").await?;
+    pgferry_server::migrate::up(&mut c).await?;
+    let tenant_id = admin::create_tenant(&mut c, "bench").await?;
+    let (_, key) = admin::create_key(&mut c, "bench", Scopes::all(), Some("bench")).await?;
+    Ok((tenant_id, key.expose()))
+}
+
 impl BenchServer {
     /// Migrates the database of `config`, creates the tenant, key and queue, and serves `api`.
     pub(crate) async fn start(
@@ -45,10 +55,7 @@ impl BenchServer {
         opts: &BenchOpts,
         api: Api,
     ) -> anyhow::Result<BenchServer> {
-        let mut c = measure::connect(config, "migrate").await?;
-        pgferry_server::migrate::up(&mut c).await?;
-        let tenant_id = admin::create_tenant(&mut c, "bench").await?;
-        let (_, key) = admin::create_key(&mut c, "bench", Scopes::all(), Some("bench")).await?;
+        let (tenant_id, key) = bench_tenant(config).await?;
         let engine = Engine::new(
             db::Pools::new(config, "api", SERVER_POOL),
             crate::engine_config(opts),
@@ -91,7 +98,7 @@ impl BenchServer {
         };
         Ok(BenchServer {
             url,
-            key: key.expose(),
+            key,
             engine,
             engine_queue,
             stop,

@@ -18,14 +18,13 @@ use axum::http::HeaderMap;
 use pgferry_core::{db, Engine, EngineConfig, Leader, LeaderConfig, NewJob};
 use pgferry_http_jobs::ssrf::Range;
 use pgferry_http_jobs::{Allow, Settings};
-use pgferry_server::auth::{admin, Scopes};
 use pgferry_server::{AppState, ServerConfig};
 use rand::Rng;
 use serde::Serialize;
 use serde_json::{json, Value};
 use tokio_postgres::Config;
 
-use crate::measure::{self, percentile};
+use crate::measure::percentile;
 
 /// Connections of the server's pool (what `pgferry serve` uses by default).
 const SERVER_POOL: usize = 16;
@@ -292,10 +291,7 @@ fn bar(name: &str, secs: u64) -> indicatif::ProgressBar {
 
 /// Runs the benchmark on `config`'s (fresh) database; returns the report.
 pub async fn run(config: &Config, opts: &HttpJobsOpts) -> anyhow::Result<Value> {
-    let mut c = measure::connect(config, "migrate").await?;
-    pgferry_server::migrate::up(&mut c).await?;
-    let tenant_id = admin::create_tenant(&mut c, "bench").await?;
-    let (_, key) = admin::create_key(&mut c, "bench", Scopes::all(), Some("bench")).await?;
+    let (tenant_id, key) = crate::bench_server::bench_tenant(config).await?;
     let engine = Engine::new(
         db::Pools::new(config, "api", SERVER_POOL),
         EngineConfig::default(),
@@ -353,7 +349,7 @@ pub async fn run(config: &Config, opts: &HttpJobsOpts) -> anyhow::Result<Value> 
             .build()?,
         create_url: reqwest::Url::parse(&format!("{base}/v1/jobs"))?,
         list_url: reqwest::Url::parse(&format!("{base}/v1/jobs?queue=http&limit=50"))?,
-        key: key.expose(),
+        key,
         hook: format!("{target}/hook"),
         counting: counting.clone(),
     });
