@@ -7,12 +7,14 @@ mod bench_server;
 mod cpu;
 mod cycle;
 mod grpc_cycle;
+pub mod hogs;
 mod http_cycle;
 pub mod http_jobs;
 pub mod lone_producer;
 mod measure;
 pub mod paired;
 pub mod peer;
+pub mod peer_pairs;
 mod reference_log;
 mod reference_skiplocked;
 mod runtime_cycle;
@@ -100,6 +102,11 @@ pub struct BenchOpts {
     /// `bench workflow`: A/B pairs of the hot-key phase (rounds without and with the hot
     /// key, in ABBA order; 2 pairs: A B B A).
     pub hot_key_pairs: usize,
+    /// Busy loops in processes of their own beside the run (0: none; [`hogs`]): CPU
+    /// contention, the way another tenant's work on the machine takes cores away.
+    pub cpu_hogs: usize,
+    /// `peer_pairs`: A/B pairs of the runtime and one gRPC worker, in ABBA order.
+    pub peer_pairs: usize,
 }
 
 fn durability<S: serde::Serializer>(d: &Durability, s: S) -> Result<S::Ok, S::Error> {
@@ -136,6 +143,8 @@ impl Default for BenchOpts {
             tick_on_demand: true,
             async_claims: EngineConfig::default().async_claims,
             hot_key_pairs: 2,
+            cpu_hogs: 0,
+            peer_pairs: 3,
         }
     }
 }
@@ -170,6 +179,8 @@ pub async fn run(
     opts: &BenchOpts,
 ) -> anyhow::Result<Report> {
     let config = fresh_database(base, dbname).await?;
+    // From before the warm-up to the end of the measured window.
+    let hogs = hogs::Hogs::start(opts.cpu_hogs)?;
     // Held in the same database, open until the run is over.
     let holder = if opts.hold_xmin {
         let client = measure::connect(&config, "xmin-holder").await?;
@@ -190,6 +201,7 @@ pub async fn run(
         Variant::LogAcked => reference_log::run(&config, opts, reference_log::Mode::Acked).await?,
     };
     drop(holder);
+    drop(hogs);
     Ok(report)
 }
 

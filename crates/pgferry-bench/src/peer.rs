@@ -235,6 +235,20 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
     )
     .await?;
     let skiplocked_light = run(Variant::Skiplocked, base, "bench_skiplocked", &light).await?;
+    // The runtime against one gRPC worker as ABBA pairs, quiet and beside one busy loop per
+    // core: runs of at most 6 s, so that the pairs add about two minutes.
+    let pair_opts = BenchOpts {
+        duration: opts.duration.min(Duration::from_secs(6)),
+        warmup: opts.warmup.min(Duration::from_secs(2)),
+        ..opts.clone()
+    };
+    let pairs = crate::peer_pairs::quiet_and_contended(base, &pair_opts, cores()).await?;
+    let pair_mean = |k: &str| {
+        pairs[k]["pairs"]["pair_ratio_mean"]
+            .as_f64()
+            .unwrap_or(f64::NAN)
+    };
+    let kept = |k: &str| pairs[k].as_f64().unwrap_or(f64::NAN);
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     let ack = |r: &measure::Report| r.enqueue_ack_p50_ms.unwrap_or(f64::NAN);
     // CPU per job (bench process + cluster): what the paths cost whatever else ran.
@@ -244,6 +258,13 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
         "runtime_vs_skiplocked_jobs_per_s": ratio(runtime.jobs_per_s, skiplocked.jobs_per_s),
         "grpc_vs_runtime_jobs_per_s": ratio(grpc.jobs_per_s, runtime.jobs_per_s),
         "grpc_one_worker_vs_runtime_jobs_per_s": ratio(grpc_one.jobs_per_s, runtime.jobs_per_s),
+        "grpc_one_worker_vs_runtime_jobs_per_s_pair_mean": pair_mean("quiet"),
+        "grpc_one_worker_vs_runtime_jobs_per_s_pair_mean_under_contention":
+            pair_mean("contended"),
+        "grpc_one_worker_kept_vs_runtime_kept_under_contention": ratio(
+            kept("grpc_one_worker_kept_under_contention"),
+            kept("runtime_kept_under_contention"),
+        ),
         "grpc_one_connection_vs_runtime_jobs_per_s":
             ratio(grpc_one_conn.jobs_per_s, runtime.jobs_per_s),
         "runtime_vs_grpc_cpu_per_job": ratio(cpu(&runtime), cpu(&grpc)),
@@ -312,6 +333,12 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
             "grpc_one_worker": grpc_one_light,
             "skiplocked": skiplocked_light,
         },
+        "grpc_one_worker_vs_runtime_pairs": pairs,
         "ratios": ratios,
     }))
+}
+
+/// Cores of this machine: one busy loop each makes the contended pairs.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, usize::from)
 }

@@ -107,6 +107,13 @@ pub struct BenchArgs {
     /// ABBA order), reported with each pair's ratio and a 95% interval of their mean.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=20))]
     pub hot_key_pairs: u16,
+    /// Busy loops in processes of their own beside each run (CPU contention; default none,
+    /// `--shape peer-pairs`: one per core for its contended pairs).
+    #[arg(long)]
+    pub cpu_hogs: Option<usize>,
+    /// `--shape peer-pairs`: pairs of runs (A B B A …) in each condition.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=20))]
+    pub peer_pairs: u16,
     /// Use this database instead of a private cluster.
     #[arg(long, env = "PGFERRY_BENCH_DATABASE_URL")]
     pub database_url: Option<String>,
@@ -126,6 +133,10 @@ pub enum Shape {
     /// server, beside a bare one-row commit in the same rounds: back to back, or each after
     /// an idle gap of 1/`--rate` s.
     LoneProducer,
+    /// `cycle` only: the runtime against one gRPC worker of 64 slots in the peer shape, as
+    /// `--peer-pairs` ABBA pairs, quiet and then beside `--cpu-hogs` busy loops (default:
+    /// one per core); each pair's ratio and how much of its quiet rate each path kept.
+    PeerPairs,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
@@ -282,7 +293,7 @@ impl BenchArgs {
         let opts = self.flag_opts();
         match self.shape {
             Shape::Default | Shape::LoneProducer => opts,
-            Shape::Peer => pgferry_bench::peer::shape(&opts),
+            Shape::Peer | Shape::PeerPairs => pgferry_bench::peer::shape(&opts),
             Shape::OpenLoop => pgferry_bench::peer::open_loop(
                 &opts,
                 self.rate.unwrap_or(pgferry_bench::peer::OPEN_LOOP_RATE),
@@ -321,6 +332,8 @@ impl BenchArgs {
             tick_on_demand: self.tick_on_demand,
             async_claims: self.async_claims,
             hot_key_pairs: usize::from(self.hot_key_pairs),
+            cpu_hogs: self.cpu_hogs.unwrap_or(0),
+            peer_pairs: usize::from(self.peer_pairs),
         }
     }
 }
@@ -348,6 +361,10 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
                 pgferry_bench::lone_producer::run(&base, gap, opts.duration, opts.payload_bytes)
                     .await?,
             )?
+        }
+        BenchCmd::Cycle(_) if args.shape == Shape::PeerPairs => {
+            let hogs = args.cpu_hogs.unwrap_or_else(pgferry_bench::peer::cores);
+            pgferry_bench::peer_pairs::quiet_and_contended(&base, &opts, hogs).await?
         }
         BenchCmd::Cycle(_) if args.via == Via::Http && args.compare_inprocess => {
             pgferry_bench::http_vs_inprocess(&base, &opts).await?
