@@ -78,6 +78,48 @@ impl Claims {
     }
 }
 
+/// How many claims to run side by side, from what recent claims found. A second claim pays
+/// only while more is visible than one claim takes at a time: each claim statement costs
+/// Postgres about 0.3 ms even when it finds nothing, and at light load (a job or so per
+/// tick) the second of two claims started on a tick came back empty every time, doubling
+/// the claims per job (docs/performance.md, "Claims side by side only while claims find
+/// more than a job"). A running average of what claims that found something found: an
+/// empty claim says nothing about the next tick's jobs, and at saturation the claims that
+/// follow a drained batch come back empty several times between two batches (most without
+/// a statement: their lanes are known dry), which must not serialise the next batch's
+/// claims.
+pub(super) struct Yields {
+    /// Jobs per non-empty claim, recent claims weighted most; None before the first (side
+    /// by side from the start, as a backlog at startup wants).
+    average: Option<f64>,
+}
+
+impl Yields {
+    /// At this average or more, claims run side by side.
+    const SIDE_BY_SIDE_FROM: f64 = 2.0;
+
+    pub fn new() -> Yields {
+        Yields { average: None }
+    }
+
+    /// A claim came back with `jobs` (none: ignored).
+    pub fn record(&mut self, jobs: usize) {
+        if jobs == 0 {
+            return;
+        }
+        let jobs = jobs as f64;
+        self.average = Some(self.average.map_or(jobs, |a| (a + jobs) / 2.0));
+    }
+
+    /// Claims to run at once, at most `max`.
+    pub fn parallel(&self, max: usize) -> usize {
+        match self.average {
+            Some(a) if a < Self::SIDE_BY_SIDE_FROM => 1,
+            _ => max,
+        }
+    }
+}
+
 pub(super) fn buffered(
     jobs: Vec<ClaimedJob>,
     at: SystemTime,
@@ -105,4 +147,38 @@ pub(super) fn take_from(
         }
     }
     taken
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Yields;
+
+    #[test]
+    fn claims_run_side_by_side_until_claims_find_a_job_or_less() {
+        let mut y = Yields::new();
+        assert_eq!(y.parallel(2), 2, "side by side before any claim");
+        // Light load: one job per tick, the second claim dry.
+        for jobs in [1, 0, 1, 0] {
+            y.record(jobs);
+        }
+        assert_eq!(y.parallel(2), 1);
+        // Dry claims alone change nothing.
+        for _ in 0..10 {
+            y.record(0);
+        }
+        assert_eq!(y.parallel(2), 1);
+        // One claim at a time, a job each: stays one.
+        for _ in 0..10 {
+            y.record(1);
+        }
+        assert_eq!(y.parallel(2), 1);
+        // A burst: the next round is side by side again.
+        y.record(64);
+        assert_eq!(y.parallel(2), 2);
+        // Saturation: dry claims between batches keep the next batch's claims side by side.
+        for jobs in [50, 0, 0, 0, 0, 0, 0, 0, 48, 0, 0, 0, 52] {
+            y.record(jobs);
+            assert_eq!(y.parallel(2), 2, "after a claim of {jobs}");
+        }
+    }
 }

@@ -36,7 +36,7 @@ mod claims;
 mod deliver;
 mod leases;
 
-use claims::{buffered, Claims};
+use claims::{buffered, Claims, Yields};
 
 const QUEUE_LEASE: &str = include_str!("../sql/queue_lease.sql");
 /// A dispatcher without streams lingers this long (a reconnecting worker finds it warm).
@@ -328,7 +328,8 @@ async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
     let mut rr = 0usize;
     let mut empty_since: Option<Instant> = None;
     let mut claims = Claims::default();
-    let parallel = inner.config.claim_concurrency.max(1);
+    let max_parallel = inner.config.claim_concurrency.max(1);
+    let mut yields = Yields::new();
     // A claim came back empty: claim again only after something happened (a tick, more
     // credit, the idle poll, another claim's answer), never in a loop.
     let mut dry = false;
@@ -387,6 +388,8 @@ async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
         // side instead of one big one after another.
         let buffered_now = d.buffer_lock().len();
         let mut missing = target.saturating_sub(buffered_now + claims.wanted);
+        // One claim while claims find a job or less each (claims.rs, `Yields`).
+        let parallel = yields.parallel(max_parallel);
         let free = parallel.saturating_sub(claims.len());
         if !dry && missing > 0 && free > 0 {
             // Marks the current tick seen: an empty claim then sleeps until a newer one.
@@ -404,6 +407,9 @@ async fn run(d: Arc<Dispatcher>, inner: Arc<Inner>) {
         dry = false;
         tokio::select! {
             (at, res) = claims.next() => {
+                if let Ok(jobs) = &res {
+                    yields.record(jobs.len());
+                }
                 match res {
                     Ok(jobs) if !jobs.is_empty() => {
                         d.buffer_lock().extend(buffered(jobs, at, lease));
