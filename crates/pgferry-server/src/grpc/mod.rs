@@ -50,7 +50,8 @@ pub struct GrpcConfig {
     /// Largest single claim.
     pub max_claim: usize,
     /// Claims one dispatcher runs at once (the engine puts concurrent claims of a process on
-    /// different lanes of the queue; more than the queue's shards find nothing).
+    /// different lanes of the queue; more than the queue's shards find nothing), while its
+    /// claims find more than a job or so each; one at a time below that (`dispatch::claims`).
     pub claim_concurrency: usize,
     /// Longest a dispatcher with unmet demand waits for a tick before claiming again anyway
     /// (a backstop: ticks normally wake it within milliseconds of an enqueue).
