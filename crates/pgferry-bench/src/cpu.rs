@@ -55,10 +55,10 @@ impl Sample {
     }
 }
 
-struct Stat {
+pub(crate) struct Stat {
     ppid: u32,
     /// utime + stime, seconds.
-    own_s: f64,
+    pub(crate) own_s: f64,
     /// cutime + cstime: children reaped by this process, seconds.
     reaped_s: f64,
 }
@@ -74,7 +74,7 @@ fn ticks_per_s() -> f64 {
 }
 
 /// Fields of `/proc/<pid>/stat` (after the command name, which may hold spaces).
-fn stat(pid: u32) -> Option<Stat> {
+pub(crate) fn stat(pid: u32) -> Option<Stat> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &text[text.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();

@@ -55,16 +55,9 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
-    /// CPU seconds (user + system) of process `pid`, None once it is gone or reaped.
+    /// CPU seconds (user + system) of process `pid`, None once it is gone.
     fn cpu_s(pid: u32) -> Option<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let after = &stat[stat.rfind(')')? + 2..];
-        let f: Vec<&str> = after.split(' ').collect();
-        if f[0] == "Z" {
-            return None;
-        }
-        let ticks: f64 = f[11].parse::<f64>().ok()? + f[12].parse::<f64>().ok()?;
-        Some(ticks / 100.0)
+        crate::cpu::stat(pid).map(|s| s.own_s)
     }
 
     #[test]

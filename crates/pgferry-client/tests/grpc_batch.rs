@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use common::raw::RawWorker;
-use common::{completed_counts, loopback, tenant_key, Server, PATIENCE};
+use common::{completed_counts, loopback, spawn_worker, tenant_key, Server, PATIENCE};
 use pb::worker_request::Msg as Req;
 use pgferry_client::proto::v1 as pb;
 use pgferry_client::{JobSpec, Outcome, Producer, Worker, WorkerOptions};
@@ -280,13 +280,7 @@ async fn run_worker(
         Outcome::Ok(None)
     });
     let stats = worker.stats();
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let run = tokio::spawn(worker.run(
-        async move {
-            let _ = stop_rx.await;
-        },
-        Duration::from_secs(10),
-    ));
+    let (stop_tx, run) = spawn_worker(worker, Duration::from_secs(10));
     (acks, stats, stop_tx, run)
 }
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::raw::RawWorker;
 use common::{
-    completed_counts, loopback, queue_lease, tenant_key, until_completed_once, Server, PATIENCE,
+    completed_counts, loopback, queue_lease, spawn_worker, tenant_key, until_completed_once,
+    Server, PATIENCE,
 };
 use pgferry_client::proto::v1 as pb;
 use pgferry_client::{Ack, Error, JobSpec, Outcome, Producer, Worker, WorkerOptions};
@@ -77,13 +78,7 @@ async fn stream_enqueue_and_work_round_trip() {
             Outcome::Ok(Some(json!({ "done": job.id }).to_string()))
         }
     });
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let run = tokio::spawn(worker.run(
-        async move {
-            let _ = stop_rx.await;
-        },
-        Duration::from_secs(10),
-    ));
+    let (stop_tx, run) = spawn_worker(worker, Duration::from_secs(10));
     let got = recv_acks(&mut acks, 21).await;
     let mut want: HashSet<i64> = ids.iter().copied().collect();
     want.insert(one);
@@ -202,13 +197,7 @@ async fn credits_are_respected_and_nothing_is_lost_on_disconnect() {
     let worker = Worker::new(opts, |_job: pgferry_client::JobCtx| async {
         Outcome::Ok(None)
     });
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let run = tokio::spawn(worker.run(
-        async move {
-            let _ = stop_rx.await;
-        },
-        Duration::from_secs(10),
-    ));
+    let (stop_tx, run) = spawn_worker(worker, Duration::from_secs(10));
     let got = recv_acks(&mut acks, 9).await;
     let mut done: HashSet<i64> = got.iter().filter(|a| !a.stale).map(|a| a.id).collect();
     done.insert(r.id);
@@ -286,17 +275,7 @@ async fn a_handler_sees_the_enqueue_time_to_the_microsecond() {
             async { Outcome::Ok(None) }
         },
     );
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        worker
-            .run(
-                async {
-                    let _ = stop_rx.await;
-                },
-                Duration::from_secs(5),
-            )
-            .await
-    });
+    let (stop_tx, running) = spawn_worker(worker, Duration::from_secs(5));
     let c = db.connect().await;
     for _ in 0..ids.len() {
         let (id, at) = tokio::time::timeout(PATIENCE, seen.recv())
@@ -341,13 +320,7 @@ async fn server_restart_mid_run_ledger_balances() {
         Outcome::Ok(None)
     });
     let stats = worker.stats();
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let run = tokio::spawn(worker.run(
-        async move {
-            let _ = stop_rx.await;
-        },
-        Duration::from_secs(10),
-    ));
+    let (stop_tx, run) = spawn_worker(worker, Duration::from_secs(10));
 
     // Producer: 40 batches of 25; a batch whose ack was lost to the restart is retried
     // (its first copy may have committed: those ids are unknown and not in the ledger).
@@ -433,13 +406,7 @@ async fn heartbeats_keep_a_long_job() {
             _ = job.cancelled() => Outcome::Cancelled("lease lost".into()),
         }
     });
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let run = tokio::spawn(worker.run(
-        async move {
-            let _ = stop_rx.await;
-        },
-        Duration::from_secs(10),
-    ));
+    let (stop_tx, run) = spawn_worker(worker, Duration::from_secs(10));
     let got = recv_acks(&mut acks, 1).await;
     assert_eq!(got[0].id, id);
     assert_eq!(got[0].attempt, 1, "never rescued and retried");
@@ -478,13 +445,7 @@ async fn cancel_reaches_a_running_worker() {
             }
         }
     });
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let run = tokio::spawn(worker.run(
-        async move {
-            let _ = stop_rx.await;
-        },
-        Duration::from_secs(10),
-    ));
+    let (stop_tx, run) = spawn_worker(worker, Duration::from_secs(10));
     let running = tokio::time::timeout(PATIENCE, started.recv())
         .await
         .expect("job started")

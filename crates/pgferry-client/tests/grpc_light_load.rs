@@ -7,12 +7,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{loopback, tenant_key, Server, PATIENCE};
+use common::{loopback, spawn_worker, tenant_key, Server, PATIENCE};
 use pgferry_client::{JobSpec, Outcome, Producer, Worker, WorkerOptions};
 use pgferry_core::QueueOptions;
 use pgferry_server::grpc::GrpcConfig;
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 const JOBS: i64 = 40;
 
@@ -53,17 +53,7 @@ async fn one_claim_statement_per_job_when_jobs_come_one_at_a_time() {
             async { Outcome::Ok(None) }
         },
     );
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        worker
-            .run(
-                async {
-                    let _ = stop_rx.await;
-                },
-                Duration::from_secs(5),
-            )
-            .await
-    });
+    let (stop_tx, running) = spawn_worker(worker, Duration::from_secs(5));
     let producer = Producer::connect(&server.url, &key).await.unwrap();
     for i in 0..JOBS {
         let id = producer

@@ -139,6 +139,25 @@ impl Server {
     }
 }
 
+/// Runs `worker` on a task of its own until the returned sender is used or dropped, then
+/// lets it drain for `drain`.
+pub fn spawn_worker(
+    worker: pgferry_client::Worker,
+    drain: Duration,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    JoinHandle<pgferry_client::Result<Arc<pgferry_client::WorkerStats>>>,
+) {
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(worker.run(
+        async move {
+            let _ = stop_rx.await;
+        },
+        drain,
+    ));
+    (stop_tx, run)
+}
+
 pub fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
