@@ -6,6 +6,7 @@
 mod bench_server;
 mod cpu;
 mod cycle;
+mod echo;
 mod grpc_cycle;
 pub mod hogs;
 mod http_cycle;

@@ -11,7 +11,10 @@
 //! process, the same with an idempotency key (what the server writes for every request),
 //! gRPC `Producer::enqueue` through a server in this process, and a gRPC request the server
 //! refuses before it touches the database (a queue name that is not one): the round trip of
-//! client, HTTP/2 and server alone.
+//! client, HTTP/2 and server alone. Beside them, the floor under any networked server: a
+//! job-sized request to a task of this process and a short reply, over TCP loopback and over
+//! a Unix socket (`echo.rs`). The engine's acknowledgement plus that floor is the least any
+//! producer talking to a server, rather than to Postgres itself, can wait.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +24,7 @@ use serde::Serialize;
 use tokio_postgres::Config;
 
 use crate::bench_server::{Api, BenchServer, QUEUE};
+use crate::echo::{Echo, Transport};
 use crate::measure;
 use crate::BenchOpts;
 
@@ -57,9 +61,18 @@ pub struct LoneProducer {
     pub engine_keyed: Probe,
     pub grpc: Probe,
     pub grpc_refused: Probe,
+    /// A job-sized request and a short reply over TCP loopback, no server logic.
+    pub tcp_round_trip: Probe,
+    /// The same over a Unix socket pair.
+    pub unix_round_trip: Probe,
     pub engine_ack_p50_vs_bare_commit_p50: f64,
     pub engine_keyed_ack_p50_vs_bare_commit_p50: f64,
     pub grpc_ack_p50_vs_bare_commit_p50: f64,
+    /// (engine p50 + TCP round trip p50) ÷ bare commit p50: the least a producer behind a
+    /// TCP hop can reach, whatever the server does.
+    pub engine_plus_tcp_round_trip_p50_vs_bare_commit_p50: f64,
+    /// The same behind a Unix socket.
+    pub engine_plus_unix_round_trip_p50_vs_bare_commit_p50: f64,
 }
 
 #[derive(Clone, Copy)]
@@ -69,15 +82,23 @@ enum Path {
     EngineKeyed,
     Grpc,
     GrpcRefused,
+    TcpRoundTrip,
+    UnixRoundTrip,
 }
 
-const PATHS: [Path; 5] = [
+const PATHS: [Path; 7] = [
     Path::BareCommit,
     Path::Engine,
     Path::EngineKeyed,
     Path::Grpc,
     Path::GrpcRefused,
+    Path::TcpRoundTrip,
+    Path::UnixRoundTrip,
 ];
+
+/// Bytes an enqueue request of one job carries beyond its payload (queue, kind, key, gRPC and
+/// HTTP/2 framing), for the echo's request size.
+const REQUEST_OVERHEAD_BYTES: usize = 128;
 
 /// Runs the rounds for `duration` on a fresh database of the cluster of `base`; jobs carry
 /// `payload_bytes` of JSON.
@@ -114,9 +135,10 @@ async fn rounds(
     let refused = JobSpec::new("not a queue!", "noop", &payload);
     let job = NewJob::new(server.engine_queue.clone(), "noop", payload.clone());
     let engine = &server.engine;
+    let mut echo = Echo::start(payload_bytes + REQUEST_OVERHEAD_BYTES).await?;
 
     let mut pace = gap.map(tokio::time::interval);
-    let mut ms: [Vec<f32>; 5] = Default::default();
+    let mut ms: [Vec<f32>; PATHS.len()] = Default::default();
     let mut round = 0usize;
     let mut started: Option<Instant> = None;
     while started.is_none_or(|s| s.elapsed() < duration) {
@@ -149,6 +171,12 @@ async fn rounds(
                         anyhow::bail!("the server accepted a job for an invalid queue name");
                     }
                 }
+                Path::TcpRoundTrip => {
+                    echo.round_trip(Transport::Tcp).await?;
+                }
+                Path::UnixRoundTrip => {
+                    echo.round_trip(Transport::Unix).await?;
+                }
             }
             if started.is_some() {
                 ms[i].push(t.elapsed().as_secs_f32() * 1000.0);
@@ -156,18 +184,23 @@ async fn rounds(
         }
         round += 1;
     }
-    let [bare, eng, keyed, grpc, grpc_refused] = ms.map(|m| Probe::of(&m));
+    let [bare, eng, keyed, grpc, grpc_refused, tcp, unix] = ms.map(|m| Probe::of(&m));
     let ratio = |p: &Probe| p.p50_ms / bare.p50_ms;
+    let behind = |hop: &Probe| (eng.p50_ms + hop.p50_ms) / bare.p50_ms;
     Ok(LoneProducer {
         gap_ms: gap.map(|g| g.as_secs_f64() * 1000.0),
         rounds: round - WARMUP_ROUNDS,
         engine_ack_p50_vs_bare_commit_p50: ratio(&eng),
         engine_keyed_ack_p50_vs_bare_commit_p50: ratio(&keyed),
         grpc_ack_p50_vs_bare_commit_p50: ratio(&grpc),
+        engine_plus_tcp_round_trip_p50_vs_bare_commit_p50: behind(&tcp),
+        engine_plus_unix_round_trip_p50_vs_bare_commit_p50: behind(&unix),
         bare_commit: bare,
         engine: eng,
         engine_keyed: keyed,
         grpc,
         grpc_refused,
+        tcp_round_trip: tcp,
+        unix_round_trip: unix,
     })
 }

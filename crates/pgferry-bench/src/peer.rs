@@ -273,6 +273,10 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
         "runtime_ack_p50_vs_bare_commit_p50": ratio(ack(&runtime), commit.p50_ms),
         "lone_producer_engine_ack_p50_vs_bare_commit_p50": lone.engine_ack_p50_vs_bare_commit_p50,
         "lone_producer_grpc_ack_p50_vs_bare_commit_p50": lone.grpc_ack_p50_vs_bare_commit_p50,
+        "lone_producer_engine_plus_tcp_round_trip_p50_vs_bare_commit_p50":
+            lone.engine_plus_tcp_round_trip_p50_vs_bare_commit_p50,
+        "lone_producer_at_rate_engine_plus_tcp_round_trip_p50_vs_bare_commit_p50":
+            lone_at_rate.engine_plus_tcp_round_trip_p50_vs_bare_commit_p50,
         "lone_producer_at_rate_engine_ack_p50_vs_bare_commit_p50":
             lone_at_rate.engine_ack_p50_vs_bare_commit_p50,
         "lone_producer_at_rate_grpc_ack_p50_vs_bare_commit_p50":

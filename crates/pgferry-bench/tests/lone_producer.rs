@@ -19,6 +19,8 @@ async fn each_round_writes_one_job_per_accepting_path_and_keys_where_it_says() {
         &run.engine_keyed,
         &run.grpc,
         &run.grpc_refused,
+        &run.tcp_round_trip,
+        &run.unix_round_trip,
     ] {
         assert_eq!(
             p.samples, run.rounds,
@@ -26,8 +28,15 @@ async fn each_round_writes_one_job_per_accepting_path_and_keys_where_it_says() {
         );
         assert!(p.p50_ms > 0.0 && p.p99_ms >= p.p50_ms, "{run:?}");
     }
-    // Paced: five requests per round, each after its gap.
-    assert!(run.rounds >= 1 && run.rounds <= 300 / 5 + 1, "{run:?}");
+    // Paced: seven requests per round, each after its gap.
+    assert!(run.rounds >= 1 && run.rounds <= 300 / 7 + 1, "{run:?}");
+    // The floors add a hop to the engine's own acknowledgement.
+    for floor in [
+        run.engine_plus_tcp_round_trip_p50_vs_bare_commit_p50,
+        run.engine_plus_unix_round_trip_p50_vs_bare_commit_p50,
+    ] {
+        assert!(floor > run.engine_ack_p50_vs_bare_commit_p50, "{run:?}");
+    }
 
     // The run's own database: every round (the warm-up's too) wrote one job in process, one
     // with a key in process and one over gRPC (keyed by the client), and nothing for the
