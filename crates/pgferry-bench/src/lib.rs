@@ -165,6 +165,8 @@ pub enum Variant {
     CycleHttp,
     /// Classic lease-based queue: UPDATE … FOR UPDATE SKIP LOCKED, DELETE on completion.
     Skiplocked,
+    /// Row-lock queue without a lease: SKIP LOCKED claim and DELETE in one statement.
+    SkiplockedDelete,
     /// Minimal append-only log: COPY in, read by cursor, no per-job acknowledgement.
     Log,
     /// The same log plus a durable receipt per read and a durable ack per batch: what two
@@ -197,7 +199,12 @@ pub async fn run(
         Variant::CycleGrpc => grpc_cycle::run(&config, opts).await?,
         Variant::CycleRuntime => runtime_cycle::run(&config, opts).await?,
         Variant::CycleHttp => http_cycle::run(&config, opts).await?,
-        Variant::Skiplocked => reference_skiplocked::run(&config, opts).await?,
+        Variant::Skiplocked => {
+            reference_skiplocked::run(&config, opts, reference_skiplocked::Mode::Lease).await?
+        }
+        Variant::SkiplockedDelete => {
+            reference_skiplocked::run(&config, opts, reference_skiplocked::Mode::Delete).await?
+        }
         Variant::Log => reference_log::run(&config, opts, reference_log::Mode::Bare).await?,
         Variant::LogAcked => reference_log::run(&config, opts, reference_log::Mode::Acked).await?,
     };

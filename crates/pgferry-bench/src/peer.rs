@@ -193,6 +193,7 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
     )
     .await?;
     let skiplocked = run(Variant::Skiplocked, base, "bench_skiplocked", &opts).await?;
+    let skiplocked_delete = run(Variant::SkiplockedDelete, base, "bench_skiplocked", &opts).await?;
     let log_acked = run(Variant::LogAcked, base, "bench_log_acked", &opts).await?;
     // Half of saturation, each path at half of its own saturated rate.
     let runtime_half = run(
@@ -235,6 +236,8 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
     )
     .await?;
     let skiplocked_light = run(Variant::Skiplocked, base, "bench_skiplocked", &light).await?;
+    let skiplocked_delete_light =
+        run(Variant::SkiplockedDelete, base, "bench_skiplocked", &light).await?;
     // The runtime against one gRPC worker as ABBA pairs, quiet and beside one busy loop per
     // core: runs of at most 6 s, so that the pairs add about two minutes.
     let pair_opts = BenchOpts {
@@ -253,7 +256,7 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
     let ack = |r: &measure::Report| r.enqueue_ack_p50_ms.unwrap_or(f64::NAN);
     // CPU per job (bench process + cluster): what the paths cost whatever else ran.
     let cpu = |r: &measure::Report| r.cpu_per_job.map_or(f64::NAN, |c| c.total_us);
-    let ratios = serde_json::json!({
+    let mut ratios = serde_json::json!({
         "runtime_vs_log_acked_jobs_per_s": ratio(runtime.jobs_per_s, log_acked.jobs_per_s),
         "runtime_vs_skiplocked_jobs_per_s": ratio(runtime.jobs_per_s, skiplocked.jobs_per_s),
         "grpc_vs_runtime_jobs_per_s": ratio(grpc.jobs_per_s, runtime.jobs_per_s),
@@ -310,6 +313,23 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
         "open_loop_grpc_one_worker_p99_vs_skiplocked_p99":
             ratio(grpc_one_light.p99_ms, skiplocked_light.p99_ms),
     });
+    // Against the row-lock queue without a lease (a second object: one json! of every ratio
+    // would pass the macro's recursion limit).
+    let against_delete = serde_json::json!({
+        "runtime_vs_skiplocked_delete_jobs_per_s":
+            ratio(runtime.jobs_per_s, skiplocked_delete.jobs_per_s),
+        "open_loop_runtime_p50_vs_skiplocked_delete_p50":
+            ratio(runtime_light.p50_ms, skiplocked_delete_light.p50_ms),
+        "open_loop_runtime_p99_vs_skiplocked_delete_p99":
+            ratio(runtime_light.p99_ms, skiplocked_delete_light.p99_ms),
+        "open_loop_grpc_one_worker_p50_vs_skiplocked_delete_p50":
+            ratio(grpc_one_light.p50_ms, skiplocked_delete_light.p50_ms),
+        "open_loop_grpc_one_worker_p99_vs_skiplocked_delete_p99":
+            ratio(grpc_one_light.p99_ms, skiplocked_delete_light.p99_ms),
+    });
+    if let (Some(all), serde_json::Value::Object(more)) = (ratios.as_object_mut(), against_delete) {
+        all.extend(more);
+    }
     Ok(serde_json::json!({
         "shape": "peer",
         "options": opts,
@@ -328,6 +348,7 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
         "grpc_one_worker": grpc_one,
         "grpc_one_connection": grpc_one_conn,
         "skiplocked": skiplocked,
+        "skiplocked_delete": skiplocked_delete,
         "log_acked": log_acked,
         "half_saturation": { "runtime": runtime_half, "grpc": grpc_half },
         "open_loop": {
@@ -336,6 +357,7 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
             "grpc": grpc_light,
             "grpc_one_worker": grpc_one_light,
             "skiplocked": skiplocked_light,
+            "skiplocked_delete": skiplocked_delete_light,
         },
         "grpc_one_worker_vs_runtime_pairs": pairs,
         "ratios": ratios,

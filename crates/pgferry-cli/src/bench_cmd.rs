@@ -75,8 +75,9 @@ pub struct BenchArgs {
     /// Workload shape. `peer`: one producer of batches of 100 waiting for each
     /// acknowledgement, depth at most 5,000, 64 single-job handlers, 256-byte payloads
     /// (overrides those flags); `compare --shape peer` runs in process, gRPC (64 one-slot
-    /// streams, and one worker stream of 64 slots), skiplocked,
-    /// log_acked and a bare commit, with the ratios of issue 21.
+    /// streams, and one worker stream of 64 slots), skiplocked (under a lease, and
+    /// skiplocked_delete: claim and DELETE in one statement), log_acked and a bare commit,
+    /// with the ratios of issue 21.
     #[arg(long, value_enum, default_value_t = Shape::Default)]
     pub shape: Shape,
     /// gRPC/HTTP cycles: the server's adaptive group commit (flush at once when nothing
@@ -160,7 +161,10 @@ pub enum DurabilityArg {
 
 #[derive(clap::ValueEnum, Clone, Copy)]
 pub enum RefKind {
+    /// Lease-based: SKIP LOCKED claim under a lease, DELETE after the handler.
     Skiplocked,
+    /// No lease: SKIP LOCKED claim and DELETE in one statement (issue 21's reference).
+    SkiplockedDelete,
     Log,
     /// The log plus a durable receipt and a durable ack per batch (not an issue-3 target).
     LogAcked,
@@ -384,6 +388,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Reference { kind, .. } => {
             let (v, db) = match kind {
                 RefKind::Skiplocked => (Variant::Skiplocked, "bench_skiplocked"),
+                RefKind::SkiplockedDelete => (Variant::SkiplockedDelete, "bench_skiplocked"),
                 RefKind::Log => (Variant::Log, "bench_log"),
                 RefKind::LogAcked => (Variant::LogAcked, "bench_log_acked"),
             };
