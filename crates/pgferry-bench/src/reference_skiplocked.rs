@@ -39,30 +39,30 @@ CREATE INDEX jobs_available ON ref_skiplocked.jobs (priority, id) WHERE state = 
 
 const COPY_IN: &str = "COPY ref_skiplocked.jobs (kind, args) FROM STDIN BINARY";
 
-// `id = ANY(ARRAY(SELECT …))` is the issue's `id IN (SELECT …)` written so that the update
-// is always one primary-key probe per claimed id: with `IN`, the planner hash-joined the
-// locked ids against a scan of the whole (bloating) table.
-const CLAIM: &str = "
-UPDATE ref_skiplocked.jobs
-   SET state = 1, lease_until = now() + interval '5 minutes'
- WHERE id = ANY (ARRAY(SELECT id FROM ref_skiplocked.jobs
+// The jobs a claim takes, in order, locked and skipped by other claimers. `id =
+// ANY(ARRAY(SELECT …))` is the issue's `id IN (SELECT …)` written so that the update or
+// delete is always one primary-key probe per claimed id: with `IN`, the planner hash-joined
+// the locked ids against a scan of the whole (bloating) table.
+macro_rules! taken {
+    () => {
+        " WHERE id = ANY (ARRAY(SELECT id FROM ref_skiplocked.jobs
                         WHERE state = 0
                         ORDER BY priority, id
                         LIMIT $1
                         FOR UPDATE SKIP LOCKED))
-RETURNING id, enqueued_at, kind, args";
+RETURNING id, enqueued_at, kind, args"
+    };
+}
+
+const CLAIM: &str = concat!(
+    "UPDATE ref_skiplocked.jobs SET state = 1, lease_until = now() + interval '5 minutes'",
+    taken!()
+);
 
 const COMPLETE: &str = "DELETE FROM ref_skiplocked.jobs WHERE id = ANY($1)";
 
 // The same selection as CLAIM, deleted at once: the job leaves the queue when it is taken.
-const CLAIM_DELETE: &str = "
-DELETE FROM ref_skiplocked.jobs
- WHERE id = ANY (ARRAY(SELECT id FROM ref_skiplocked.jobs
-                        WHERE state = 0
-                        ORDER BY priority, id
-                        LIMIT $1
-                        FOR UPDATE SKIP LOCKED))
-RETURNING id, enqueued_at, kind, args";
+const CLAIM_DELETE: &str = concat!("DELETE FROM ref_skiplocked.jobs", taken!());
 
 /// How a worker takes and finishes a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
