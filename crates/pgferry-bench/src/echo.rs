@@ -39,14 +39,15 @@ impl Echo {
         tcp.set_nodelay(true)?;
         served.set_nodelay(true)?;
         let (unix, unix_served) = UnixStream::pair()?;
+        let request_bytes = request_bytes.max(1);
         Ok(Echo {
             tcp,
             unix,
-            request: vec![7; request_bytes.max(1)],
+            request: vec![7; request_bytes],
             reply: [0; REPLY_BYTES],
             tasks: [
-                tokio::spawn(serve(served, request_bytes.max(1))),
-                tokio::spawn(serve(unix_served, request_bytes.max(1))),
+                tokio::spawn(serve(served, request_bytes)),
+                tokio::spawn(serve(unix_served, request_bytes)),
             ],
         })
     }

@@ -3,6 +3,10 @@
 //! with a no-op handler) and the same client concurrency, each on a fresh database of one
 //! cluster, reported in one JSON shape.
 
+// `compare --shape peer` builds its ratios in one `serde_json::json!` object, deeper than the
+// default macro recursion limit of 128.
+#![recursion_limit = "256"]
+
 mod bench_server;
 mod cpu;
 mod cycle;

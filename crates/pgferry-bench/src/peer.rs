@@ -256,7 +256,7 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
     let ack = |r: &measure::Report| r.enqueue_ack_p50_ms.unwrap_or(f64::NAN);
     // CPU per job (bench process + cluster): what the paths cost whatever else ran.
     let cpu = |r: &measure::Report| r.cpu_per_job.map_or(f64::NAN, |c| c.total_us);
-    let mut ratios = serde_json::json!({
+    let ratios = serde_json::json!({
         "runtime_vs_log_acked_jobs_per_s": ratio(runtime.jobs_per_s, log_acked.jobs_per_s),
         "runtime_vs_skiplocked_jobs_per_s": ratio(runtime.jobs_per_s, skiplocked.jobs_per_s),
         "grpc_vs_runtime_jobs_per_s": ratio(grpc.jobs_per_s, runtime.jobs_per_s),
@@ -312,10 +312,6 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
             ratio(grpc_one_light.p50_ms, skiplocked_light.p50_ms),
         "open_loop_grpc_one_worker_p99_vs_skiplocked_p99":
             ratio(grpc_one_light.p99_ms, skiplocked_light.p99_ms),
-    });
-    // Against the row-lock queue without a lease (a second object: one json! of every ratio
-    // would pass the macro's recursion limit).
-    let against_delete = serde_json::json!({
         "runtime_vs_skiplocked_delete_jobs_per_s":
             ratio(runtime.jobs_per_s, skiplocked_delete.jobs_per_s),
         "open_loop_runtime_p50_vs_skiplocked_delete_p50":
@@ -327,9 +323,6 @@ pub async fn compare(base: &Config, opts: &BenchOpts) -> anyhow::Result<serde_js
         "open_loop_grpc_one_worker_p99_vs_skiplocked_delete_p99":
             ratio(grpc_one_light.p99_ms, skiplocked_delete_light.p99_ms),
     });
-    if let (Some(all), serde_json::Value::Object(more)) = (ratios.as_object_mut(), against_delete) {
-        all.extend(more);
-    }
     Ok(serde_json::json!({
         "shape": "peer",
         "options": opts,

@@ -73,6 +73,23 @@ pub enum Mode {
     Delete,
 }
 
+impl Mode {
+    fn claim(self) -> &'static str {
+        match self {
+            Mode::Lease => CLAIM,
+            Mode::Delete => CLAIM_DELETE,
+        }
+    }
+
+    /// The variant's name in its report.
+    fn variant(self) -> &'static str {
+        match self {
+            Mode::Lease => "skiplocked",
+            Mode::Delete => "skiplocked_delete",
+        }
+    }
+}
+
 pub async fn run(config: &Config, opts: &BenchOpts, mode: Mode) -> anyhow::Result<Report> {
     measure::connect(config, "setup")
         .await?
@@ -113,12 +130,7 @@ pub async fn run(config: &Config, opts: &BenchOpts, mode: Mode) -> anyhow::Resul
             // Seq Scan + Sort of the whole table under LockRows (measured: 27k -> 2k jobs/s at
             // claim batch 1000). With it, the claim reads jobs_available in order.
             client.batch_execute("SET enable_seqscan = off").await?;
-            let claim = client
-                .prepare(match mode {
-                    Mode::Lease => CLAIM,
-                    Mode::Delete => CLAIM_DELETE,
-                })
-                .await?;
+            let claim = client.prepare(mode.claim()).await?;
             let complete = client.prepare(COMPLETE).await?;
             while counters.running() {
                 let mut rows = client.query(&claim, &[&batch]).await?;
@@ -147,10 +159,7 @@ pub async fn run(config: &Config, opts: &BenchOpts, mode: Mode) -> anyhow::Resul
         }));
     }
     measure::window(
-        match mode {
-            Mode::Lease => "skiplocked",
-            Mode::Delete => "skiplocked_delete",
-        },
+        mode.variant(),
         config,
         &counters,
         opts,

@@ -24,10 +24,7 @@ async fn every_read_batch_has_one_receipt_and_one_ack() {
     assert!(report.jobs > 0, "nothing was read and acked: {report:?}");
     assert_eq!(report.dead_tuples, 0);
 
-    let mut cfg = db.config.clone();
-    cfg.dbname(&name);
-    let (client, conn) = cfg.connect(tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let client = db.connect_other(&name).await;
     let row = client
         .query_one(
             "SELECT (SELECT count(*) FROM ref_log.receipts),

@@ -41,10 +41,7 @@ async fn each_round_writes_one_job_per_accepting_path_and_keys_where_it_says() {
     // The run's own database: every round (the warm-up's too) wrote one job in process, one
     // with a key in process and one over gRPC (keyed by the client), and nothing for the
     // refused request.
-    let mut cfg = db.config.clone();
-    cfg.dbname("bench_lone_producer");
-    let (c, conn) = cfg.connect(tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let c = db.connect_other("bench_lone_producer").await;
     let count = |sql: &'static str| {
         let c = &c;
         async move { c.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) }

@@ -32,10 +32,7 @@ async fn check(variant: Variant, name: &str) {
     assert_eq!(report.variant, name);
     assert!(report.jobs > 0, "no job was taken: {report:?}");
 
-    let mut cfg = db.config.clone();
-    cfg.dbname(&dbname);
-    let (client, conn) = cfg.connect(tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let client = db.connect_other(&dbname).await;
     let row = client
         .query_one(
             "SELECT (SELECT count(*) FROM ref_skiplocked.jobs),

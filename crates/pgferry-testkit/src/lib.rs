@@ -214,6 +214,14 @@ impl TestDb {
         connect_config(&self.config, &self.name).await
     }
 
+    /// A connection to another database of this cluster, such as one the code under test
+    /// created for itself (the benches' fresh databases). Panics if connecting fails.
+    pub async fn connect_other(&self, dbname: &str) -> tokio_postgres::Client {
+        let mut config = self.config.clone();
+        config.dbname(dbname);
+        connect_config(&config, dbname).await
+    }
+
     /// A connection pool of up to `size` connections to this database.
     /// Connections are created lazily on the runtime that calls `get()`.
     pub fn pool(&self, size: usize) -> deadpool_postgres::Pool {
